@@ -1,0 +1,137 @@
+"""Provider-neutral conversation and stream vocabulary.
+
+A provider shell turns its wire format into `StreamPart`s (what a model turn
+streams) and turns `Message`s back into its request format. Everything between
+(the turn assembler, the agent loop) only sees these types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "AssistantMessage",
+    "Finish",
+    "Message",
+    "ModelRequest",
+    "StreamPart",
+    "TextDelta",
+    "ThinkingDelta",
+    "ToolCall",
+    "ToolCallArgs",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "ToolResultMessage",
+    "ToolSpec",
+    "UsageReport",
+    "UserMessage",
+]
+
+
+# --- conversation -----------------------------------------------------------
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A fully assembled tool call; `arguments` is the raw JSON text the model sent."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class UserMessage(msgspec.Struct, frozen=True, kw_only=True, tag="user"):
+    """Input to the agent: its task, or a message sent into it."""
+
+    text: str
+
+
+class AssistantMessage(msgspec.Struct, frozen=True, kw_only=True, tag="assistant"):
+    """One finished model turn."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    thinking: str = ""
+
+
+class ToolResultMessage(msgspec.Struct, frozen=True, kw_only=True, tag="tool"):
+    """The result of one tool call, fed back to the model."""
+
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+Message = UserMessage | AssistantMessage | ToolResultMessage
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool as offered to the model: name, description, JSON schema of its args."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything one model turn needs."""
+
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+
+
+# --- stream parts -----------------------------------------------------------
+
+
+class TextDelta(msgspec.Struct, frozen=True):
+    """A piece of the turn's visible text."""
+
+    text: str
+
+
+class ThinkingDelta(msgspec.Struct, frozen=True):
+    """A piece of the model's reasoning/thinking (never mixed into the text)."""
+
+    text: str
+
+
+class ToolCallStart(msgspec.Struct, frozen=True):
+    """A new tool call; `key` identifies it among this turn's calls."""
+
+    key: int
+    id: str
+    name: str
+
+
+class ToolCallArgs(msgspec.Struct, frozen=True):
+    """A fragment of a tool call's JSON arguments."""
+
+    key: int
+    delta: str
+
+
+class ToolCallEnd(msgspec.Struct, frozen=True):
+    """The provider says the call's arguments are complete."""
+
+    key: int
+
+
+class UsageReport(msgspec.Struct, frozen=True):
+    """Token usage of the whole turn (cumulative; the last report wins)."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+class Finish(msgspec.Struct, frozen=True):
+    """The turn ended; `reason` as the provider named it (`unknown` if it did not)."""
+
+    reason: str
+
+
+StreamPart = (
+    TextDelta | ThinkingDelta | ToolCallStart | ToolCallArgs | ToolCallEnd | UsageReport | Finish
+)

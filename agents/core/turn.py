@@ -1,0 +1,134 @@
+"""Assembles one streamed model turn and says when each tool call is ready to run.
+
+This is the pure half of the streaming tool executor: a call is ready as soon as
+its arguments are complete — when the provider ends it, when the turn finishes,
+or when its accumulated arguments already parse as a JSON object (a complete
+object cannot be extended into valid JSON, so nothing the model still streams
+can change it). The runner starts a ready call at once, while the model may
+still be streaming the rest of its turn.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from agents.core.messages import AssistantMessage, ToolCall
+
+__all__ = ["TurnAssembler", "parse_arguments"]
+
+_decode_json = msgspec.json.decode
+
+
+class _Call:
+    __slots__ = ("args", "id", "name", "ready")
+
+    def __init__(self, call_id: str, name: str) -> None:
+        self.id = call_id
+        self.name = name
+        self.args: list[str] = []
+        self.ready = False
+
+    def tool_call(self) -> ToolCall:
+        return ToolCall(id=self.id, name=self.name, arguments="".join(self.args))
+
+
+def parse_arguments(raw: str) -> dict[str, object]:
+    """Parse a call's JSON arguments; an empty string means no arguments.
+
+    Raises:
+        ValueError: naming what is wrong, for an error tool result.
+    """
+    if not raw.strip():
+        return {}
+    try:
+        value = _decode_json(raw)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"invalid JSON arguments ({exc}): {raw[:200]!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+class TurnAssembler:
+    """Collects a turn's text, thinking and tool calls, in the order they started."""
+
+    __slots__ = ("_calls", "_keys", "_thinking", "_used_ids", "finish_reason", "text_parts")
+
+    def __init__(self) -> None:
+        self.text_parts: list[str] = []
+        self._thinking: list[str] = []
+        self._calls: list[_Call] = []
+        self._keys: dict[int, _Call] = {}
+        self._used_ids: set[str] = set()
+        self.finish_reason: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The turn's visible text so far."""
+        return "".join(self.text_parts)
+
+    def add_thinking(self, delta: str) -> None:
+        """Record a thinking delta."""
+        self._thinking.append(delta)
+
+    def start_call(self, key: int, call_id: str, name: str) -> str:
+        """Open a call; returns its id, made unique within the turn."""
+        unique = call_id or f"call_{key}"
+        n = 2
+        while unique in self._used_ids:
+            unique = f"{call_id}_{n}"
+            n += 1
+        self._used_ids.add(unique)
+        call = _Call(unique, name)
+        self._calls.append(call)
+        self._keys[key] = call
+        return unique
+
+    def call_name(self, key: int) -> tuple[str, str]:
+        """(id, name) of an open call."""
+        call = self._keys[key]
+        return call.id, call.name
+
+    def add_args(self, key: int, delta: str) -> ToolCall | None:
+        """Append an argument fragment; returns the call if that made it complete."""
+        call = self._keys.get(key)
+        if call is None or call.ready:
+            return None  # fragments after completion cannot change a started call
+        call.args.append(delta)
+        if delta.rstrip().endswith("}"):
+            raw = "".join(call.args)
+            try:
+                value = _decode_json(raw)
+            except msgspec.DecodeError:
+                return None
+            if isinstance(value, dict):
+                call.ready = True
+                return call.tool_call()
+        return None
+
+    def end_call(self, key: int) -> ToolCall | None:
+        """The provider closed the call; returns it unless it was ready already."""
+        call = self._keys.get(key)
+        if call is None or call.ready:
+            return None
+        call.ready = True
+        return call.tool_call()
+
+    def finish(self, reason: str) -> list[ToolCall]:
+        """The turn ended: every call not yet ready is ready now, in start order."""
+        if self.finish_reason is None:
+            self.finish_reason = reason
+        ready = []
+        for call in self._calls:
+            if not call.ready:
+                call.ready = True
+                ready.append(call.tool_call())
+        return ready
+
+    def message(self) -> AssistantMessage:
+        """The finished turn as a conversation message."""
+        return AssistantMessage(
+            text=self.text,
+            tool_calls=tuple(call.tool_call() for call in self._calls),
+            thinking="".join(self._thinking),
+        )

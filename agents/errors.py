@@ -1,0 +1,67 @@
+"""Errors of the agents package.
+
+    AgentsError
+    ├── SpecError            a subagent YAML file is invalid (names file and key)
+    ├── ProviderError        a model provider failed (HTTP status, stream error, …)
+    │   └── StreamTruncated  the stream ended without its terminal event
+    ├── ToolError            a tool failed in an expected way; becomes an error tool result
+    └── AgentFailed          an agent instance ended without a final answer
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentFailed",
+    "AgentsError",
+    "ProviderError",
+    "SpecError",
+    "StreamTruncated",
+    "ToolError",
+]
+
+
+class AgentsError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class SpecError(AgentsError):
+    """A subagent definition is invalid; the message names the file and the key."""
+
+
+class ProviderError(AgentsError):
+    """A model provider failed.
+
+    Attributes:
+        provider: the provider kind (`openai`, `scripted`, …).
+        status: the HTTP status, if the failure came with one.
+        error_type: the provider's own error type (`server_error`, …), if any.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        status: int | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.status = status
+        self.error_type = error_type
+
+
+class StreamTruncated(ProviderError):
+    """The provider's stream stopped before its terminal event."""
+
+
+class ToolError(AgentsError):
+    """A tool could not do its job; the message goes back to the model as an error result."""
+
+
+class AgentFailed(AgentsError):
+    """An agent instance failed; `error_type` is the AGENT_ERROR `errorType`."""
+
+    def __init__(self, message: str, *, error_type: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type

@@ -1,0 +1,1 @@
+"""Model providers: I/O shells that turn a `ModelRequest` into `StreamPart`s."""

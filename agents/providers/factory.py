@@ -1,0 +1,32 @@
+"""Builds the provider for an agent from its model config."""
+
+from __future__ import annotations
+
+import httpx
+
+from agents.config import ModelConfig
+from agents.providers.base import Provider
+from agents.providers.openai import OpenAIProvider
+from agents.providers.scripted import ScriptedProvider
+from agents.spec import AgentSpec
+
+__all__ = ["ProviderFactory"]
+
+
+class ProviderFactory:
+    """Maps (agent spec, model config) to a provider; HTTP providers share one client."""
+
+    def __init__(self, models: dict[str, ModelConfig], client: httpx.AsyncClient) -> None:
+        self._models = models
+        self._client = client
+        self._http: dict[str, Provider] = {}
+
+    def for_agent(self, spec: AgentSpec) -> Provider:
+        """The provider that runs `spec`'s model turns."""
+        config = self._models[spec.model]
+        if config.provider == "scripted":
+            return ScriptedProvider(spec.script)
+        provider = self._http.get(spec.model)
+        if provider is None:
+            provider = self._http[spec.model] = OpenAIProvider(config, self._client)
+        return provider

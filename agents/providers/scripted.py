@@ -1,0 +1,130 @@
+"""The offline, deterministic `scripted` provider.
+
+An agent's script (the `script:` key of its YAML) says what each model turn
+streams: reasoning, text, tool calls (including `agent_spawn`), delays and
+failures. Turn N answers the N-th assistant turn of the conversation, so the
+same conversation always gets the same answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import msgspec
+import trio
+
+from agents.core.messages import (
+    AssistantMessage,
+    Finish,
+    ModelRequest,
+    StreamPart,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallArgs,
+    ToolCallStart,
+    ToolResultMessage,
+    UsageReport,
+    UserMessage,
+)
+from agents.errors import ProviderError
+from agents.spec import ScriptSpec, ScriptStep
+
+__all__ = ["ScriptedProvider", "render", "split_tokens"]
+
+_TOKEN = re.compile(r"\s*\S+|\s+")
+_CHECKPOINT_EVERY = 64
+_DEFAULT_FINAL = ScriptStep(say="Done: {input}")
+
+
+def split_tokens(text: str) -> list[str]:
+    """Split text into word-sized deltas that join back to exactly `text`."""
+    return _TOKEN.findall(text)
+
+
+def render(value: Any, variables: dict[str, str]) -> Any:
+    """Fill `{input}`/`{results}` in a string, or in every string of a list/dict."""
+    if isinstance(value, str):
+        for name, replacement in variables.items():
+            value = value.replace("{" + name + "}", replacement)
+        return value
+    if isinstance(value, list):
+        return [render(v, variables) for v in value]
+    if isinstance(value, dict):
+        return {k: render(v, variables) for k, v in value.items()}
+    return value
+
+
+def _variables(request: ModelRequest) -> dict[str, str]:
+    last_input = ""
+    results: list[str] = []
+    for msg in request.messages:
+        if isinstance(msg, UserMessage):
+            last_input = msg.text
+            results = []
+        elif isinstance(msg, AssistantMessage):
+            results = []
+        elif isinstance(msg, ToolResultMessage):
+            results.append(msg.content)
+    return {"input": last_input, "results": "\n".join(results)}
+
+
+def _count_words(request: ModelRequest) -> int:
+    words = len(request.system.split())
+    for msg in request.messages:
+        if isinstance(msg, UserMessage):
+            words += len(msg.text.split())
+        elif isinstance(msg, AssistantMessage):
+            words += len(msg.text.split()) + sum(len(c.arguments) // 4 for c in msg.tool_calls)
+        else:
+            words += len(msg.content.split())
+    return words
+
+
+class ScriptedProvider:
+    """Replays a `ScriptSpec`; needs no network and no API key."""
+
+    kind = "scripted"
+
+    def __init__(self, script: ScriptSpec | None) -> None:
+        self._script = script or ScriptSpec()
+
+    def step_for(self, request: ModelRequest) -> ScriptStep:
+        """The scripted turn that answers `request`."""
+        turn = sum(isinstance(m, AssistantMessage) for m in request.messages)
+        turns = self._script.turns
+        if turn < len(turns):
+            return turns[turn]
+        finals = [step for step in turns if not step.calls and step.fail is None]
+        return finals[-1] if finals else _DEFAULT_FINAL
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamPart, None]:
+        """Stream the scripted turn for `request`."""
+        step = self.step_for(request)
+        variables = _variables(request)
+        delay = self._script.token_delay
+        if step.sleep:
+            await trio.sleep(step.sleep)
+        if step.fail is not None:
+            raise ProviderError(
+                f"scripted failure: {render(step.fail, variables)}", provider=self.kind
+            )
+        emitted = 0
+        for cls, text in ((ThinkingDelta, step.think), (TextDelta, step.say)):
+            for token in split_tokens(render(text, variables)):
+                emitted += 1
+                if delay:
+                    await trio.sleep(delay)
+                elif emitted % _CHECKPOINT_EVERY == 0:
+                    await trio.lowlevel.checkpoint()
+                yield cls(token)
+        for key, call in enumerate(step.calls):
+            args = msgspec.json.encode(render(call.args, variables)).decode()
+            if delay:
+                await trio.sleep(delay)
+            yield ToolCallStart(key, f"call_{key}", call.name)
+            yield ToolCallArgs(key, args)
+            emitted += max(1, len(args) // 4)
+        yield Finish("tool_calls" if step.calls else "stop")
+        yield UsageReport(_count_words(request), emitted)

@@ -1,0 +1,308 @@
+"""Runs one agent instance: streamed model turn → tool calls → tool results → next turn.
+
+This is the trio shell around the pure `TurnAssembler`. Tool calls start the
+moment they are fully assembled, while the model may still stream the rest of
+its turn; their results go back to the model in call order. Every event goes
+through the instance's `Bus`; with no bus (a non-streaming call) nothing is
+emitted and the agent just returns its final text.
+"""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from typing import Any
+
+import msgspec
+import trio
+
+from agents.core.messages import (
+    AssistantMessage,
+    Finish,
+    Message,
+    ModelRequest,
+    TextDelta,
+    ThinkingDelta,
+    ToolCall,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolResultMessage,
+    ToolSpec,
+    UsageReport,
+    UserMessage,
+)
+from agents.core.turn import TurnAssembler, parse_arguments
+from agents.errors import AgentFailed, ProviderError, ToolError
+from agents.providers.base import Provider
+from agents.spec import AgentSpec
+from agents.tools.base import InstanceState, Tool, ToolContext
+from orchestrator.core.bus import Bus
+from orchestrator.core.events import EventType, Usage
+
+__all__ = ["AgentOutcome", "AgentRunner", "is_cancellation"]
+
+_REASONING = EventType.REASONING
+
+
+class AgentOutcome(msgspec.Struct, frozen=True):
+    """A finished agent instance: its final text and token usage."""
+
+    text: str
+    usage: Usage
+    subtree_usage: Usage
+
+
+class AgentRunner:
+    """Drives one agent instance to its final answer.
+
+    Args:
+        spec: the agent's definition.
+        provider: streams its model turns.
+        tools: every tool by name; the agent may call those its spec lists.
+        bus: where its events go (None: emit nothing).
+        depth: the instance's depth in the tree (0 for the root).
+        timeout_scope: the cancel scope that bounds this instance; when it is
+            the one that fired, the instance reports `timeout`, else `cancelled`.
+    """
+
+    def __init__(
+        self,
+        spec: AgentSpec,
+        provider: Provider,
+        tools: dict[str, Tool],
+        bus: Bus | None,
+        *,
+        depth: int = 0,
+        timeout_scope: trio.CancelScope | None = None,
+    ) -> None:
+        self.spec = spec
+        self.depth = depth
+        self.provider = provider
+        self.bus = bus
+        self._timeout_scope = timeout_scope
+        self._tools = {name: tools[name] for name in spec.tools if name in tools}
+        self._tool_specs = tuple(
+            ToolSpec(
+                name=tool.name,
+                description=tool.description_for(spec.id),
+                parameters=tool.parameters(),
+            )
+            for tool in self._tools.values()
+        )
+        self.messages: list[Message] = []
+        self.usage = Usage()
+        self.subtree_usage = Usage()
+        self.state = InstanceState()
+
+    async def run(self, task: str) -> AgentOutcome:
+        """Run on `task` until a final answer.
+
+        Raises:
+            AgentFailed: after emitting AGENT_ERROR, if the agent failed.
+            trio.Cancelled: after emitting AGENT_ERROR `cancelled`/`timeout`.
+        """
+        self.messages.append(UserMessage(text=task))
+        try:
+            for _ in range(self.spec.max_turns):
+                message, results = await self._turn()
+                self.messages.append(message)
+                if not message.tool_calls:
+                    return await self._finish(message.text)
+                self.messages.extend(results)
+            raise AgentFailed(
+                f"agent {self.spec.id!r} reached max_turns ({self.spec.max_turns}) "
+                "without a final answer",
+                error_type="max_turns",
+            )
+        except AgentFailed as exc:
+            self._error(exc.error_type, str(exc))
+            raise
+        except ProviderError as exc:
+            self._error("provider_error", str(exc))
+            raise AgentFailed(str(exc), error_type="provider_error") from exc
+        except BaseException as exc:
+            # Cancellation arrives bare or, out of a nursery, as a group of Cancelled.
+            if is_cancellation(exc):
+                timed_out = self._timeout_scope is not None and self._timeout_scope.cancel_called
+                self._error("timeout" if timed_out else "cancelled", self._cancel_message(timed_out))
+            raise
+
+    def _cancel_message(self, timed_out: bool) -> str:
+        if timed_out and self._timeout_scope is not None:
+            return f"agent {self.spec.id!r} timed out"
+        return f"agent {self.spec.id!r} was cancelled"
+
+    def _error(self, error_type: str, message: str) -> None:
+        if self.bus is not None and not self.bus.sink.closed:
+            self.bus.emit_nowait(
+                EventType.AGENT_ERROR,
+                {
+                    "errorType": error_type,
+                    "message": message,
+                    "usage": self.usage.to_dict(),
+                    "subtreeUsage": self.subtree_usage.to_dict(),
+                },
+                last=True,
+            )
+
+    async def _finish(self, text: str) -> AgentOutcome:
+        outcome = AgentOutcome(text, self.usage.copy(), self.subtree_usage.copy())
+        if self.bus is not None:
+            await self.bus.emit(
+                EventType.AGENT_RESULT,
+                {
+                    "text": text,
+                    "usage": outcome.usage.to_dict(),
+                    "subtreeUsage": outcome.subtree_usage.to_dict(),
+                },
+                last=True,
+            )
+        return outcome
+
+    async def _turn(self) -> tuple[AssistantMessage, list[ToolResultMessage]]:
+        """One streamed model turn, with its tool calls run as they become ready."""
+        request = ModelRequest(
+            system=self.spec.instructions, messages=tuple(self.messages), tools=self._tool_specs
+        )
+        turn = TurnAssembler()
+        results: dict[str, ToolResultMessage] = {}
+        failure: ProviderError | None = None
+        bus = self.bus
+        turn_usage: UsageReport | None = None
+        async with trio.open_nursery() as nursery:
+            try:
+                async with aclosing(self.provider.stream(request)) as parts:
+                    async for part in parts:
+                        kind = type(part)
+                        if kind is TextDelta:
+                            text = part.text  # type: ignore[union-attr]
+                            turn.text_parts.append(text)
+                            if bus is not None:
+                                await bus.emit(_REASONING, {"delta": text})
+                        elif kind is ThinkingDelta:
+                            turn.add_thinking(part.text)  # type: ignore[union-attr]
+                            if bus is not None:
+                                await bus.emit(_REASONING, {"thinkingDelta": part.text})  # type: ignore[union-attr]
+                        elif isinstance(part, ToolCallStart):
+                            turn.start_call(part.key, part.id, part.name)
+                        elif isinstance(part, ToolCallArgs):
+                            ready = turn.add_args(part.key, part.delta)
+                            if bus is not None:
+                                call_id, name = turn.call_name(part.key)
+                                await bus.emit(
+                                    EventType.TOOL_CALL_DELTA,
+                                    {"toolCallId": call_id, "name": name, "argsDelta": part.delta},
+                                )
+                            if ready is not None:
+                                await self._start_tool(nursery, ready, results)
+                        elif isinstance(part, ToolCallEnd):
+                            ready = turn.end_call(part.key)
+                            if ready is not None:
+                                await self._start_tool(nursery, ready, results)
+                        elif isinstance(part, Finish):
+                            for ready in turn.finish(part.reason):
+                                await self._start_tool(nursery, ready, results)
+                        elif isinstance(part, UsageReport):
+                            turn_usage = part
+                for ready in turn.finish("unknown"):
+                    await self._start_tool(nursery, ready, results)
+            except ProviderError as exc:
+                failure = exc
+                nursery.cancel_scope.cancel()
+            if failure is None:
+                message = turn.message()
+                if bus is not None:
+                    await bus.emit(
+                        _REASONING,
+                        {
+                            "text": message.text,
+                            "toolCalls": [_call_json(call) for call in message.tool_calls],
+                        },
+                        last=True,
+                    )
+        if turn_usage is not None:
+            used = Usage(
+                input_tokens=turn_usage.input_tokens, output_tokens=turn_usage.output_tokens
+            )
+            self.usage.add(used)
+            self.subtree_usage.add(used)
+        if failure is not None:
+            raise failure
+        return message, [results[call.id] for call in message.tool_calls]
+
+    async def _start_tool(
+        self,
+        nursery: trio.Nursery,
+        call: ToolCall,
+        results: dict[str, ToolResultMessage],
+    ) -> None:
+        """Emit TOOL_CALL and start the tool in the turn's nursery."""
+        try:
+            args: dict[str, Any] | None = parse_arguments(call.arguments)
+            problem = None
+        except ValueError as exc:
+            args, problem = None, str(exc)
+        if self.bus is not None:
+            await self.bus.emit(
+                EventType.TOOL_CALL,
+                {"toolCallId": call.id, "name": call.name, "args": _shown_args(call, args)},
+            )
+        nursery.start_soon(self._run_tool, call, args, problem, results)
+
+    async def _run_tool(
+        self,
+        call: ToolCall,
+        args: dict[str, Any] | None,
+        problem: str | None,
+        results: dict[str, ToolResultMessage],
+    ) -> None:
+        tool = self._tools.get(call.name)
+        if problem is not None or args is None:
+            content, is_error = f"tool {call.name!r}: {problem}", True
+        elif tool is None:
+            available = ", ".join(self._tools) or "none"
+            content = f"unknown tool {call.name!r} (available: {available})"
+            is_error = True
+        else:
+            ctx = ToolContext(
+                call_id=call.id,
+                agent_id=self.spec.id,
+                depth=self.depth,
+                subtree_usage=self.subtree_usage,
+                instance=self.state,
+            )
+            try:
+                content, is_error = await tool.run(args, ctx), False
+            except ToolError as exc:
+                content, is_error = str(exc), True
+            except Exception as exc:
+                content, is_error = f"tool {call.name!r} failed: {type(exc).__name__}: {exc}", True
+        results[call.id] = ToolResultMessage(
+            tool_call_id=call.id, name=call.name, content=content, is_error=is_error
+        )
+        if self.bus is not None:
+            await self.bus.emit(
+                EventType.TOOL_RESULT,
+                {"toolCallId": call.id, "name": call.name, "content": content, "isError": is_error},
+            )
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """True for `trio.Cancelled` and for exception groups made only of it."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return False
+
+
+def _shown_args(call: ToolCall, args: dict[str, Any] | None) -> Any:
+    return args if args is not None else call.arguments
+
+
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    try:
+        args: Any = parse_arguments(call.arguments)
+    except ValueError:
+        args = call.arguments
+    return {"toolCallId": call.id, "name": call.name, "args": args}

@@ -1,0 +1,157 @@
+"""Subagent definitions: one YAML file per subagent, validated with pydantic.
+
+The file's stem is the agentId (`subagents/researcher.yaml` → `researcher`).
+Every key is checked; an unknown or invalid key stops loading with one line
+that names the file and the key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.config import describe_validation_error, read_yaml_mapping
+from agents.errors import SpecError
+
+__all__ = ["AgentSpec", "ScriptSpec", "ScriptStep", "ScriptedCall", "load_spec", "load_specs"]
+
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class ScriptedCall(BaseModel):
+    """A tool call the scripted model makes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScriptStep(BaseModel):
+    """One model turn of a scripted agent.
+
+    Strings may use `{input}` (the latest user message) and `{results}` (the
+    previous turn's tool results, one per line).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    say: str = ""
+    """Visible text, streamed word by word."""
+    think: str = ""
+    """Reasoning text, streamed before `say` as thinking deltas."""
+    calls: list[ScriptedCall] = Field(default_factory=list)
+    """Tool calls made after the text."""
+    sleep: float = Field(default=0.0, ge=0)
+    """Seconds to wait before the turn starts streaming (latency, timeouts)."""
+    fail: str | None = None
+    """Fail the model call with this message instead of answering."""
+
+
+class ScriptSpec(BaseModel):
+    """The script of an agent on the offline `scripted` provider."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token_delay: float = Field(default=0.0, ge=0)
+    """Seconds between streamed words (0: as fast as possible)."""
+    turns: list[ScriptStep] = Field(default_factory=list)
+    """Turn N answers the N-th model call of the agent instance."""
+
+
+class AgentSpec(BaseModel):
+    """A subagent (contract §6); `id` comes from the file name, not the file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(default="", exclude=True)
+    name: str | None = None
+    """Display name; defaults to the agentId."""
+    description: str = Field(min_length=1)
+    """Shown to parent models in the `agent_spawn` tool."""
+    instructions: str = Field(min_length=1)
+    """The system prompt."""
+    model: str = "default"
+    """Key in the server config's `models`."""
+    tools: list[str] = Field(default_factory=list)
+    """Tools this agent may call (none when omitted)."""
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    """Default bound on one spawn of this agent, in seconds."""
+    max_turns: int = Field(default=8, ge=1, le=1000)
+    """Most model turns per run of this agent."""
+    script: ScriptSpec | None = None
+    """Turns for the `scripted` provider (ignored by real providers)."""
+
+    @property
+    def display_name(self) -> str:
+        """The name shown in the tree: `name`, else the agentId."""
+        return self.name or self.id
+
+
+def load_spec(path: Path) -> AgentSpec:
+    """Load one subagent file.
+
+    Raises:
+        SpecError: one line naming the file and the bad key.
+    """
+    agent_id = path.stem
+    if not _AGENT_ID.match(agent_id):
+        raise SpecError(
+            f"{path}: file name {agent_id!r} is not a valid agentId "
+            "(letters, digits, '_', '-', '.'; at most 64)"
+        )
+    try:
+        data = read_yaml_mapping(path)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    if "id" in data:
+        raise SpecError(f"{path}: id: unknown key (the agentId is the file name)")
+    try:
+        spec = AgentSpec.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise SpecError(describe_validation_error(path, exc)) from None
+    return spec.model_copy(update={"id": agent_id})
+
+
+def load_specs(
+    directory: Path,
+    *,
+    models: Iterable[str] | None = None,
+    tools: Iterable[str] | None = None,
+) -> dict[str, AgentSpec]:
+    """Load every `*.yaml`/`*.yml` in `directory`, sorted by agentId.
+
+    With `models`/`tools`, also check that each spec names only known ones.
+
+    Raises:
+        SpecError: for the first invalid file.
+    """
+    if not directory.is_dir():
+        raise SpecError(f"{directory}: subagents_dir is not a directory")
+    known_models = set(models) if models is not None else None
+    known_tools = set(tools) if tools is not None else None
+    specs: dict[str, AgentSpec] = {}
+    files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
+    for path in files:
+        spec = load_spec(path)
+        if spec.id in specs:
+            raise SpecError(f"{path}: agentId {spec.id!r} is defined twice")
+        if known_models is not None and spec.model not in known_models:
+            raise SpecError(
+                f"{path}: model: {spec.model!r} is not a key of the server config's models "
+                f"(known: {', '.join(sorted(known_models)) or 'none'})"
+            )
+        if known_tools is not None:
+            for i, tool in enumerate(spec.tools):
+                if tool not in known_tools:
+                    raise SpecError(
+                        f"{path}: tools[{i}]: unknown tool {tool!r} "
+                        f"(known: {', '.join(sorted(known_tools))})"
+                    )
+        specs[spec.id] = spec
+    return specs

@@ -1,0 +1,1 @@
+"""Tools agents can call: the `Tool` protocol and its context."""

@@ -1,0 +1,1 @@
+"""Sans-I/O core: the event model and the hierarchical bus."""

@@ -1,0 +1,212 @@
+"""The hierarchical event bus: one flat sink per run, one tagging `Bus` per agent.
+
+Forwarding is flat on purpose. A child's `Bus` does not relay into its parent's
+bus level by level: it holds the run's `RunSink` directly and stamps its own
+`Source` (built once, when the child is spawned) on every event. An event costs
+one hop whatever the depth, so a depth-4 tree streams as fast as a depth-1 one.
+
+`current_bus` is how `agent_spawn` finds the bus of the agent that calls it. A
+non-streaming `call()` leaves it unset and `agent_spawn` falls back to a
+blocking child invocation.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from orchestrator.core.events import Event, EventType, Source
+
+__all__ = [
+    "Bus",
+    "Outlet",
+    "RunSink",
+    "child_source",
+    "current_bus",
+    "new_agent_key",
+    "new_run_id",
+    "new_session_id",
+]
+
+current_bus: contextvars.ContextVar[Bus | None] = contextvars.ContextVar(
+    "current_bus", default=None
+)
+"""The bus of the agent running in this context; None in a non-streaming call."""
+
+
+def new_run_id() -> str:
+    """`run-<32 hex>` (contract §1)."""
+    return f"run-{uuid.uuid4().hex}"
+
+
+def new_session_id(*, root: bool) -> str:
+    """`sess-<hex>` for a root agent, `sub-<hex>` for a child (contract §1)."""
+    return f"{'sess' if root else 'sub'}-{uuid.uuid4().hex[:16]}"
+
+
+def new_agent_key(agent_id: str) -> str:
+    """`agent:<agentId>:<uuid>` (contract §1)."""
+    return f"agent:{agent_id}:{uuid.uuid4()}"
+
+
+def child_source(
+    *,
+    parent: Source | None,
+    root_session_id: str,
+    agent_id: str,
+    agent_name: str,
+    task_id: str | None = None,
+    parent_tool_call_id: str | None = None,
+) -> Source:
+    """The Source of a new child of `parent` (None = the root agent).
+
+    Depth is the parent's + 1; the path is `<root sessionId>/<agentId>` at depth 1
+    and `<parent path>/<agentId>` below (contract §2).
+    """
+    if parent is None:
+        depth, parent_path, parent_session = 1, root_session_id, root_session_id
+    else:
+        depth, parent_path, parent_session = parent.depth + 1, parent.path, parent.session_id
+    return Source(
+        agent_key=new_agent_key(agent_id),
+        agent_id=agent_id,
+        agent_name=agent_name,
+        session_id=new_session_id(root=False),
+        parent_session_id=parent_session,
+        depth=depth,
+        path=f"{parent_path}/{agent_id}",
+        task_id=task_id,
+        parent_tool_call_id=parent_tool_call_id,
+    )
+
+
+class Outlet(Protocol):
+    """Where a run's events go: a bounded buffer, a journal, a test list."""
+
+    def put_nowait(self, event: Event) -> None:
+        """Take the event now; may go over capacity (the caller then waits)."""
+
+    def over_capacity(self) -> bool:
+        """True when producers should wait before emitting more."""
+
+    async def wait_writable(self) -> None:
+        """Return once the outlet has room again (or is closed)."""
+
+
+class RunSink:
+    """Numbers a run's events (1-based, gap-free) and hands them to the outlet.
+
+    All agents of a run share one RunSink, so `seq` order is emission order and
+    a child's events precede the parent's TOOL_RESULT that follows them.
+    """
+
+    __slots__ = ("_clock", "_outlet", "_seq", "closed", "root_session_id", "run_id")
+
+    def __init__(
+        self,
+        run_id: str,
+        root_session_id: str,
+        outlet: Outlet,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.run_id = run_id
+        self.root_session_id = root_session_id
+        self._outlet = outlet
+        self._clock = clock
+        self._seq = 0
+        self.closed = False
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the newest event (0 before the first)."""
+        return self._seq
+
+    def publish_nowait(
+        self,
+        source: Source | None,
+        type: EventType,
+        data: dict[str, Any],
+        last: bool = False,
+    ) -> Event:
+        """Number and hand over one event without waiting for room.
+
+        Lifecycle events use this directly (they must go out even while the
+        emitting agent is being cancelled); the overshoot it allows is bounded
+        by the number of agents.
+        """
+        if self.closed:
+            raise RuntimeError(f"run {self.run_id} already finished; cannot emit {type}")
+        self._seq += 1
+        event = Event(
+            run_id=self.run_id,
+            seq=self._seq,
+            ts=self._clock(),
+            type=type,
+            source=source,
+            last=last,
+            data=data,
+        )
+        self._outlet.put_nowait(event)
+        if type is EventType.RUN_FINISHED:
+            self.closed = True
+        return event
+
+    async def publish(
+        self,
+        source: Source | None,
+        type: EventType,
+        data: dict[str, Any],
+        last: bool = False,
+    ) -> Event:
+        """Publish, then wait while the outlet is over capacity (backpressure)."""
+        event = self.publish_nowait(source, type, data, last)
+        outlet = self._outlet
+        if outlet.over_capacity():
+            await outlet.wait_writable()
+        return event
+
+
+class Bus:
+    """One agent instance's view of its run: emits events stamped with its Source."""
+
+    __slots__ = ("sink", "source")
+
+    def __init__(self, sink: RunSink, source: Source | None = None) -> None:
+        self.sink = sink
+        self.source = source
+
+    @property
+    def depth(self) -> int:
+        """Depth of the agent that owns this bus (0 for the root)."""
+        return 0 if self.source is None else self.source.depth
+
+    async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+        """Emit one event of this agent, waiting if the run's outlet is full."""
+        await self.sink.publish(self.source, type, data, last)
+
+    def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+        """Emit without waiting: for lifecycle events, also during cancellation."""
+        self.sink.publish_nowait(self.source, type, data, last)
+
+    def child(
+        self,
+        *,
+        agent_id: str,
+        agent_name: str,
+        task_id: str | None = None,
+        parent_tool_call_id: str | None = None,
+    ) -> Bus:
+        """A bus for a new child instance; it publishes straight into the same sink."""
+        source = child_source(
+            parent=self.source,
+            root_session_id=self.sink.root_session_id,
+            agent_id=agent_id,
+            agent_name=agent_name,
+            task_id=task_id,
+            parent_tool_call_id=parent_tool_call_id,
+        )
+        return Bus(self.sink, source)

@@ -1,0 +1,118 @@
+"""The wire event model of contract §2: one envelope for every event of a run.
+
+Events are msgspec Structs that encode straight to camelCase JSON. `data` stays a
+plain dict: its shape depends on `type` (see the table in docs/events.md), and a
+dict is both the cheapest thing to build on the hot path and what every client
+reads anyway.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "Event",
+    "EventType",
+    "Source",
+    "Usage",
+    "decode_event",
+    "encode_event",
+]
+
+
+class EventType(enum.StrEnum):
+    """Every event type a run can carry (contract §2)."""
+
+    RUN_STARTED = "RUN_STARTED"
+    AGENT_STARTED = "AGENT_STARTED"
+    REASONING = "REASONING"
+    TOOL_CALL_DELTA = "TOOL_CALL_DELTA"
+    TOOL_CALL = "TOOL_CALL"
+    TOOL_RESULT = "TOOL_RESULT"
+    AGENT_RESULT = "AGENT_RESULT"
+    AGENT_ERROR = "AGENT_ERROR"
+    USER_MESSAGE = "USER_MESSAGE"
+    RUN_FINISHED = "RUN_FINISHED"
+
+
+class Source(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Where a child agent's event comes from; `None` on the root agent's own events.
+
+    One Source is built per agent instance when it is spawned and shared by all of
+    its events, so tagging costs nothing per event.
+    """
+
+    agent_key: str
+    """`agent:<agentId>:<uuid>`: the instance, valid for `agent_send` until the run ends."""
+    agent_id: str
+    """The subagent type (its YAML file's stem)."""
+    agent_name: str
+    """Display name from the YAML `name`, else the agentId."""
+    session_id: str
+    """`sub-<hex>` for a child."""
+    parent_session_id: str
+    """The sessionId of the agent that spawned this one."""
+    depth: int
+    """Parent depth + 1 (the root is depth 0)."""
+    path: str
+    """`<root sessionId>/<agentId>/…`, one segment per level."""
+    task_id: str | None = None
+    """`task-<hex>` for background spawns, else None."""
+    parent_tool_call_id: str | None = None
+    """The id of the parent's `agent_spawn` call that created this instance."""
+
+
+class Usage(msgspec.Struct, kw_only=True, rename="camel"):
+    """Token counts of model calls; mutable so an agent can add up its turns."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        """Add `other` into this counter."""
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+
+    def copy(self) -> Usage:
+        """A snapshot that later `add` calls do not change."""
+        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+
+    def to_dict(self) -> dict[str, int]:
+        """The JSON shape used inside event `data`."""
+        return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One event of a run; `seq` is the run's 1-based, gap-free resume cursor."""
+
+    run_id: str
+    seq: int
+    ts: float
+    type: EventType
+    source: Source | None
+    last: bool = False
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    # Filtering views (contract §2: a root event counts as depth 0, path = the
+    # root sessionId, agentId = the root agent). They need the root's identity,
+    # which the envelope does not carry, so they take it as arguments.
+    def depth(self) -> int:
+        """The depth of the emitting agent (0 for the root)."""
+        return 0 if self.source is None else self.source.depth
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(Event)
+
+
+def encode_event(event: Event) -> bytes:
+    """Encode one event as compact JSON bytes."""
+    return _encoder.encode(event)
+
+
+def decode_event(raw: bytes | str) -> Event:
+    """Decode one event; raises `msgspec.ValidationError` naming the bad field."""
+    return _decoder.decode(raw)

@@ -1,0 +1,1 @@
+"""The trio shells: running agent trees and delivering their events."""

@@ -1,0 +1,168 @@
+"""The in-process entry point: load agents, then `stream()` or `call()` runs.
+
+    async with Orchestrator.open(config) as orch:
+        async with orch.stream("planner", "compare trio and asyncio") as run:
+            async for event in run:
+                ...
+        result = await orch.call("planner", "…")   # blocking: final text only
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import trio
+
+from agents.errors import SpecError
+from agents.providers.factory import ProviderFactory
+from agents.spec import AgentSpec, load_specs
+from agents.tools.base import Tool
+from orchestrator.config import ServerConfig
+from orchestrator.core.bus import RunSink, new_run_id, new_session_id
+from orchestrator.core.events import Event
+from orchestrator.runtime.queue import EventQueue
+from orchestrator.runtime.run import Run, RunResult
+from orchestrator.runtime.spawn import AgentSpawnTool, RunLimits
+
+__all__ = ["Orchestrator", "RunStream", "UnknownAgent", "builtin_tool_names"]
+
+
+class UnknownAgent(LookupError):
+    """No subagent with that agentId."""
+
+    def __init__(self, agent_id: str, known: list[str]) -> None:
+        super().__init__(f"unknown agent {agent_id!r} (known: {', '.join(known) or 'none'})")
+        self.agent_id = agent_id
+
+
+def builtin_tool_names() -> list[str]:
+    """The tools a subagent YAML may list."""
+    return ["agent_spawn"]
+
+
+class RunStream:
+    """The live events of one run, in seq order; iterate it or take `batches()`."""
+
+    def __init__(self, run: Run, queue: EventQueue) -> None:
+        self._run = run
+        self._queue = queue
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self._run.run_id
+
+    @property
+    def result(self) -> RunResult | None:
+        """How the run ended, once RUN_FINISHED was emitted."""
+        return self._run.result
+
+    def cancel(self) -> None:
+        """Cancel the run; its remaining events (AGENT_ERROR…, RUN_FINISHED) still arrive."""
+        self._run.cancel()
+
+    async def batches(self) -> AsyncIterator[list[Event]]:
+        """Everything available at each wake-up: the cheapest way to consume."""
+        while True:
+            try:
+                batch = await self._queue.get_batch()
+            except trio.EndOfChannel:
+                return
+            yield batch
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        async for batch in self.batches():
+            for event in batch:
+                yield event
+
+
+class Orchestrator:
+    """Subagents, providers and tools, ready to run trees of agents."""
+
+    def __init__(
+        self, config: ServerConfig, specs: dict[str, AgentSpec], providers: ProviderFactory
+    ) -> None:
+        self.config = config
+        self.specs = specs
+        self.providers = providers
+        self.tools: dict[str, Tool] = {"agent_spawn": AgentSpawnTool(self)}
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, config: ServerConfig, specs: dict[str, AgentSpec] | None = None
+    ) -> AsyncIterator[Orchestrator]:
+        """Load the subagents (unless given) and open the shared HTTP client.
+
+        Raises:
+            SpecError: a subagent file is invalid.
+        """
+        if specs is None:
+            specs = load_specs(
+                config.subagents_path, models=config.models, tools=builtin_tool_names()
+            )
+        for spec in specs.values():
+            if spec.model not in config.models:
+                raise SpecError(f"subagent {spec.id!r}: model {spec.model!r} is not configured")
+        async with httpx.AsyncClient() as client:
+            yield cls(config, specs, ProviderFactory(dict(config.models), client))
+
+    def default_limits(self, max_depth: int | None = None) -> RunLimits:
+        """The configured limits, with an optional max_depth override."""
+        limits = self.config.limits
+        return RunLimits(
+            max_depth=limits.max_depth if max_depth is None else max_depth,
+            max_children=limits.max_children,
+        )
+
+    def _check_agent(self, agent_id: str) -> None:
+        if agent_id not in self.specs:
+            raise UnknownAgent(agent_id, sorted(self.specs))
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        agent_id: str,
+        input: str,
+        *,
+        max_depth: int | None = None,
+        capacity: int = 4096,
+    ) -> AsyncIterator[RunStream]:
+        """Start a streaming run; the events of the whole tree arrive live.
+
+        Leaving the block early cancels the run. A consumer that stops reading
+        slows the run down once `capacity` events wait (memory stays bounded).
+
+        Raises:
+            UnknownAgent: no subagent called `agent_id`.
+        """
+        self._check_agent(agent_id)
+        queue = EventQueue(capacity)
+        sink = RunSink(new_run_id(), new_session_id(root=True), queue)
+        run = Run(self, agent_id, input, limits=self.default_limits(max_depth), sink=sink)
+
+        async def execute() -> None:
+            try:
+                await run.execute()
+            finally:
+                queue.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(execute)
+            try:
+                yield RunStream(run, queue)
+            finally:
+                if run.result is None:
+                    run.cancel()
+
+    async def call(self, agent_id: str, input: str, *, max_depth: int | None = None) -> RunResult:
+        """Run blocking, with no bus: children run blocking, no events are produced.
+
+        Raises:
+            UnknownAgent: no subagent called `agent_id`.
+        """
+        self._check_agent(agent_id)
+        run = Run(self, agent_id, input, limits=self.default_limits(max_depth))
+        return await run.execute()
