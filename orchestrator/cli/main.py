@@ -1,0 +1,160 @@
+"""`orchestrator` command line (contract §5): `run` and `agents`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from agents.errors import SpecError
+from agents.spec import load_specs
+from orchestrator.cli.render import render_tree
+from orchestrator.config import ConfigError, ServerConfig, load_config
+from orchestrator.core.events import encode_event
+from orchestrator.core.tree import TreeView
+from orchestrator.runtime.orchestrator import (
+    Orchestrator,
+    RunStream,
+    UnknownAgent,
+    builtin_tool_names,
+)
+
+__all__ = ["main"]
+
+DEFAULT_CONFIG = Path("configs/server.yaml")
+EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 1, 2, 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="orchestrator", description="Run and watch trees of agents."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run an agent in-process and show its live tree")
+    run.add_argument("agent", help="agentId of the root agent (a subagent file's stem)")
+    run.add_argument("input", help="the task for the root agent")
+    run.add_argument("--config", type=Path, default=None, help="server config (YAML)")
+    run.add_argument("--json", action="store_true", help="print one event JSON per line")
+    run.add_argument("--max-depth", type=int, default=None, help="override limits.max_depth")
+    run.add_argument(
+        "--no-stream", action="store_true", help="blocking call: print only the final text"
+    )
+
+    agents = sub.add_parser("agents", help="list the subagents")
+    agents.add_argument("--config", type=Path, default=None, help="server config (YAML)")
+    return parser
+
+
+def _load(config_path: Path | None) -> ServerConfig:
+    path = config_path or DEFAULT_CONFIG
+    if not path.exists():
+        hint = "" if config_path else " (run from the project root or pass --config)"
+        raise ConfigError(f"{path}: config file not found{hint}")
+    return load_config(path)
+
+
+async def _watch_signals(stream: RunStream) -> None:
+    """First Ctrl-C cancels the run gracefully; the run then reports `cancelled`."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            stream.cancel()
+
+
+async def _run(args: argparse.Namespace, config: ServerConfig) -> int:
+    console = Console(stderr=False)
+    async with Orchestrator.open(config) as orch:
+        if args.no_stream:
+            result = await orch.call(args.agent, args.input, max_depth=args.max_depth)
+            if result.status == "completed":
+                print(result.text)
+                return 0
+            print(f"run {result.status}: {result.error}", file=sys.stderr)
+            return EXIT_CANCELLED if result.status == "cancelled" else EXIT_FAILED
+
+        view = TreeView()
+        async with (
+            orch.stream(args.agent, args.input, max_depth=args.max_depth) as stream,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(_watch_signals, stream)
+            try:
+                if args.json:
+                    out = sys.stdout.buffer
+                    try:
+                        async for batch in stream.batches():
+                            out.write(b"".join(encode_event(e) + b"\n" for e in batch))
+                            out.flush()
+                    except BrokenPipeError:  # `| head`: stop the run, exit quietly
+                        stream.cancel()
+                        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at exit
+                        return 0
+                else:
+                    with Live(
+                        render_tree(view, console.width),
+                        console=console,
+                        refresh_per_second=12,
+                        transient=False,
+                    ) as live:
+                        async for batch in stream.batches():
+                            for event in batch:
+                                view.apply(event)
+                            live.update(render_tree(view, console.width))
+            finally:
+                nursery.cancel_scope.cancel()
+        result = stream.result
+        if result is None:  # pragma: no cover - the run always sets it
+            return EXIT_FAILED
+        if not args.json and result.status == "completed" and result.text is not None:
+            console.print()
+            console.print(result.text, markup=False, highlight=False)
+        if result.status == "completed":
+            return 0
+        return EXIT_CANCELLED if result.status == "cancelled" else EXIT_FAILED
+
+
+def _agents(config: ServerConfig) -> int:
+    specs = load_specs(config.subagents_path, models=config.models, tools=builtin_tool_names())
+    table = Table(title=f"subagents in {config.subagents_path}")
+    for column in ("id", "name", "model", "tools", "description"):
+        table.add_column(column)
+    for spec in specs.values():
+        table.add_row(
+            spec.id,
+            spec.display_name,
+            spec.model,
+            ", ".join(spec.tools) or "-",
+            " ".join(spec.description.split()),
+        )
+    Console().print(table)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `orchestrator` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        config = _load(args.config)
+        if args.command == "agents":
+            return _agents(config)
+        if args.max_depth is not None and args.max_depth < 0:
+            raise ConfigError("--max-depth must be 0 or more")
+        return trio.run(_run, args, config)
+    except (ConfigError, SpecError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UnknownAgent as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""A live model of an agent tree, built from a run's events (pure).
+
+The CLI renders it; so will any watcher. It tolerates partial streams: an
+event from an agent it has not seen start (a filtered or resumed feed) creates
+that agent's node on the spot, under its parent if known, else under the root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from orchestrator.core.events import Event, EventType, Source
+
+__all__ = ["AgentNode", "TreeView"]
+
+ROOT = "root"
+_TAIL = 4000
+
+
+class AgentNode:
+    """One agent instance as the tree shows it."""
+
+    __slots__ = (
+        "agent_id",
+        "children",
+        "depth",
+        "error",
+        "key",
+        "name",
+        "result",
+        "status",
+        "task",
+        "text",
+        "thinking",
+        "tools_running",
+        "turn_done",
+        "turns",
+        "usage",
+    )
+
+    def __init__(self, key: str, agent_id: str, name: str, depth: int) -> None:
+        self.key = key
+        self.agent_id = agent_id
+        self.name = name
+        self.depth = depth
+        self.status = "running"
+        """`running`, `done`, or the AGENT_ERROR errorType."""
+        self.task = ""
+        self.text = ""
+        """The current turn's streamed text (its tail)."""
+        self.thinking = False
+        self.result: str | None = None
+        self.error: str | None = None
+        self.tools_running: list[str] = []
+        self.turns = 0
+        self.turn_done = False
+        self.usage: dict[str, Any] | None = None
+        self.children: list[str] = []
+
+    @property
+    def finished(self) -> bool:
+        """True once the agent returned or failed."""
+        return self.status != "running"
+
+
+class TreeView:
+    """Apply events in seq order; walk the nodes depth-first to draw them."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, AgentNode] = {}
+        self._by_session: dict[str, str] = {}
+        self.run_id: str | None = None
+        self.run_status = "running"
+        self.result: str | None = None
+        self.error: str | None = None
+        self.input = ""
+        self.last_seq = 0
+
+    @property
+    def root(self) -> AgentNode:
+        """The root agent's node (created on first use)."""
+        node = self.nodes.get(ROOT)
+        if node is None:
+            node = self.nodes[ROOT] = AgentNode(ROOT, "root", "root", 0)
+        return node
+
+    def walk(self) -> Iterator[AgentNode]:
+        """Every node, parents before children, siblings in spawn order."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(self.nodes[k] for k in reversed(node.children))
+
+    def _node(self, source: Source | None) -> AgentNode:
+        if source is None:
+            return self.root
+        node = self.nodes.get(source.agent_key)
+        if node is None:
+            node = AgentNode(source.agent_key, source.agent_id, source.agent_name, source.depth)
+            self.nodes[source.agent_key] = node
+            self._by_session[source.session_id] = source.agent_key
+            parent_key = self._by_session.get(source.parent_session_id, ROOT)
+            parent = self.nodes.get(parent_key) or self.root
+            parent.children.append(node.key)
+        return node
+
+    def apply(self, event: Event) -> None:
+        """Update the tree with one event."""
+        self.last_seq = max(self.last_seq, event.seq)
+        self.run_id = event.run_id
+        data = event.data
+        kind = event.type
+        if kind is EventType.RUN_STARTED:
+            root = self.root
+            root.agent_id = root.name = str(data.get("agentId", "root"))
+            self.input = root.task = str(data.get("input", ""))
+            return
+        if kind is EventType.RUN_FINISHED:
+            self.run_status = str(data.get("status", "completed"))
+            self.result = data.get("result")
+            self.error = data.get("error")
+            return
+        node = self._node(event.source)
+        if kind is EventType.REASONING:
+            if event.last:
+                node.text = str(data.get("text", ""))[-_TAIL:]
+                node.turns += 1
+                node.thinking = False
+                node.turn_done = True
+            elif "delta" in data:
+                node.thinking = False
+                if node.turn_done:  # a new turn starts: show its text only
+                    node.text, node.turn_done = data["delta"], False
+                else:
+                    node.text = (node.text + data["delta"])[-_TAIL:]
+            elif "thinkingDelta" in data:
+                node.thinking = True
+        elif kind is EventType.AGENT_STARTED:
+            node.task = str(data.get("task", ""))
+            node.text = ""
+        elif kind is EventType.TOOL_CALL:
+            node.tools_running.append(str(data.get("name", "?")))
+        elif kind is EventType.TOOL_RESULT:
+            name = str(data.get("name", "?"))
+            if name in node.tools_running:
+                node.tools_running.remove(name)
+        elif kind is EventType.AGENT_RESULT:
+            node.status = "done"
+            node.result = str(data.get("text", ""))
+            node.usage = data.get("subtreeUsage") or data.get("usage")
+            node.tools_running.clear()
+        elif kind is EventType.AGENT_ERROR:
+            node.status = str(data.get("errorType", "failed"))
+            node.error = str(data.get("message", ""))
+            node.tools_running.clear()
