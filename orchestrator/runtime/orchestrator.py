@@ -48,6 +48,8 @@ class RunStream:
     def __init__(self, run: Run, queue: EventQueue) -> None:
         self._run = run
         self._queue = queue
+        self._batch: list[Event] = []
+        self._pos = 0
 
     @property
     def run_id(self) -> str:
@@ -63,19 +65,49 @@ class RunStream:
         """Cancel the run; its remaining events (AGENT_ERROR…, RUN_FINISHED) still arrive."""
         self._run.cancel()
 
-    async def batches(self) -> AsyncIterator[list[Event]]:
-        """Everything available at each wake-up: the cheapest way to consume."""
-        while True:
-            try:
-                batch = await self._queue.get_batch()
-            except trio.EndOfChannel:
-                return
-            yield batch
+    async def next_batch(self) -> list[Event]:
+        """The events not yet read, at least one; waits for them.
 
-    async def __aiter__(self) -> AsyncIterator[Event]:
-        async for batch in self.batches():
-            for event in batch:
-                yield event
+        Raises:
+            StopAsyncIteration: the run finished and every event was read.
+        """
+        if self._pos < len(self._batch):
+            rest = self._batch[self._pos :]
+            self._batch, self._pos = [], 0
+            return rest
+        try:
+            return await self._queue.get_batch()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    def batches(self) -> _Batches:
+        """Iterate batches: everything available at each wake-up (the cheapest way)."""
+        return _Batches(self)
+
+    def __aiter__(self) -> RunStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        if self._pos >= len(self._batch):
+            self._batch = await self.next_batch()
+            self._pos = 0
+        event = self._batch[self._pos]
+        self._pos += 1
+        return event
+
+
+class _Batches:
+    """Async iterator over a RunStream's batches (a class, not a generator, so
+    leaving a loop early needs no cleanup)."""
+
+    def __init__(self, stream: RunStream) -> None:
+        self._stream = stream
+
+    def __aiter__(self) -> _Batches:
+        return self
+
+    async def __anext__(self) -> list[Event]:
+        return await self._stream.next_batch()
 
 
 class Orchestrator:
