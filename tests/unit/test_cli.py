@@ -1,0 +1,93 @@
+"""The `orchestrator` command against the shipped offline demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli.main import main
+from tests.helpers import REPO
+
+
+@pytest.fixture(autouse=True)
+def _fast_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the shipped demo with no token delays, run from the repo root."""
+    conf = tmp_path / "configs"
+    (conf / "subagents").mkdir(parents=True)
+    (conf / "server.yaml").write_text((REPO / "configs" / "server.yaml").read_text())
+    for spec in (REPO / "configs" / "subagents").glob("*.yaml"):
+        text = spec.read_text()
+        lines = [line for line in text.splitlines() if "token_delay" not in line]
+        (conf / "subagents" / spec.name).write_text("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    return conf
+
+
+def test_run_json_prints_one_event_per_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "planner", "trio", "--json"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED"
+    assert {e["source"]["depth"] for e in events if e["source"]} == {1, 2}
+
+
+def test_run_max_depth_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "planner", "trio", "--json", "--max-depth", "1"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {e["source"]["depth"] for e in events if e["source"]} == {1}
+
+
+def test_run_no_stream_prints_final_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "planner", "trio", "--no-stream"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith('Here is what the research team found about "trio"')
+    assert "RUN_STARTED" not in out
+
+
+def test_run_live_tree_shows_every_agent(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "planner", "trio"]) == 0
+    out = capsys.readouterr().out
+    assert "planner done" in out
+    assert out.count("ResearcherAgent (researcher) done") >= 2
+    assert out.count("CriticAgent (critic) done") >= 2
+    assert "run completed" in out
+
+
+def test_agents_lists_subagents(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agents"]) == 0
+    out = capsys.readouterr().out
+    for agent in ("planner", "researcher", "critic"):
+        assert agent in out
+
+
+def test_unknown_agent_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "nobody", "x"]) == 2
+    assert capsys.readouterr().err.strip() == "error: unknown agent 'nobody' (known: critic, planner, researcher)"
+
+
+def test_invalid_subagent_stops_startup_with_one_line(_fast_demo: Path) -> None:
+    (_fast_demo / "subagents" / "critic.yaml").write_text("description: d\ninstructions: i\nmax_turns: lots\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", "planner", "x"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    err = proc.stderr.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert err.startswith("error: ") and "critic.yaml: max_turns: Input should be a valid integer" in err
+
+
+def test_missing_config_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path / "configs")
+    assert main(["agents"]) == 2
+    assert "config file not found (run from the project root or pass --config)" in capsys.readouterr().err
