@@ -1,11 +1,11 @@
 """Errors of the agents package.
 
-    AgentsError
-    ├── SpecError            a subagent YAML file is invalid (names file and key)
-    ├── ProviderError        a model provider failed (HTTP status, stream error, …)
-    │   └── StreamTruncated  the stream ended without its terminal event
-    ├── ToolError            a tool failed in an expected way; becomes an error tool result
-    └── AgentFailed          an agent instance ended without a final answer
+AgentsError
+├── SpecError            a subagent YAML file is invalid (names file and key)
+├── ProviderError        a model provider failed (HTTP status, stream error, …)
+│   └── StreamTruncated  the stream ended without its terminal event
+├── ToolError            a tool failed in an expected way; becomes an error tool result
+└── AgentFailed          an agent instance ended without a final answer
 """
 
 from __future__ import annotations

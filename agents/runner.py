@@ -124,7 +124,9 @@ class AgentRunner:
             # Cancellation arrives bare or, out of a nursery, as a group of Cancelled.
             if is_cancellation(exc):
                 timed_out = self._timeout_scope is not None and self._timeout_scope.cancel_called
-                self._error("timeout" if timed_out else "cancelled", self._cancel_message(timed_out))
+                self._error(
+                    "timeout" if timed_out else "cancelled", self._cancel_message(timed_out)
+                )
             raise
 
     def _cancel_message(self, timed_out: bool) -> str:
@@ -173,16 +175,14 @@ class AgentRunner:
             try:
                 async with aclosing(self.provider.stream(request)) as parts:
                     async for part in parts:
-                        kind = type(part)
-                        if kind is TextDelta:
-                            text = part.text  # type: ignore[union-attr]
-                            turn.text_parts.append(text)
+                        if isinstance(part, TextDelta):
+                            turn.text_parts.append(part.text)
                             if bus is not None:
-                                await bus.emit(_REASONING, {"delta": text})
-                        elif kind is ThinkingDelta:
-                            turn.add_thinking(part.text)  # type: ignore[union-attr]
+                                await bus.emit(_REASONING, {"delta": part.text})
+                        elif isinstance(part, ThinkingDelta):
+                            turn.add_thinking(part.text)
                             if bus is not None:
-                                await bus.emit(_REASONING, {"thinkingDelta": part.text})  # type: ignore[union-attr]
+                                await bus.emit(_REASONING, {"thinkingDelta": part.text})
                         elif isinstance(part, ToolCallStart):
                             turn.start_call(part.key, part.id, part.name)
                         elif isinstance(part, ToolCallArgs):

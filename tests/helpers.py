@@ -31,7 +31,12 @@ def write_config(
         "storage": "memory://",
         "models": models or {"default": {"provider": "scripted"}},
         "subagents_dir": "subagents",
-        "limits": {"max_depth": 4, "max_children": 16, "run_timeout_seconds": 900, **(limits or {})},
+        "limits": {
+            "max_depth": 4,
+            "max_children": 16,
+            "run_timeout_seconds": 900,
+            **(limits or {}),
+        },
     }
     path = tmp_path / "server.yaml"
     path.write_text(yaml.safe_dump(server), encoding="utf-8")

@@ -119,12 +119,10 @@ class SseDecoder:
                 raise SseError(f"SSE event larger than {self._max} bytes")
         elif name == "event":
             self._event = value
-        elif name == "id":
-            if "\x00" not in value:
-                self._last_id = value
-        elif name == "retry":
-            if value.isascii() and value.isdigit():
-                self._retry = int(value)
+        elif name == "id" and "\x00" not in value:
+            self._last_id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            self._retry = int(value)
         return None
 
     def _dispatch(self) -> SseEvent | None:

@@ -73,12 +73,12 @@ async def _run(args: argparse.Namespace, config: ServerConfig) -> int:
     console = Console(stderr=False)
     async with Orchestrator.open(config) as orch:
         if args.no_stream:
-            result = await orch.call(args.agent, args.input, max_depth=args.max_depth)
-            if result.status == "completed":
-                print(result.text)
+            called = await orch.call(args.agent, args.input, max_depth=args.max_depth)
+            if called.status == "completed":
+                print(called.text)
                 return 0
-            print(f"run {result.status}: {result.error}", file=sys.stderr)
-            return EXIT_CANCELLED if result.status == "cancelled" else EXIT_FAILED
+            print(f"run {called.status}: {called.error}", file=sys.stderr)
+            return EXIT_CANCELLED if called.status == "cancelled" else EXIT_FAILED
 
         view = TreeView()
         async with (
@@ -95,7 +95,8 @@ async def _run(args: argparse.Namespace, config: ServerConfig) -> int:
                             out.flush()
                     except BrokenPipeError:  # `| head`: stop the run, exit quietly
                         stream.cancel()
-                        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushed at exit
+                        # Point stdout at /dev/null so the exit-time flush stays quiet.
+                        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                         return 0
                 else:
                     with Live(

@@ -43,8 +43,10 @@ def _line(node: AgentNode, width: int) -> Text:
     room = width - line.cell_len - 3
     if detail and room > 10:
         if len(detail) > room:
-            detail = "…" + detail[-(room - 1) :] if node.status == "running" else (
-                detail[: room - 1] + "…"
+            detail = (
+                "…" + detail[-(room - 1) :]
+                if node.status == "running"
+                else (detail[: room - 1] + "…")
             )
         line.append("  " + detail, style="red" if node.error else "")
     return line

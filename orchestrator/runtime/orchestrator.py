@@ -1,10 +1,10 @@
 """The in-process entry point: load agents, then `stream()` or `call()` runs.
 
-    async with Orchestrator.open(config) as orch:
-        async with orch.stream("planner", "compare trio and asyncio") as run:
-            async for event in run:
-                ...
-        result = await orch.call("planner", "…")   # blocking: final text only
+async with Orchestrator.open(config) as orch:
+    async with orch.stream("planner", "compare trio and asyncio") as run:
+        async for event in run:
+            ...
+    result = await orch.call("planner", "…")   # blocking: final text only
 """
 
 from __future__ import annotations

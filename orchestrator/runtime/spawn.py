@@ -114,7 +114,9 @@ class AgentSpawnTool:
                 f"agent_spawn: max_children reached: {ctx.agent_id!r} already has "
                 f"{ctx.instance.running_children} children running (limit {limits.max_children})"
             )
-        timeout = spawn.timeout_seconds if spawn.timeout_seconds is not None else spec.timeout_seconds
+        timeout = (
+            spawn.timeout_seconds if spawn.timeout_seconds is not None else spec.timeout_seconds
+        )
         if timeout is not None and (timeout <= 0 or not math.isfinite(timeout)):
             raise ToolError(
                 f"agent_spawn: timeout_seconds must be a positive number of seconds, got {timeout}"

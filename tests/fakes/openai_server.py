@@ -113,7 +113,7 @@ Brain = Callable[[str, list[dict[str, Any]], dict[str, Any]], Reply]
 
 def role_of(body: dict[str, Any]) -> str:
     """The `ROLE: x` marker on the first line of the system prompt."""
-    system = body["messages"][0]["content"]
+    system: str = body["messages"][0]["content"]
     first = system.splitlines()[0]
     return first.removeprefix("ROLE:").strip()
 
@@ -187,6 +187,8 @@ async def serve_fake_openai(
 ) -> FakeOpenAI:
     """Start the fake on a free loopback port; it lives as long as `nursery`."""
     fake = FakeOpenAI(brain, pause=pause)
-    listeners = await nursery.start(functools.partial(trio.serve_tcp, fake.handle, 0, host="127.0.0.1"))
+    listeners = await nursery.start(
+        functools.partial(trio.serve_tcp, fake.handle, 0, host="127.0.0.1")
+    )
     fake.port = listeners[0].socket.getsockname()[1]
     return fake

@@ -3,6 +3,7 @@ OpenAI-compatible server that speaks real HTTP and SSE on loopback."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,9 @@ async def test_tree_tags_paths_and_seq(tmp_path: Path) -> None:
     assert len(researchers) == 2 and len(critics) == 2
     root_session = researchers[0].parent_session_id
     assert re.fullmatch(r"sess-[0-9a-f]+", root_session)
-    root_calls = {e.data["toolCallId"] for e in of_type(events, EventType.TOOL_CALL) if e.source is None}
+    root_calls = {
+        e.data["toolCallId"] for e in of_type(events, EventType.TOOL_CALL) if e.source is None
+    }
     for src in researchers:
         assert src.path == f"{root_session}/researcher"
         assert src.parent_session_id == root_session
@@ -151,15 +154,16 @@ async def test_tree_tags_paths_and_seq(tmp_path: Path) -> None:
     assert all(len(v) == 1 for v in by_key.values())
     assert "alpha reviewed: critique of review alpha" in events[-1].data["result"]
     assert len(fake.requests) == 8
-    assert all(r["stream"] is True and r["stream_options"] == {"include_usage": True} for r in fake.requests)
+    assert all(
+        r["stream"] is True and r["stream_options"] == {"include_usage": True}
+        for r in fake.requests
+    )
 
 
 async def test_child_events_precede_parent_tool_result(tmp_path: Path) -> None:
     events, _ = await run_tree(tmp_path)
     parents = {
-        e.source.session_id: e.source.parent_session_id
-        for e in events
-        if e.source is not None
+        e.source.session_id: e.source.parent_session_id for e in events if e.source is not None
     }
     for start in of_type(events, EventType.AGENT_STARTED):
         child = start.source
@@ -172,7 +176,9 @@ async def test_child_events_precede_parent_tool_result(tmp_path: Path) -> None:
             and (e.source.session_id if e.source else parents.get(child.session_id)) == spawner
         )
         subtree = [
-            e for e in events if e.source and descends_from(e.source.session_id, child.session_id, parents)
+            e
+            for e in events
+            if e.source and descends_from(e.source.session_id, child.session_id, parents)
         ]
         assert subtree[0].type == EventType.AGENT_STARTED
         assert subtree[-1].type in (EventType.AGENT_RESULT, EventType.AGENT_ERROR)
@@ -189,7 +195,7 @@ async def test_parallel_children_interleave_live(tmp_path: Path) -> None:
     first_end = max(i for i, k in enumerate(keys) if k == first)
     second_start = keys.index(second)
     assert second_start < first_end
-    switches = sum(1 for a, b in zip(keys, keys[1:], strict=False) if a != b)
+    switches = sum(1 for a, b in itertools.pairwise(keys) if a != b)
     assert switches >= 4, "deltas of the two researchers should interleave, not come in blocks"
 
 
@@ -234,7 +240,9 @@ async def test_tool_results_go_back_in_call_order(tmp_path: Path) -> None:
     events, fake = await run_tree(tmp_path, brain)
     root_results = [e for e in of_type(events, EventType.TOOL_RESULT) if e.source is None]
     assert [r.data["content"].split(":")[0] for r in root_results] == ["beta", "alpha"]
-    second = [r for r in fake.requests if r["messages"][0]["content"].startswith("ROLE: planner")][1]
+    second = [r for r in fake.requests if r["messages"][0]["content"].startswith("ROLE: planner")][
+        1
+    ]
     assistant = next(m for m in second["messages"] if m["role"] == "assistant")
     order = [c["id"] for c in assistant["tool_calls"]]
     tools = [m for m in second["messages"] if m["role"] == "tool"]
@@ -262,7 +270,9 @@ async def test_failing_child_becomes_error_result(tmp_path: Path) -> None:
     errors = of_type(events, EventType.AGENT_ERROR)
     assert len(errors) == 2
     assert all(e.source and e.source.agent_id == "critic" for e in errors)
-    assert all(e.data["errorType"] == "provider_error" and "500" in e.data["message"] for e in errors)
+    assert all(
+        e.data["errorType"] == "provider_error" and "500" in e.data["message"] for e in errors
+    )
     researcher_results = [
         e for e in of_type(events, EventType.TOOL_RESULT) if e.source and e.source.depth == 1
     ]
@@ -283,7 +293,9 @@ async def test_child_timeout_is_cancelled_and_reported(tmp_path: Path) -> None:
         events, _ = await run_tree(tmp_path, brain, critic_timeout=0.5)
     errors = of_type(events, EventType.AGENT_ERROR)
     assert [e.data["errorType"] for e in errors] == ["timeout", "timeout"]
-    results = [e for e in of_type(events, EventType.TOOL_RESULT) if e.source and e.source.depth == 1]
+    results = [
+        e for e in of_type(events, EventType.TOOL_RESULT) if e.source and e.source.depth == 1
+    ]
     assert all(e.data["isError"] and "timed out after 0.5 s" in e.data["content"] for e in results)
     assert events[-1].data["status"] == "completed"
 
@@ -291,7 +303,9 @@ async def test_child_timeout_is_cancelled_and_reported(tmp_path: Path) -> None:
 async def test_depth_limit_refuses_spawn(tmp_path: Path) -> None:
     events, _ = await run_tree(tmp_path, max_depth=1)
     assert max(e.source.depth for e in events if e.source) == 1
-    results = [e for e in of_type(events, EventType.TOOL_RESULT) if e.source and e.source.depth == 1]
+    results = [
+        e for e in of_type(events, EventType.TOOL_RESULT) if e.source and e.source.depth == 1
+    ]
     assert len(results) == 2
     assert all(e.data["isError"] and "depth limit" in e.data["content"] for e in results)
     assert events[-1].data["status"] == "completed"
@@ -386,20 +400,27 @@ async def test_cancel_reaches_every_agent(tmp_path: Path) -> None:
     events: list[Event] = []
     async with trio.open_nursery() as nursery:
         fake = await serve_fake_openai(nursery, brain)
-        async with Orchestrator.open(config_for(tmp_path, fake)) as orch:
-            async with orch.stream("planner", "q") as run:
-                async for event in run:
-                    events.append(event)
-                    critics_streaming = [
-                        e for e in events
-                        if e.type == EventType.REASONING and e.source and e.source.agent_id == "critic"
-                    ]
-                    if len({e.source.agent_key for e in critics_streaming if e.source}) == 2:
-                        run.cancel()
+        async with (
+            Orchestrator.open(config_for(tmp_path, fake)) as orch,
+            orch.stream("planner", "q") as run,
+        ):
+            async for event in run:
+                events.append(event)
+                critics_streaming = [
+                    e
+                    for e in events
+                    if e.type == EventType.REASONING and e.source and e.source.agent_id == "critic"
+                ]
+                if len({e.source.agent_key for e in critics_streaming if e.source}) == 2:
+                    run.cancel()
         nursery.cancel_scope.cancel()
     errors = of_type(events, EventType.AGENT_ERROR)
     assert sorted(e.source.agent_id if e.source else "root" for e in errors) == [
-        "critic", "critic", "researcher", "researcher", "root",
+        "critic",
+        "critic",
+        "researcher",
+        "researcher",
+        "root",
     ]
     assert all(e.data["errorType"] == "cancelled" for e in errors)
     assert events[-1].type == EventType.RUN_FINISHED and events[-1].data["status"] == "cancelled"

@@ -22,7 +22,10 @@ async def test_shipped_demo_tree_runs_offline(autojump_clock: trio.testing.MockC
     assert finished.type == EventType.RUN_FINISHED and finished.data["status"] == "completed"
     started = of_type(events, EventType.AGENT_STARTED)
     assert sorted((e.source.depth, e.source.agent_id) for e in started if e.source) == [
-        (1, "researcher"), (1, "researcher"), (2, "critic"), (2, "critic"),
+        (1, "researcher"),
+        (1, "researcher"),
+        (2, "critic"),
+        (2, "critic"),
     ]
     assert "structured concurrency" in finished.data["result"]
     thinking = [e for e in of_type(events, EventType.REASONING) if "thinkingDelta" in e.data]
@@ -70,10 +73,22 @@ async def test_timeout_cancels_the_whole_subtree(
         events = await collect(orch, "top", "x")
         elapsed = trio.current_time() - start
     assert 5 <= elapsed < 6
-    errors = {e.source.agent_id: e.data["errorType"] for e in of_type(events, EventType.AGENT_ERROR) if e.source}
+    errors = {
+        e.source.agent_id: e.data["errorType"]
+        for e in of_type(events, EventType.AGENT_ERROR)
+        if e.source
+    }
     assert errors == {"middle": "timeout", "leaf": "cancelled"}
-    leaf_error = next(e for e in events if e.type == EventType.AGENT_ERROR and e.source and e.source.agent_id == "leaf")
-    middle_error = next(e for e in events if e.type == EventType.AGENT_ERROR and e.source and e.source.agent_id == "middle")
+    leaf_error = next(
+        e
+        for e in events
+        if e.type == EventType.AGENT_ERROR and e.source and e.source.agent_id == "leaf"
+    )
+    middle_error = next(
+        e
+        for e in events
+        if e.type == EventType.AGENT_ERROR and e.source and e.source.agent_id == "middle"
+    )
     assert leaf_error.seq < middle_error.seq
     (result,) = [e for e in of_type(events, EventType.TOOL_RESULT) if e.source is None]
     assert result.data["isError"] and "'middle' timed out after 5 s" in result.data["content"]
@@ -84,7 +99,9 @@ async def test_timeout_cancels_the_whole_subtree(
     }
 
 
-async def test_yaml_timeout_default_applies(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+async def test_yaml_timeout_default_applies(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     config = write_config(
         tmp_path,
         {
@@ -104,7 +121,9 @@ async def test_yaml_timeout_default_applies(tmp_path: Path, autojump_clock: trio
     assert "timed out after 2 s" in of_type(events, EventType.TOOL_RESULT)[0].data["content"]
 
 
-async def test_run_timeout_fails_the_run(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+async def test_run_timeout_fails_the_run(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     config = write_config(
         tmp_path,
         {"slow": {"description": "d", "instructions": "i", "script": {"turns": [{"sleep": 50}]}}},
@@ -123,14 +142,19 @@ async def test_max_turns_is_a_failure(tmp_path: Path) -> None:
         "instructions": "loop",
         "tools": ["agent_spawn"],
         "max_turns": 2,
-        "script": {"turns": [{"calls": [{"name": "agent_spawn", "args": {"agent_id": "ghost", "task": "t"}}]}] * 3},
+        "script": {
+            "turns": [
+                {"calls": [{"name": "agent_spawn", "args": {"agent_id": "ghost", "task": "t"}}]}
+            ]
+            * 3
+        },
     }
     config = write_config(tmp_path, {"looper": looping, "top": _spawner("looper")})
     async with Orchestrator.open(config) as orch:
         events = await collect(orch, "top", "x")
     (error,) = of_type(events, EventType.AGENT_ERROR)
     assert error.data["errorType"] == "max_turns"
-    top_result = [e for e in of_type(events, EventType.TOOL_RESULT) if e.source is None][0]
+    top_result = next(e for e in of_type(events, EventType.TOOL_RESULT) if e.source is None)
     assert top_result.data["isError"] and "max_turns" in top_result.data["content"]
 
 
@@ -146,7 +170,10 @@ async def test_scripted_failure_and_unlisted_tool(tmp_path: Path) -> None:
                     "turns": [
                         {
                             "calls": [
-                                {"name": "agent_spawn", "args": {"agent_id": "broken", "task": "t"}},
+                                {
+                                    "name": "agent_spawn",
+                                    "args": {"agent_id": "broken", "task": "t"},
+                                },
                                 {"name": "web_search", "args": {"q": "x"}},
                                 {"name": "agent_spawn", "args": {"task": "no agent id"}},
                             ]
@@ -155,28 +182,45 @@ async def test_scripted_failure_and_unlisted_tool(tmp_path: Path) -> None:
                     ]
                 },
             },
-            "broken": {"description": "d", "instructions": "i", "script": {"turns": [{"fail": "model exploded"}]}},
+            "broken": {
+                "description": "d",
+                "instructions": "i",
+                "script": {"turns": [{"fail": "model exploded"}]},
+            },
         },
     )
     async with Orchestrator.open(config) as orch:
         events = await collect(orch, "top", "x")
-    by_id = {e.data["toolCallId"]: e.data["content"] for e in of_type(events, EventType.TOOL_RESULT)}
+    by_id = {
+        e.data["toolCallId"]: e.data["content"] for e in of_type(events, EventType.TOOL_RESULT)
+    }
     contents = [by_id["call_0"], by_id["call_1"], by_id["call_2"]]
-    assert "subagent 'broken' failed (provider_error): scripted failure: model exploded" in contents[0]
+    assert (
+        "subagent 'broken' failed (provider_error): scripted failure: model exploded" in contents[0]
+    )
     assert contents[1] == "unknown tool 'web_search' (available: agent_spawn)"
     assert "invalid arguments" in contents[2] and "agent_id" in contents[2]
     assert events[-1].data["status"] == "completed"
 
 
 async def test_max_children_limit(tmp_path: Path) -> None:
-    calls = [{"name": "agent_spawn", "args": {"agent_id": "leaf", "task": str(i)}} for i in range(3)]
+    calls = [
+        {"name": "agent_spawn", "args": {"agent_id": "leaf", "task": str(i)}} for i in range(3)
+    ]
     config = write_config(
         tmp_path,
         {
-            "top": {"description": "d", "instructions": "i", "tools": ["agent_spawn"],
-                    "script": {"turns": [{"calls": calls}, {"say": "{results}"}]}},
-            "leaf": {"description": "d", "instructions": "i",
-                     "script": {"token_delay": 0.01, "turns": [{"say": "a b c d"}]}},
+            "top": {
+                "description": "d",
+                "instructions": "i",
+                "tools": ["agent_spawn"],
+                "script": {"turns": [{"calls": calls}, {"say": "{results}"}]},
+            },
+            "leaf": {
+                "description": "d",
+                "instructions": "i",
+                "script": {"token_delay": 0.01, "turns": [{"say": "a b c d"}]},
+            },
         },
         limits={"max_children": 2},
     )
@@ -188,11 +232,18 @@ async def test_max_children_limit(tmp_path: Path) -> None:
     assert len(of_type(events, EventType.AGENT_STARTED)) == 2
 
 
-async def test_consumer_leaving_early_cancels_the_run(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+async def test_consumer_leaving_early_cancels_the_run(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     config = write_config(
         tmp_path,
-        {"slow": {"description": "d", "instructions": "i",
-                  "script": {"token_delay": 1, "turns": [{"say": "one two three four five six"}]}}},
+        {
+            "slow": {
+                "description": "d",
+                "instructions": "i",
+                "script": {"token_delay": 1, "turns": [{"say": "one two three four five six"}]},
+            }
+        },
     )
     async with Orchestrator.open(config) as orch:
         async with orch.stream("slow", "x") as run:

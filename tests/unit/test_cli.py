@@ -68,11 +68,16 @@ def test_agents_lists_subagents(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_unknown_agent_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "nobody", "x"]) == 2
-    assert capsys.readouterr().err.strip() == "error: unknown agent 'nobody' (known: critic, planner, researcher)"
+    assert (
+        capsys.readouterr().err.strip()
+        == "error: unknown agent 'nobody' (known: critic, planner, researcher)"
+    )
 
 
 def test_invalid_subagent_stops_startup_with_one_line(_fast_demo: Path) -> None:
-    (_fast_demo / "subagents" / "critic.yaml").write_text("description: d\ninstructions: i\nmax_turns: lots\n")
+    (_fast_demo / "subagents" / "critic.yaml").write_text(
+        "description: d\ninstructions: i\nmax_turns: lots\n"
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "run", "planner", "x"],
         capture_output=True,
@@ -84,10 +89,18 @@ def test_invalid_subagent_stops_startup_with_one_line(_fast_demo: Path) -> None:
     assert proc.stdout == ""
     err = proc.stderr.strip()
     assert "\n" not in err and "Traceback" not in err
-    assert err.startswith("error: ") and "critic.yaml: max_turns: Input should be a valid integer" in err
+    assert (
+        err.startswith("error: ")
+        and "critic.yaml: max_turns: Input should be a valid integer" in err
+    )
 
 
-def test_missing_config_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_config_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path / "configs")
     assert main(["agents"]) == 2
-    assert "config file not found (run from the project root or pass --config)" in capsys.readouterr().err
+    assert (
+        "config file not found (run from the project root or pass --config)"
+        in capsys.readouterr().err
+    )

@@ -39,15 +39,26 @@ def test_spec_id_is_file_stem_and_defaults(tmp_path: Path) -> None:
     [
         ("description: d\ninstructions: i\nmax_turn: 3\n", "bad.yaml: max_turn: unknown key"),
         ("instructions: i\n", "bad.yaml: description: required key is missing"),
-        ("description: d\ninstructions: i\nmax_turns: zero\n", "bad.yaml: max_turns: Input should be a valid integer"),
-        ("description: d\ninstructions: i\ntimeout_seconds: -1\n", "bad.yaml: timeout_seconds: Input should be greater than 0"),
-        ("description: d\ninstructions: i\nscript: {turns: [{say: hi, cals: []}]}\n", "bad.yaml: script.turns.0.cals: unknown key"),
+        (
+            "description: d\ninstructions: i\nmax_turns: zero\n",
+            "bad.yaml: max_turns: Input should be a valid integer",
+        ),
+        (
+            "description: d\ninstructions: i\ntimeout_seconds: -1\n",
+            "bad.yaml: timeout_seconds: Input should be greater than 0",
+        ),
+        (
+            "description: d\ninstructions: i\nscript: {turns: [{say: hi, cals: []}]}\n",
+            "bad.yaml: script.turns.0.cals: unknown key",
+        ),
         ("description: [unclosed\n", "bad.yaml: invalid YAML at line"),
         ("- a list\n", "bad.yaml: expected a mapping of keys, got list"),
         ("description: d\ninstructions: i\nid: other\n", "bad.yaml: id: unknown key"),
     ],
 )
-def test_invalid_spec_is_one_line_naming_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+def test_invalid_spec_is_one_line_naming_file_and_key(
+    tmp_path: Path, text: str, message: str
+) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(SpecError) as info:
@@ -92,11 +103,23 @@ def test_config_relative_paths_resolve_against_its_dir(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("limits: {max_depht: 3}\n", "server.yaml: limits.max_depht: unknown key"),
-        ("limits: {max_depth: -1}\n", "server.yaml: limits.max_depth: Input should be greater than or equal to 0"),
+        (
+            "limits: {max_depth: -1}\n",
+            "server.yaml: limits.max_depth: Input should be greater than or equal to 0",
+        ),
         ("storage: postgres://x\n", "server.yaml: storage: Value error, must start with"),
-        ("models: {m: {provider: gemini}}\n", "server.yaml: models.m.provider: Input should be 'openai' or 'scripted'"),
-        ("models: {m: {provider: openai, api_key: x}}\n", "server.yaml: models.m.api_key: unknown key"),
-        ("server: {port: 99999}\n", "server.yaml: server.port: Input should be less than or equal to 65535"),
+        (
+            "models: {m: {provider: gemini}}\n",
+            "server.yaml: models.m.provider: Input should be 'openai' or 'scripted'",
+        ),
+        (
+            "models: {m: {provider: openai, api_key: x}}\n",
+            "server.yaml: models.m.api_key: unknown key",
+        ),
+        (
+            "server: {port: 99999}\n",
+            "server.yaml: server.port: Input should be less than or equal to 65535",
+        ),
     ],
 )
 def test_invalid_config_names_file_and_key(tmp_path: Path, text: str, message: str) -> None:

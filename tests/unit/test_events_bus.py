@@ -33,12 +33,33 @@ def make_sink(outlet: ListOutlet | None = None) -> tuple[RunSink, ListOutlet]:
 
 
 def test_event_encodes_to_contract_camel_case() -> None:
-    source = child_source(parent=None, root_session_id="sess-1", agent_id="researcher", agent_name="R", parent_tool_call_id="call_9")
-    event = Event(run_id="run-1", seq=17, ts=1.0, type=EventType.REASONING, source=source, data={"delta": "Hel"})
+    source = child_source(
+        parent=None,
+        root_session_id="sess-1",
+        agent_id="researcher",
+        agent_name="R",
+        parent_tool_call_id="call_9",
+    )
+    event = Event(
+        run_id="run-1",
+        seq=17,
+        ts=1.0,
+        type=EventType.REASONING,
+        source=source,
+        data={"delta": "Hel"},
+    )
     obj = json.loads(encode_event(event))
     assert list(obj) == ["runId", "seq", "ts", "type", "source", "last", "data"]
     assert list(obj["source"]) == [
-        "agentKey", "agentId", "agentName", "sessionId", "parentSessionId", "depth", "path", "taskId", "parentToolCallId",
+        "agentKey",
+        "agentId",
+        "agentName",
+        "sessionId",
+        "parentSessionId",
+        "depth",
+        "path",
+        "taskId",
+        "parentToolCallId",
     ]
     assert obj["source"]["taskId"] is None and obj["source"]["parentToolCallId"] == "call_9"
     assert obj["type"] == "REASONING" and obj["last"] is False
@@ -78,12 +99,24 @@ def test_child_sources_stamp_depth_path_and_parents() -> None:
     sink, outlet = make_sink()
     root = Bus(sink)
     child = root.child(agent_id="planner", agent_name="P", parent_tool_call_id="call_1")
-    grand = child.child(agent_id="executor", agent_name="E", parent_tool_call_id="call_2", task_id="task-1")
+    grand = child.child(
+        agent_id="executor", agent_name="E", parent_tool_call_id="call_2", task_id="task-1"
+    )
     assert root.source is None and root.depth == 0
     c, g = child.source, grand.source
     assert c is not None and g is not None
-    assert (c.depth, c.path, c.parent_session_id, c.parent_tool_call_id) == (1, "sess-root/planner", "sess-root", "call_1")
-    assert (g.depth, g.path, g.parent_session_id, g.task_id) == (2, "sess-root/planner/executor", c.session_id, "task-1")
+    assert (c.depth, c.path, c.parent_session_id, c.parent_tool_call_id) == (
+        1,
+        "sess-root/planner",
+        "sess-root",
+        "call_1",
+    )
+    assert (g.depth, g.path, g.parent_session_id, g.task_id) == (
+        2,
+        "sess-root/planner/executor",
+        c.session_id,
+        "task-1",
+    )
     grand.emit_nowait(EventType.AGENT_STARTED, {"agentId": "executor", "task": "t"})
     assert outlet.events[0].source is g
 
@@ -110,6 +143,14 @@ def test_current_bus_defaults_to_none() -> None:
 
 
 def test_source_is_shared_not_copied() -> None:
-    src = Source(agent_key="k", agent_id="a", agent_name="A", session_id="s", parent_session_id="p", depth=1, path="p/a")
+    src = Source(
+        agent_key="k",
+        agent_id="a",
+        agent_name="A",
+        session_id="s",
+        parent_session_id="p",
+        depth=1,
+        path="p/a",
+    )
     with pytest.raises(AttributeError):
         src.depth = 2  # type: ignore[misc]

@@ -50,14 +50,21 @@ def feed(*chunks: dict[str, Any] | str, end: bool = True) -> list[StreamPart]:
     return parts
 
 
-def ch(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> dict[str, Any]:
+def ch(
+    delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any
+) -> dict[str, Any]:
     choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
     if delta is not None:
         choice["delta"] = delta
     return {"id": "c", "object": "chat.completion.chunk", "choices": [choice], **extra}
 
 
-def tc(index: int | None = None, id: str | None = None, name: str | None = None, args: str | None = None) -> dict[str, Any]:
+def tc(
+    index: int | None = None,
+    id: str | None = None,
+    name: str | None = None,
+    args: str | None = None,
+) -> dict[str, Any]:
     frag: dict[str, Any] = {}
     if index is not None:
         frag["index"] = index
@@ -160,7 +167,9 @@ def test_empty_ids_on_continuations_and_repeated_id_and_name() -> None:
 
 
 def test_missing_ids_are_synthesized_and_whole_args_accepted() -> None:
-    message = assemble(feed(ch(tc(0, None, "f", '{"a":1}')), ch(tc(1, None, "g", '{"b":2}')), ch({}, "tool_calls")))
+    message = assemble(
+        feed(ch(tc(0, None, "f", '{"a":1}')), ch(tc(1, None, "g", '{"b":2}')), ch({}, "tool_calls"))
+    )
     assert [(c.id, c.name, c.arguments) for c in message.tool_calls] == [
         ("call_0", "f", '{"a":1}'),
         ("call_1", "g", '{"b":2}'),
@@ -195,14 +204,24 @@ def test_reasoning_content_and_reasoning_become_thinking() -> None:
         ch({"content": "answer", "reasoning_content": None}),
         ch({}, "stop"),
     )
-    assert parts == [ThinkingDelta("think "), ThinkingDelta("more"), TextDelta("answer"), Finish("stop")]
+    assert parts == [
+        ThinkingDelta("think "),
+        ThinkingDelta("more"),
+        TextDelta("answer"),
+        Finish("stop"),
+    ]
 
 
 def test_usage_chunk_without_choices_and_extra_fields() -> None:
     parts = feed(
         ch({"content": "a"}, timings={"predicted_ms": 3}),
         ch({}, "stop"),
-        {"id": "c", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7}, "timings": {}},
+        {
+            "id": "c",
+            "choices": [],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 7},
+            "timings": {},
+        },
         "[DONE]",
     )
     assert parts[-1] == UsageReport(5, 7)
@@ -215,7 +234,11 @@ def test_empty_and_null_content_dropped() -> None:
 
 def test_name_arriving_after_first_fragment() -> None:
     parts = feed(ch(tc(0, "a", None, '{"x"')), ch(tc(0, None, "f", ":1}")), ch({}, "tool_calls"))
-    assert parts[:3] == [ToolCallStart(0, "a", "f"), ToolCallArgs(0, '{"x"'), ToolCallArgs(0, ":1}")]
+    assert parts[:3] == [
+        ToolCallStart(0, "a", "f"),
+        ToolCallArgs(0, '{"x"'),
+        ToolCallArgs(0, ":1}"),
+    ]
 
 
 def test_malformed_chunk_is_provider_error_naming_it() -> None:
@@ -224,7 +247,11 @@ def test_malformed_chunk_is_provider_error_naming_it() -> None:
 
 
 def test_other_choices_ignored() -> None:
-    parts = feed({"choices": [{"index": 1, "delta": {"content": "no"}}]}, ch({"content": "yes"}), ch({}, "stop"))
+    parts = feed(
+        {"choices": [{"index": 1, "delta": {"content": "no"}}]},
+        ch({"content": "yes"}),
+        ch({}, "stop"),
+    )
     assert parts == [TextDelta("yes"), Finish("stop")]
 
 
@@ -245,7 +272,9 @@ def test_encode_request_round_trips_conversation() -> None:
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "r"},
     ]

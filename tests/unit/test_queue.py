@@ -39,7 +39,7 @@ async def test_producer_waits_at_capacity_memory_stays_bounded() -> None:
         await trio.testing.wait_all_tasks_blocked()
         # Blocked: the 8th event is queued and its emit() waits for the consumer.
         assert len(queue) == 8 and produced == 7
-        seen = []
+        seen: list[int] = []
         while len(seen) < 100:
             batch = await queue.get_batch()
             assert len(batch) <= 8
@@ -50,9 +50,11 @@ async def test_producer_waits_at_capacity_memory_stays_bounded() -> None:
 async def test_close_wakes_a_waiting_consumer() -> None:
     queue = EventQueue(4)
     async with trio.open_nursery() as nursery:
+
         async def consume() -> None:
             with pytest.raises(trio.EndOfChannel):
                 await queue.get_batch()
+
         nursery.start_soon(consume)
         await trio.testing.wait_all_tasks_blocked()
         queue.close()

@@ -46,7 +46,9 @@ def test_spec_vectors(raw: str, expected: list[str]) -> None:
 
 
 def test_event_id_and_retry() -> None:
-    events = decode(b"id: 7\nevent: ping\ndata: a\n\ndata: b\nretry: 10x\n\nretry: 250\ndata: c\n\n")
+    events = decode(
+        b"id: 7\nevent: ping\ndata: a\n\ndata: b\nretry: 10x\n\nretry: 250\ndata: c\n\n"
+    )
     assert [(e.id, e.event) for e in events] == [("7", "ping"), ("7", "message"), ("7", "message")]
     assert events[1].retry is None and events[2].retry == 250
 
@@ -78,7 +80,7 @@ def test_fixtures_ignore_chunk_boundaries(name: str, data: st.DataObject) -> Non
 
 _line_end = st.sampled_from(["\n", "\r", "\r\n"])
 _value = st.text(
-    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12
+    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=["Cs"]), max_size=12
 )
 
 

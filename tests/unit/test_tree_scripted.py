@@ -58,10 +58,17 @@ def tree_events() -> list[Event]:
     c.emit_nowait(EventType.AGENT_STARTED, {"agentId": "critic", "task": "tc"})
     a.emit_nowait(EventType.TOOL_CALL, {"toolCallId": "x", "name": "agent_spawn", "args": {}})
     c.emit_nowait(EventType.AGENT_ERROR, {"errorType": "timeout", "message": "slow"})
-    a.emit_nowait(EventType.TOOL_RESULT, {"toolCallId": "x", "name": "agent_spawn", "content": "e", "isError": True})
+    a.emit_nowait(
+        EventType.TOOL_RESULT,
+        {"toolCallId": "x", "name": "agent_spawn", "content": "e", "isError": True},
+    )
     a.emit_nowait(EventType.REASONING, {"text": "hello", "toolCalls": []}, last=True)
     a.emit_nowait(EventType.REASONING, {"delta": "next"})
-    b.emit_nowait(EventType.AGENT_RESULT, {"text": "done b", "usage": {}, "subtreeUsage": {"inputTokens": 1, "outputTokens": 2}}, last=True)
+    b.emit_nowait(
+        EventType.AGENT_RESULT,
+        {"text": "done b", "usage": {}, "subtreeUsage": {"inputTokens": 1, "outputTokens": 2}},
+        last=True,
+    )
     root.emit_nowait(EventType.RUN_FINISHED, {"status": "completed", "result": "fin"}, last=True)
     return outlet.events
 
@@ -71,11 +78,20 @@ def test_tree_view_builds_nested_tree() -> None:
     for event in tree_events():
         view.apply(event)
     nodes = list(view.walk())
-    assert [(n.depth, n.agent_id) for n in nodes] == [(0, "planner"), (1, "researcher"), (2, "critic"), (1, "researcher")]
-    root, a, c, b = nodes
+    assert [(n.depth, n.agent_id) for n in nodes] == [
+        (0, "planner"),
+        (1, "researcher"),
+        (2, "critic"),
+        (1, "researcher"),
+    ]
+    _root, a, c, b = nodes
     assert a.text == "next" and a.turns == 1 and a.status == "running" and not a.tools_running
     assert c.status == "timeout" and c.error == "slow"
-    assert b.status == "done" and b.result == "done b" and b.usage == {"inputTokens": 1, "outputTokens": 2}
+    assert (
+        b.status == "done"
+        and b.result == "done b"
+        and b.usage == {"inputTokens": 1, "outputTokens": 2}
+    )
     assert view.run_status == "completed" and view.result == "fin" and view.last_seq == 13
 
 

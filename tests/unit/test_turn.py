@@ -51,28 +51,40 @@ def test_duplicate_ids_made_unique() -> None:
     assert [turn.start_call(i, "same", "f") for i in range(3)] == ["same", "same_2", "same_3"]
 
 
-@pytest.mark.parametrize(
-    ("raw", "expected"), [("", {}), ("  ", {}), ('{"a": [1]}', {"a": [1]})]
-)
+@pytest.mark.parametrize(("raw", "expected"), [("", {}), ("  ", {}), ('{"a": [1]}', {"a": [1]})])
 def test_parse_arguments(raw: str, expected: dict[str, object]) -> None:
     assert parse_arguments(raw) == expected
 
 
-@pytest.mark.parametrize(("raw", "message"), [('{"a":', "invalid JSON"), ("[1]", "must be a JSON object")])
+@pytest.mark.parametrize(
+    ("raw", "message"), [('{"a":', "invalid JSON"), ("[1]", "must be a JSON object")]
+)
 def test_parse_arguments_errors(raw: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_arguments(raw)
 
 
 @given(
-    args=st.dictionaries(st.text(max_size=5), st.recursive(st.none() | st.integers() | st.text(max_size=5), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3), max_leaves=6), max_size=4),
+    args=st.dictionaries(
+        st.text(max_size=5),
+        st.recursive(
+            st.none() | st.integers() | st.text(max_size=5),
+            lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
+            max_leaves=6,
+        ),
+        max_size=4,
+    ),
     data=st.data(),
 )
-def test_ready_exactly_when_complete_over_any_fragmentation(args: dict[str, object], data: st.DataObject) -> None:
+def test_ready_exactly_when_complete_over_any_fragmentation(
+    args: dict[str, object], data: st.DataObject
+) -> None:
     import json
 
     raw = json.dumps(args)
-    cuts = sorted(data.draw(st.lists(st.integers(1, max(1, len(raw) - 1)), max_size=8, unique=True)))
+    cuts = sorted(
+        data.draw(st.lists(st.integers(1, max(1, len(raw) - 1)), max_size=8, unique=True))
+    )
     pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True) if raw[a:b]]
     turn = TurnAssembler()
     turn.start_call(0, "id", "f")
