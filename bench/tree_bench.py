@@ -1,0 +1,174 @@
+"""Tree workload benchmark: events/s and emit→consumer latency through the whole stack.
+
+A tree of scripted agents (no sleeps): every agent streams T text deltas; each
+agent above depth D spawns F children in one turn (they run in parallel), then
+answers. Events flow through the real path: scripted provider → agent runner →
+child bus (Source stamped at the source) → run sink → bounded queue → consumer.
+A bare trio memory channel (`await send()` per event) runs in the same process
+as the baseline.
+
+    python -m bench.tree_bench                      # the default matrix
+    python -m bench.tree_bench --fanout 2 --depth 4 --deltas 2000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import resource
+import time
+from typing import Any
+
+import trio
+
+from agents.spec import AgentSpec, ScriptedCall, ScriptSpec, ScriptStep
+from orchestrator.config import LimitsConfig, ServerConfig
+from orchestrator.runtime.orchestrator import Orchestrator
+
+
+def tree_specs(fanout: int, depth: int, deltas: int) -> dict[str, AgentSpec]:
+    """Agents level0..levelD; level d spawns `fanout` level d+1 children."""
+    words = "w " * deltas
+    specs = {}
+    for level in range(depth + 1):
+        if level < depth:
+            calls = [
+                ScriptedCall(
+                    name="agent_spawn",
+                    args={"agent_id": f"level{level + 1}", "task": f"part {i}"},
+                )
+                for i in range(fanout)
+            ]
+            turns = [ScriptStep(say=words, calls=calls), ScriptStep(say="ok")]
+        else:
+            turns = [ScriptStep(say=words)]
+        specs[f"level{level}"] = AgentSpec(
+            id=f"level{level}",
+            description="bench agent",
+            instructions="bench",
+            tools=["agent_spawn"],
+            script=ScriptSpec(turns=turns),
+        )
+    return specs
+
+
+def max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def run_tree(fanout: int, depth: int, deltas: int, capacity: int) -> dict[str, Any]:
+    config = ServerConfig(
+        limits=LimitsConfig(max_depth=depth, max_children=max(fanout, 1), run_timeout_seconds=3600)
+    )
+    specs = tree_specs(fanout, depth, deltas)
+    latencies: list[float] = []
+    count = 0
+    async with Orchestrator.open(config, specs) as orch:
+        gc.collect()
+        start = time.perf_counter()
+        async with orch.stream("level0", "bench", capacity=capacity) as stream:
+            async for batch in stream.batches():
+                now = time.time()
+                count += len(batch)
+                latencies.extend(now - e.ts for e in batch[:: max(1, len(batch) // 64)])
+        elapsed = time.perf_counter() - start
+        assert stream.result is not None and stream.result.status == "completed"
+    latencies.sort()
+    agents = sum(fanout**d for d in range(depth + 1))
+    return {
+        "events": count,
+        "agents": agents,
+        "seconds": elapsed,
+        "eps": count / elapsed,
+        "p50_us": latencies[len(latencies) // 2] * 1e6,
+        "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
+    }
+
+
+async def channel_baseline(n: int) -> dict[str, Any]:
+    """A bare trio memory channel, one `await send()` per event."""
+    send, recv = trio.open_memory_channel[tuple[float, int]](1024)
+    latencies: list[float] = []
+
+    async def produce() -> None:
+        async with send:
+            for i in range(n):
+                await send.send((time.time(), i))
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce)
+        async with recv:
+            i = 0
+            async for ts, _ in recv:
+                if i % 64 == 0:
+                    latencies.append(time.time() - ts)
+                i += 1
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+    return {
+        "events": n,
+        "seconds": elapsed,
+        "eps": n / elapsed,
+        "p50_us": latencies[len(latencies) // 2] * 1e6,
+        "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
+    }
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    best = sorted(runs, key=lambda r: r["eps"])[len(runs) // 2]
+    return {**best, "eps_all": [round(r["eps"]) for r in runs]}
+
+
+async def main(args: argparse.Namespace) -> None:
+    matrix = (
+        [(args.fanout, args.depth, args.deltas)]
+        if args.depth is not None
+        else [
+            (2, 1, 20000),  # depth 1 and depth 4 with about the same number of events
+            (2, 4, 2000),
+            (1, 1, 30000),  # a chain: one agent streams at a time, so only depth differs
+            (1, 4, 12000),
+            (4, 2, 3000),
+            (3, 4, 500),
+        ]
+    )
+    base = median_of([await channel_baseline(args.baseline) for _ in range(args.repeat)])
+    rss0 = max_rss_mb()
+    runs: dict[tuple[int, int, int], list[dict[str, Any]]] = {w: [] for w in matrix}
+    for _ in range(args.repeat):  # round-robin, so machine noise spreads over all rows
+        for fanout, depth, deltas in matrix:
+            result = await run_tree(fanout, depth, deltas, args.capacity)
+            runs[(fanout, depth, deltas)].append(result)
+    rss1 = max_rss_mb()
+    rows = [(w, median_of(r)) for w, r in runs.items()]
+
+    print(f"{'workload':<28}{'agents':>7}{'events':>9}{'events/s':>11}{'p50 µs':>9}{'p99 µs':>9}")
+    print(
+        f"{'trio channel baseline':<28}{'-':>7}{base['events']:>9}{base['eps']:>11,.0f}"
+        f"{base['p50_us']:>9.0f}{base['p99_us']:>9.0f}"
+    )
+    for (fanout, depth, deltas), r in rows:
+        name = f"tree F={fanout} D={depth} T={deltas}"
+        print(
+            f"{name:<28}{r['agents']:>7}{r['events']:>9}{r['eps']:>11,.0f}"
+            f"{r['p50_us']:>9.0f}{r['p99_us']:>9.0f}   runs: {r['eps_all']}"
+        )
+    by_shape = {(f, d): r["eps"] for (f, d, _), r in rows}
+    for fanout in (2, 1):
+        if (fanout, 1) in by_shape and (fanout, 4) in by_shape:
+            ratio = by_shape[(fanout, 4)] / by_shape[(fanout, 1)]
+            print(f"events/s at depth 4 vs depth 1 (F={fanout}): {ratio:.1%}")
+    print(f"max RSS: {rss0:.0f} MB before the tree runs, {rss1:.0f} MB after")
+    print(f"repeats: {args.repeat} (median shown), queue capacity {args.capacity}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fanout", type=int, default=2)
+    parser.add_argument("--depth", type=int, default=None)
+    parser.add_argument("--deltas", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--capacity", type=int, default=4096)
+    parser.add_argument("--baseline", type=int, default=200_000)
+    trio.run(main, parser.parse_args())
