@@ -120,6 +120,10 @@ class AgentRunner:
         except ProviderError as exc:
             self._error("provider_error", str(exc))
             raise AgentFailed(str(exc), error_type="provider_error") from exc
+        except Exception as exc:  # a bug in a provider or tool plumbing: fail this agent only
+            detail = f"agent {self.spec.id!r} crashed: {type(exc).__name__}: {exc}"
+            self._error("internal", detail)
+            raise AgentFailed(detail, error_type="internal") from exc
         except BaseException as exc:
             # Cancellation arrives bare or, out of a nursery, as a group of Cancelled.
             if is_cancellation(exc):
@@ -168,7 +172,7 @@ class AgentRunner:
         )
         turn = TurnAssembler()
         results: dict[str, ToolResultMessage] = {}
-        failure: ProviderError | None = None
+        failure: Exception | None = None
         bus = self.bus
         turn_usage: UsageReport | None = None
         async with trio.open_nursery() as nursery:
@@ -206,7 +210,7 @@ class AgentRunner:
                             turn_usage = part
                 for ready in turn.finish("unknown"):
                     await self._start_tool(nursery, ready, results)
-            except ProviderError as exc:
+            except Exception as exc:  # raised bare after the nursery, not as a group
                 failure = exc
                 nursery.cancel_scope.cancel()
             if failure is None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
+from agents.core.messages import ModelRequest, StreamPart
+from agents.providers.scripted import ScriptedProvider
 from orchestrator.config import load_config
 from orchestrator.core.events import EventType
 from orchestrator.runtime.orchestrator import Orchestrator
@@ -252,3 +256,31 @@ async def test_consumer_leaving_early_cancels_the_run(
                     break
         assert run.result is not None and run.result.status == "cancelled"
         assert trio.current_time() < 3
+
+
+async def test_child_that_raises_becomes_error_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = ScriptedProvider.stream
+
+    def stream(self: ScriptedProvider, request: ModelRequest) -> AsyncGenerator[StreamPart, None]:
+        if request.system == "explode":
+            raise RuntimeError("kaboom")
+        return original(self, request)
+
+    monkeypatch.setattr(ScriptedProvider, "stream", stream)
+    config = write_config(
+        tmp_path,
+        {
+            "top": _spawner("bomb"),
+            "bomb": {"description": "d", "instructions": "explode"},
+        },
+    )
+    async with Orchestrator.open(config) as orch:
+        events = await collect(orch, "top", "x")
+    (error,) = of_type(events, EventType.AGENT_ERROR)
+    assert error.source is not None and error.source.agent_id == "bomb"
+    assert error.data["errorType"] == "internal" and "RuntimeError: kaboom" in error.data["message"]
+    (result,) = of_type(events, EventType.TOOL_RESULT)
+    assert result.data["isError"] and "subagent 'bomb' failed (internal)" in result.data["content"]
+    assert events[-1].data["status"] == "completed"
