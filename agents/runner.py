@@ -93,6 +93,9 @@ class AgentRunner:
         self.usage = Usage()
         self.subtree_usage = Usage()
         self.state = InstanceState()
+        self.inbox: list[str] = []
+        self.accepting = True
+        """True while messages sent into the agent will still be seen by its model."""
 
     async def run(self, task: str) -> AgentOutcome:
         """Run on `task` until a final answer.
@@ -104,34 +107,59 @@ class AgentRunner:
         self.messages.append(UserMessage(text=task))
         try:
             for _ in range(self.spec.max_turns):
+                self._take_inbox()
                 message, results = await self._turn()
                 self.messages.append(message)
                 if not message.tool_calls:
+                    if self.inbox:  # a message arrived during the last turn: answer it too
+                        continue
+                    self.accepting = False
                     return await self._finish(message.text)
                 self.messages.extend(results)
+            self.accepting = False
             raise AgentFailed(
                 f"agent {self.spec.id!r} reached max_turns ({self.spec.max_turns}) "
                 "without a final answer",
                 error_type="max_turns",
             )
         except AgentFailed as exc:
+            self.accepting = False
             self._error(exc.error_type, str(exc))
             raise
         except ProviderError as exc:
+            self.accepting = False
             self._error("provider_error", str(exc))
             raise AgentFailed(str(exc), error_type="provider_error") from exc
         except Exception as exc:  # a bug in a provider or tool plumbing: fail this agent only
+            self.accepting = False
             detail = f"agent {self.spec.id!r} crashed: {type(exc).__name__}: {exc}"
             self._error("internal", detail)
             raise AgentFailed(detail, error_type="internal") from exc
         except BaseException as exc:
             # Cancellation arrives bare or, out of a nursery, as a group of Cancelled.
+            self.accepting = False
             if is_cancellation(exc):
                 timed_out = self._timeout_scope is not None and self._timeout_scope.cancel_called
                 self._error(
                     "timeout" if timed_out else "cancelled", self._cancel_message(timed_out)
                 )
             raise
+
+    def deliver(self, text: str, sender: str) -> bool:
+        """Queue a message for the agent's next model turn and emit USER_MESSAGE.
+
+        Returns False (and does nothing) once the agent no longer takes messages.
+        """
+        if not self.accepting:
+            return False
+        self.inbox.append(text)
+        if self.bus is not None:
+            self.bus.emit_nowait(EventType.USER_MESSAGE, {"text": text, "from": sender})
+        return True
+
+    def _take_inbox(self) -> None:
+        while self.inbox:
+            self.messages.append(UserMessage(text=self.inbox.pop(0)))
 
     def _cancel_message(self, timed_out: bool) -> str:
         if timed_out and self._timeout_scope is not None:

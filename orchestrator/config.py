@@ -37,6 +37,14 @@ class ServerSection(BaseModel):
     port: int = Field(default=8765, ge=0, le=65535)
     tokens: list[str] = Field(default_factory=list)
     """Bearer tokens accepted on the WebSocket upgrade (empty: no auth)."""
+    allowed_origins: list[str] | None = None
+    """Origin header values accepted on the upgrade (None: any, including none)."""
+    max_frame_bytes: int = Field(default=1024 * 1024, ge=1024)
+    """Largest client frame accepted; a bigger one closes the connection with 1009."""
+    max_subscriptions: int = Field(default=32, ge=1)
+    """Most subscriptions one connection may hold at once."""
+    slow_client_timeout: float = Field(default=60.0, gt=0)
+    """Seconds a send to a client may make no progress before the client is closed (4000)."""
 
 
 class LimitsConfig(BaseModel):
@@ -50,6 +58,8 @@ class LimitsConfig(BaseModel):
     """Most children one agent instance may have running at once."""
     run_timeout_seconds: float = Field(default=900.0, gt=0)
     """Wall-clock bound on a whole run."""
+    max_concurrent_runs: int = Field(default=32, ge=1)
+    """Most runs the server executes at once; more is `limit_exceeded`."""
 
 
 class ServerConfig(BaseModel):

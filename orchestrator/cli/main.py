@@ -1,8 +1,10 @@
-"""`orchestrator` command line (contract §5): `run` and `agents`."""
+"""`orchestrator` command line (contract §5): `run`, `agents`, `serve`, `watch`."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import logging
 import os
 import signal
 import sys
@@ -17,6 +19,7 @@ from rich.table import Table
 from agents.errors import SpecError
 from agents.spec import load_specs
 from orchestrator.cli.render import render_tree
+from orchestrator.cli.watch import watch_main
 from orchestrator.config import ConfigError, ServerConfig, load_config
 from orchestrator.core.events import encode_event
 from orchestrator.core.tree import TreeView
@@ -26,6 +29,7 @@ from orchestrator.runtime.orchestrator import (
     UnknownAgent,
     builtin_tool_names,
 )
+from orchestrator.server.app import open_storage, serve
 
 __all__ = ["main"]
 
@@ -51,6 +55,20 @@ def _parser() -> argparse.ArgumentParser:
 
     agents = sub.add_parser("agents", help="list the subagents")
     agents.add_argument("--config", type=Path, default=None, help="server config (YAML)")
+
+    serve = sub.add_parser("serve", help="run the WebSocket server")
+    serve.add_argument("--config", type=Path, default=None, help="server config (YAML)")
+    serve.add_argument("--host", default=None, help="override server.host")
+    serve.add_argument("--port", type=int, default=None, help="override server.port")
+
+    watch = sub.add_parser("watch", help="follow a run on a server, live")
+    watch.add_argument("run_id", help="the run to follow")
+    watch.add_argument("--url", default="ws://127.0.0.1:8765/ws", help="the server's /ws URL")
+    watch.add_argument("--token", default=None, help="bearer token")
+    watch.add_argument("--max-depth", type=int, default=None, help="only events up to this depth")
+    watch.add_argument("--path-prefix", default=None, help="only this subtree (whole segments)")
+    watch.add_argument("--after-seq", type=int, default=0, help="start after this seq")
+    watch.add_argument("--json", action="store_true", help="print one event JSON per line")
     return parser
 
 
@@ -139,11 +157,50 @@ def _agents(config: ServerConfig) -> int:
     return 0
 
 
+async def _serve(config: ServerConfig, host: str | None, port: int | None) -> int:
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(functools.partial(serve, config, host=host, port=port))
+        print(f"orchestrator listening on {server.url} (storage: {config.storage})", flush=True)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                print(f"{signal.Signals(signum).name}: shutting down…", file=sys.stderr, flush=True)
+                await server.shutdown()
+                break
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    flt: dict[str, object] = {}
+    if args.max_depth is not None:
+        flt["maxDepth"] = args.max_depth
+    if args.path_prefix is not None:
+        flt["pathPrefix"] = args.path_prefix
+    return trio.run(
+        functools.partial(
+            watch_main,
+            args.url,
+            args.run_id,
+            token=args.token,
+            filter=flt or None,
+            after_seq=args.after_seq,
+            json_lines=args.json,
+        )
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `orchestrator` console script."""
     args = _parser().parse_args(argv)
     try:
+        if args.command == "watch":
+            return _watch(args)
         config = _load(args.config)
+        if args.command == "serve":
+            logging.basicConfig(
+                level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+            )
+            open_storage(config)  # an unsupported storage URL fails here, in one line
+            return trio.run(_serve, config, args.host, args.port)
         if args.command == "agents":
             return _agents(config)
         if args.max_depth is not None and args.max_depth < 0:

@@ -16,7 +16,7 @@ from agents.errors import AgentFailed
 from agents.runner import AgentRunner
 from orchestrator.core.bus import Bus, RunSink, current_bus, new_run_id
 from orchestrator.core.events import EventType, Usage
-from orchestrator.runtime.spawn import RunLimits, run_limits
+from orchestrator.runtime.spawn import RunLimits, run_agents, run_limits
 
 if TYPE_CHECKING:
     from orchestrator.runtime.orchestrator import Orchestrator
@@ -60,10 +60,25 @@ class Run:
         self.run_id = sink.run_id if sink is not None else (run_id or new_run_id())
         self.scope = trio.CancelScope()
         self.result: RunResult | None = None
+        self.agents: dict[str, AgentRunner] = {}
+        """Running child instances by agentKey (streaming runs only)."""
+        self.root: AgentRunner | None = None
+        self._interrupted = False
 
     def cancel(self) -> None:
         """Cancel the whole tree; the run ends `cancelled`."""
         self.scope.cancel()
+
+    def interrupt(self) -> None:
+        """Stop the run because the server is stopping; it ends `interrupted`."""
+        self._interrupted = True
+        self.scope.cancel()
+
+    def agent(self, agent_key: str | None) -> AgentRunner | None:
+        """A running agent of this run: the root for None, else by agentKey."""
+        if agent_key is None:
+            return self.root
+        return self.agents.get(agent_key)
 
     async def execute(self) -> RunResult:
         """Run the root agent to the end and emit RUN_FINISHED."""
@@ -74,6 +89,7 @@ class Run:
             bus.emit_nowait(EventType.RUN_STARTED, {"agentId": spec.id, "input": self.input})
         bus_token = current_bus.set(bus)
         limits_token = run_limits.set(self.limits)
+        agents_token = run_agents.set(self.agents)
         status: RunStatus = "failed"
         text = error = None
         timeout = orch.config.limits.run_timeout_seconds
@@ -81,6 +97,7 @@ class Run:
         runner = AgentRunner(
             spec, orch.providers.for_agent(spec), orch.tools, bus, depth=0, timeout_scope=deadline
         )
+        self.root = runner
         try:
             with self.scope, deadline:
                 try:
@@ -93,11 +110,14 @@ class Run:
                     error = f"internal: {type(exc).__name__}: {exc}"
             if deadline.cancelled_caught:
                 error = f"timeout: run exceeded run_timeout_seconds ({timeout:g} s)"
+            elif self.scope.cancelled_caught and self._interrupted:
+                status, error = "interrupted", "the server stopped while the run was running"
             elif self.scope.cancelled_caught:
                 status, error = "cancelled", "cancelled"
         finally:
             current_bus.reset(bus_token)
             run_limits.reset(limits_token)
+            run_agents.reset(agents_token)
         self.result = RunResult(
             run_id=self.run_id,
             status=status,

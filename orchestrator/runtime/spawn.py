@@ -26,7 +26,7 @@ from orchestrator.core.events import EventType
 if TYPE_CHECKING:
     from orchestrator.runtime.orchestrator import Orchestrator
 
-__all__ = ["AgentSpawnTool", "RunLimits", "run_limits"]
+__all__ = ["AgentSpawnTool", "RunLimits", "run_agents", "run_limits"]
 
 
 class RunLimits(msgspec.Struct, frozen=True):
@@ -39,6 +39,10 @@ class RunLimits(msgspec.Struct, frozen=True):
 run_limits: contextvars.ContextVar[RunLimits | None] = contextvars.ContextVar(
     "run_limits", default=None
 )
+run_agents: contextvars.ContextVar[dict[str, AgentRunner] | None] = contextvars.ContextVar(
+    "run_agents", default=None
+)
+"""The running agent instances of the run in this context, by agentKey (streaming runs)."""
 
 
 class SpawnArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -142,6 +146,10 @@ class AgentSpawnTool:
         )
         token = current_bus.set(child_bus)
         ctx.instance.running_children += 1
+        registry = run_agents.get()
+        key = child_bus.source.agent_key if child_bus is not None and child_bus.source else None
+        if registry is not None and key is not None:
+            registry[key] = runner
         try:
             if child_bus is not None:
                 child_bus.emit_nowait(
@@ -152,6 +160,8 @@ class AgentSpawnTool:
         except AgentFailed as exc:
             raise ToolError(f"subagent {spec.id!r} failed ({exc.error_type}): {exc}") from None
         finally:
+            if registry is not None and key is not None:
+                registry.pop(key, None)
             ctx.instance.running_children -= 1
             current_bus.reset(token)
             ctx.subtree_usage.add(runner.subtree_usage)

@@ -1,0 +1,1 @@
+"""`orchestrator serve`: WebSocket feeds of agent trees, the run journal, plain HTTP."""

@@ -1,0 +1,249 @@
+"""The server: WebSocket feeds on `/ws`, `/healthz` and `/metrics` on the same port.
+
+async with trio.open_nursery() as nursery:
+    server = await nursery.start(serve, config)   # a RunningServer
+    ...
+    await server.shutdown()                         # graceful, as on SIGTERM
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import logging
+from collections.abc import Iterator
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import trio
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+from websockets.trio.server import Server, ServerConnection
+from websockets.trio.server import serve as ws_serve
+
+from orchestrator.config import ConfigError, ServerConfig
+from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.server.connection import Connection
+from orchestrator.server.runs import ServerRuns
+from orchestrator.storage.base import Storage
+from orchestrator.storage.journal import Journal
+from orchestrator.storage.memory import MemoryStorage
+from orchestrator.storage.sqlite import SqliteStorage
+
+__all__ = ["RunningServer", "ServerApp", "open_storage", "serve"]
+
+logger = logging.getLogger(__name__)
+RUN_STATUSES = ("running", "completed", "failed", "cancelled", "interrupted")
+
+
+def open_storage(config: ServerConfig) -> Storage:
+    """The storage backend named by `storage:` (relative paths: the config's directory).
+
+    Raises:
+        ConfigError: an unsupported storage URL.
+    """
+    url = config.storage
+    if url.startswith("memory://"):
+        return MemoryStorage()
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        return SqliteStorage(path if path.is_absolute() else config.base_dir / path)
+    raise ConfigError(
+        f"storage: {url!r} is not supported by this server (use memory:// or sqlite:///PATH)"
+    )
+
+
+class ServerApp:
+    """What every connection shares: config, agents, journal, runs, metrics."""
+
+    def __init__(
+        self, config: ServerConfig, orchestrator: Orchestrator, journal: Journal, runs: ServerRuns
+    ) -> None:
+        self.config = config
+        self.orchestrator = orchestrator
+        self.journal = journal
+        self.runs = runs
+        self.connections: set[Connection] = set()
+        self.queue_frames = 16
+        self.closing = False
+        self.feed_ended = trio.lowlevel.ParkingLot()
+        """Unparked whenever a subscription ends (shutdown waits on it)."""
+        self.registry = CollectorRegistry()
+        self.registry.register(_AppCollector(self))
+
+    async def handler(self, ws: ServerConnection) -> None:
+        """Serve one WebSocket connection."""
+        connection = Connection(self, ws)
+        self.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
+
+    def process_request(self, conn: ServerConnection, request: Request) -> Response | None:
+        """Plain HTTP routes, and the bearer-token check on the upgrade."""
+        url = urlsplit(request.path)
+        if url.path == "/healthz":
+            return _respond(conn, HTTPStatus.OK, b'{"status":"ok"}', "application/json")
+        if url.path == "/metrics":
+            return _respond(
+                conn,
+                HTTPStatus.OK,
+                generate_latest(self.registry),
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+        if url.path != "/ws":
+            return conn.respond(HTTPStatus.NOT_FOUND, "not found: use /ws, /healthz or /metrics\n")
+        tokens = self.config.server.tokens
+        if tokens and not _authorized(tokens, request.headers, url.query):
+            return conn.respond(
+                HTTPStatus.UNAUTHORIZED, "unauthorized: send Authorization: Bearer <token>\n"
+            )
+        return None
+
+    def slowest_lag(self) -> int:
+        """How many committed events the furthest-behind subscription still has to read."""
+        lag = 0
+        for connection in list(self.connections):
+            for feed in list(connection.feeds.values()):
+                log = self.journal.get(feed.run_id)
+                lag = max(lag, log.committed - feed.cursor)
+        return lag
+
+
+def _authorized(tokens: list[str], headers: Headers, query: str) -> bool:
+    offered = []
+    auth = headers.get("Authorization", "")
+    if auth.lower().startswith("bearer "):
+        offered.append(auth[7:].strip())
+    offered += parse_qs(query).get("token", [])
+    return any(hmac.compare_digest(o.encode(), t.encode()) for o in offered for t in tokens)
+
+
+def _respond(
+    conn: ServerConnection, status: HTTPStatus, body: bytes, content_type: str
+) -> Response:
+    response = conn.respond(status, "")
+    response.body = body
+    del response.headers["Content-Type"]
+    del response.headers["Content-Length"]
+    response.headers["Content-Type"] = content_type
+    response.headers["Content-Length"] = str(len(body))
+    return response
+
+
+class _AppCollector(Collector):
+    """Prometheus metrics read from the live server state at scrape time."""
+
+    def __init__(self, app: ServerApp) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Any]:
+        app = self.app
+        runs = GaugeMetricFamily(
+            "orchestrator_runs", "Runs known to the journal, by status", labels=["status"]
+        )
+        counts = dict.fromkeys(RUN_STATUSES, 0)
+        for record in app.journal.records():
+            counts[record.status] = counts.get(record.status, 0) + 1
+        for status, count in counts.items():
+            runs.add_metric([status], count)
+        yield runs
+        yield CounterMetricFamily(
+            "orchestrator_events_journaled",
+            "Events written to the journal",
+            value=app.journal.events_written,
+        )
+        yield GaugeMetricFamily(
+            "orchestrator_connections", "Open WebSocket connections", value=len(app.connections)
+        )
+        yield GaugeMetricFamily(
+            "orchestrator_subscriptions",
+            "Active subscriptions",
+            value=sum(len(c.feeds) for c in list(app.connections)),
+        )
+        yield GaugeMetricFamily(
+            "orchestrator_slowest_client_lag_events",
+            "Committed events the furthest-behind subscription has not read yet",
+            value=app.slowest_lag(),
+        )
+
+
+class RunningServer:
+    """A started server: where it listens, and how to stop it gracefully."""
+
+    def __init__(self, app: ServerApp, ws_server: Server, stop: trio.CancelScope) -> None:
+        self.app = app
+        self.ws_server = ws_server
+        self._stop = stop
+        sock = ws_server.listeners[0].socket
+        self.host, self.port = sock.getsockname()[:2]
+
+    @property
+    def url(self) -> str:
+        """The WebSocket URL."""
+        return f"ws://{self.host}:{self.port}/ws"
+
+    async def shutdown(self) -> None:
+        """Stop accepting, end the runs `interrupted`, flush the journal, close clients (1001)."""
+        app = self.app
+        app.closing = True
+        # Stop accepting now (as Server.aclose() does first) but keep open connections,
+        # so watchers still get the runs' last events and their `end`.
+        self.ws_server.serve_nursery.cancel_scope.cancel()
+        self.ws_server.closing = True
+        await app.runs.interrupt_all()
+        await app.journal.flush()
+        # Give feeds a moment to deliver the runs' last events and their `end`.
+        with trio.move_on_after(1):
+            while any(c.feeds for c in list(app.connections)):
+                await app.feed_ended.park()
+        await self.ws_server.aclose(
+            close_connections=True, code=1001, reason="server shutting down"
+        )
+        self._stop.cancel()
+
+
+async def serve(
+    config: ServerConfig,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    task_status: trio.TaskStatus[RunningServer] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the server until cancelled or `shutdown()`; `task_status` gets a RunningServer."""
+    journal = Journal(open_storage(config))
+    interrupted = await journal.open()
+    if interrupted:
+        logger.warning(
+            "ended %d runs left running by the last server: interrupted", len(interrupted)
+        )
+    with trio.CancelScope() as stop:
+        async with Orchestrator.open(config) as orch, trio.open_nursery() as nursery:
+            await nursery.start(journal.run_writer)
+            async with trio.open_nursery() as run_nursery:
+                runs = ServerRuns(orch, journal, run_nursery)
+                app = ServerApp(config, orch, journal, runs)
+                ws_server: Server = await nursery.start(
+                    functools.partial(
+                        ws_serve,
+                        app.handler,
+                        config.server.port if port is None else port,
+                        host=config.server.host if host is None else host,
+                        process_request=app.process_request,
+                        origins=_origins(config),
+                        max_size=config.server.max_frame_bytes,
+                    )
+                )
+                task_status.started(RunningServer(app, ws_server, stop))
+                await trio.sleep_forever()
+
+
+def _origins(config: ServerConfig) -> list[Any] | None:
+    allowed = config.server.allowed_origins
+    return list(allowed) if allowed is not None else None

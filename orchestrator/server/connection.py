@@ -1,0 +1,241 @@
+"""One WebSocket client: a reader that dispatches ops, one writer, and its feeds.
+
+Everything the server sends to this client goes through one bounded frame queue
+and one writer task, so replies keep their order (an `ack` before the events of
+its subscription) and a slow client holds at most `queue_frames` frames. Feeds
+block on that queue, never the run. A send that makes no progress for
+`slow_client_timeout` seconds closes the client with code 4000; it reconnects and
+resumes with `afterSeq`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+from websockets.exceptions import ConnectionClosed
+from websockets.trio.server import ServerConnection
+
+from orchestrator.core.filters import FilterSpec
+from orchestrator.runtime.orchestrator import UnknownAgent
+from orchestrator.runtime.run import Run
+from orchestrator.server import protocol
+from orchestrator.server.feed import Feed
+from orchestrator.server.protocol import ProtocolError
+from orchestrator.server.runs import AgentNotRunning, LimitExceeded
+from orchestrator.storage.journal import UnknownRun
+
+if TYPE_CHECKING:
+    from orchestrator.server.app import ServerApp
+
+__all__ = ["SLOW_CLIENT_CLOSE", "Connection"]
+
+logger = logging.getLogger(__name__)
+SLOW_CLIENT_CLOSE = 4000
+
+
+class Connection:
+    """Serves one client until it disconnects."""
+
+    def __init__(self, app: ServerApp, ws: ServerConnection) -> None:
+        self.app = app
+        self.ws = ws
+        self._out, self._out_recv = trio.open_memory_channel[bytes](app.queue_frames)
+        self.feeds: dict[str, Feed] = {}
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._next_sub = 0
+        self._sending_since: float | None = None
+        self._nursery: trio.Nursery | None = None
+
+    async def serve(self) -> None:
+        """Read and dispatch client messages until the connection closes."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._writer)
+            nursery.start_soon(self._watchdog)
+            try:
+                async for message in self.ws:
+                    await self._handle(message)
+            except ConnectionClosed:
+                pass
+            finally:
+                nursery.cancel_scope.cancel()
+
+    # -- output ----------------------------------------------------------------
+
+    async def reply(self, frame: bytes) -> None:
+        """Queue a frame for the writer (waits while the client is behind)."""
+        await self._out.send(frame)
+
+    async def _writer(self) -> None:
+        try:
+            async for frame in self._out_recv:
+                self._sending_since = trio.current_time()
+                await self.ws.send(frame, text=True)
+                self._sending_since = None
+        except ConnectionClosed:
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+
+    async def _watchdog(self) -> None:
+        timeout = self.app.config.server.slow_client_timeout
+        while True:
+            await trio.sleep(min(1.0, timeout / 4))
+            since = self._sending_since
+            if since is not None and trio.current_time() - since > timeout:
+                await self._close_slow()
+                return
+
+    async def _close_slow(self) -> None:
+        logger.info("closing a slow client (%s)", self.ws.remote_address)
+        with trio.move_on_after(5):
+            await self.ws.aclose(
+                SLOW_CLIENT_CLOSE, "slow consumer: reconnect and resume with afterSeq"
+            )
+        await trio.aclose_forcefully(self.ws.stream)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    # -- input -----------------------------------------------------------------
+
+    async def _handle(self, message: str | bytes) -> None:
+        msg_id: protocol.MessageId = None
+        try:
+            op = protocol.parse(message)
+            msg_id = op.id
+            await self._dispatch(op)
+        except ProtocolError as exc:
+            await self.reply(protocol.error_frame(exc.code, exc.message, exc.id or msg_id))
+        except Exception as exc:
+            logger.exception("op failed")
+            await self.reply(
+                protocol.error_frame("internal", f"{type(exc).__name__}: {exc}", msg_id)
+            )
+
+    async def _dispatch(self, op: protocol.ClientOp) -> None:
+        app = self.app
+        if isinstance(op, protocol.Ping):
+            await self.reply(protocol.encode(protocol.with_id({"op": "pong"}, op.id)))
+        elif isinstance(op, protocol.Subscribe):
+            try:
+                feed = self._new_feed(op.run_id, op.after_seq, op.filter, op.detail, op.id)
+            except UnknownRun as exc:
+                raise ProtocolError("not_found", str(exc), op.id) from None
+            await self.reply(protocol.ack(op.id, sub=feed.sub))
+            self._start_feed(feed)
+        elif isinstance(op, protocol.Run):
+            await self._run(op)
+        elif isinstance(op, protocol.Unsubscribe):
+            scope = self._scopes.pop(op.sub, None)
+            if scope is None:
+                raise ProtocolError("not_found", f"no subscription {op.sub!r}", op.id)
+            scope.cancel()
+            self.feeds.pop(op.sub, None)
+            await self.reply(protocol.ack(op.id))
+        elif isinstance(op, protocol.Cancel):
+            try:
+                app.runs.cancel(op.run_id)
+            except UnknownRun as exc:
+                raise ProtocolError("not_found", str(exc), op.id) from None
+            await self.reply(protocol.ack(op.id))
+        elif isinstance(op, protocol.Send):
+            try:
+                app.runs.send(op.run_id, op.agent_key, op.message)
+            except (UnknownRun, AgentNotRunning) as exc:
+                raise ProtocolError("not_found", str(exc).strip("'\""), op.id) from None
+            await self.reply(protocol.ack(op.id))
+        elif isinstance(op, protocol.Runs):
+            runs = [
+                {
+                    "runId": r.run_id,
+                    "agentId": r.agent_id,
+                    "status": r.status,
+                    "createdAt": r.created_at,
+                }
+                for r in app.journal.records()
+            ]
+            await self.reply(protocol.encode(protocol.with_id({"op": "runs", "runs": runs}, op.id)))
+        elif isinstance(op, protocol.Agents):
+            agents = [
+                {"id": s.id, "name": s.display_name, "description": s.description}
+                for s in app.orchestrator.specs.values()
+            ]
+            await self.reply(
+                protocol.encode(protocol.with_id({"op": "agents", "agents": agents}, op.id))
+            )
+
+    async def _run(self, op: protocol.Run) -> None:
+        app = self.app
+        if app.closing:
+            raise ProtocolError("limit_exceeded", "the server is shutting down", op.id)
+        if op.stream:
+            self._check_sub_limit(op.id)
+        try:
+            run = app.runs.start(op.agent, op.input, stream=op.stream)
+        except UnknownAgent as exc:
+            raise ProtocolError("not_found", str(exc).strip('"'), op.id) from None
+        except LimitExceeded as exc:
+            raise ProtocolError("limit_exceeded", str(exc), op.id) from None
+        if not op.stream:
+            await self.reply(protocol.ack(op.id, runId=run.run_id))
+            assert self._nursery is not None
+            self._nursery.start_soon(self._await_result, run, op.id)
+            return
+        feed = self._new_feed(run.run_id, 0, op.filter, op.detail, op.id)
+        await self.reply(protocol.ack(op.id, runId=run.run_id, sub=feed.sub))
+        self._start_feed(feed)
+
+    async def _await_result(self, run: Run, msg_id: protocol.MessageId) -> None:
+        result = await self.app.runs.wait(run)
+        frame = {
+            "op": "result",
+            "runId": result.run_id,
+            "status": result.status,
+            "text": result.text,
+        }
+        if result.error is not None:
+            frame["error"] = result.error
+        await self.reply(protocol.encode(protocol.with_id(frame, msg_id)))
+
+    # -- subscriptions ---------------------------------------------------------
+
+    def _check_sub_limit(self, msg_id: protocol.MessageId) -> None:
+        limit = self.app.config.server.max_subscriptions
+        if len(self._scopes) >= limit:
+            raise ProtocolError(
+                "limit_exceeded",
+                f"this connection already has {len(self._scopes)} subscriptions "
+                f"(server.max_subscriptions is {limit})",
+                msg_id,
+            )
+
+    def _new_feed(
+        self,
+        run_id: str,
+        after_seq: int,
+        filter: FilterSpec | None,
+        detail: str,
+        msg_id: protocol.MessageId,
+    ) -> Feed:
+        self._check_sub_limit(msg_id)
+        self._next_sub += 1
+        sub = f"s{self._next_sub}"
+        return Feed(
+            self.app.journal, sub, run_id, after_seq=after_seq, filter=filter, detail=detail
+        )
+
+    def _start_feed(self, feed: Feed) -> None:
+        scope = trio.CancelScope()
+        self._scopes[feed.sub] = scope
+        self.feeds[feed.sub] = feed
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_feed, feed, scope)
+
+    async def _run_feed(self, feed: Feed, scope: trio.CancelScope) -> None:
+        with scope:
+            await feed.run(self.reply)
+        if self._scopes.get(feed.sub) is scope:
+            del self._scopes[feed.sub]
+            self.feeds.pop(feed.sub, None)
+        self.app.feed_ended.unpark_all()

@@ -1,0 +1,97 @@
+"""One subscription: replay from the journal after a cursor, then follow the run live.
+
+The feed pulls from the journal at its own pace, so a slow client only slows its
+own feed: the run and other clients never wait for it, and the memory it holds is
+one frame queue. Because it reads by cursor, a subscription with `afterSeq: N`
+gets exactly the matching events with seq > N — replayed, then live, with no race
+between the two and no duplicates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from orchestrator.core.events import Event, EventType
+from orchestrator.core.filters import FeedFilter, FilterSpec
+from orchestrator.server.protocol import end_frame, events_frame
+from orchestrator.storage.journal import Journal
+
+__all__ = ["Feed"]
+
+_STATUS_HIDDEN = frozenset({EventType.REASONING, EventType.TOOL_CALL_DELTA})
+
+
+class Feed:
+    """The state of one subscription; `run()` drives it until the run's `end`."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        sub: str,
+        run_id: str,
+        *,
+        after_seq: int = 0,
+        filter: FilterSpec | None = None,
+        detail: str = "full",
+        batch_events: int = 1024,
+        frame_bytes: int = 256 * 1024,
+    ) -> None:
+        log = journal.get(run_id)
+        self.journal = journal
+        self.sub = sub
+        self.run_id = run_id
+        self.cursor = after_seq
+        """Highest seq already handled (sent, or filtered out)."""
+        self.filter = FeedFilter(
+            filter, root_agent_id=log.record.agent_id, root_session_id=log.record.root_session_id
+        )
+        self.status_only = detail == "status"
+        self.batch_events = batch_events
+        self.frame_bytes = frame_bytes
+        self.sent_events = 0
+
+    def wants(self, event: Event) -> bool:
+        """Does this subscription deliver the event?"""
+        if self.status_only and event.type in _STATUS_HIDDEN:
+            return False
+        return self.filter.matches(event)
+
+    async def run(self, send: Callable[[bytes], Awaitable[None]]) -> None:
+        """Send matching events as `events` frames, then `end`; returns after `end`."""
+        journal, run_id = self.journal, self.run_id
+        log = journal.get(run_id)
+        everything = self.filter.everything and not self.status_only
+        while True:
+            entries = await journal.read(run_id, self.cursor, self.batch_events)
+            if entries:
+                raws = (
+                    [e.raw for e in entries]
+                    if everything
+                    else [e.raw for e in entries if self.wants(e.event)]
+                )
+                for frame_raws in _split(raws, self.frame_bytes):
+                    await send(events_frame(self.sub, frame_raws))
+                    self.sent_events += len(frame_raws)
+                self.cursor = entries[-1].seq
+                continue
+            if log.finished and self.cursor >= log.committed:
+                await send(end_frame(self.sub, run_id, log.finished_status or "completed"))
+                return
+            await journal.wait(run_id, self.cursor)
+
+
+def _split(raws: list[bytes], budget: int) -> list[list[bytes]]:
+    """Cut a batch into frames of about `budget` bytes (one event per frame at least)."""
+    if not raws:
+        return []
+    frames: list[list[bytes]] = []
+    current: list[bytes] = []
+    size = 0
+    for raw in raws:
+        if current and size + len(raw) > budget:
+            frames.append(current)
+            current, size = [], 0
+        current.append(raw)
+        size += len(raw) + 1
+    frames.append(current)
+    return frames

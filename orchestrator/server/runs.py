@@ -1,0 +1,119 @@
+"""Runs executed by the server: each publishes into the journal, never to a client."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from orchestrator.core.bus import RunSink, new_run_id, new_session_id
+from orchestrator.runtime.orchestrator import Orchestrator, UnknownAgent
+from orchestrator.runtime.run import Run, RunResult
+from orchestrator.storage.base import RunRecord
+from orchestrator.storage.journal import Journal
+
+__all__ = ["AgentNotRunning", "LimitExceeded", "ServerRuns"]
+
+
+class LimitExceeded(Exception):
+    """Too many concurrent runs."""
+
+
+class AgentNotRunning(LookupError):
+    """A message was sent to an agent that is not running."""
+
+
+class ServerRuns:
+    """Starts, tracks, cancels and interrupts the server's runs."""
+
+    def __init__(self, orchestrator: Orchestrator, journal: Journal, nursery: trio.Nursery) -> None:
+        self.orchestrator = orchestrator
+        self.journal = journal
+        self._nursery = nursery
+        self.active: dict[str, Run] = {}
+        self._done: dict[str, trio.Event] = {}
+        self.max_concurrent = orchestrator.config.limits.max_concurrent_runs
+
+    def start(self, agent_id: str, input: str, *, stream: bool = True) -> Run:
+        """Start a run (streaming: journaled events; else a blocking call with none).
+
+        Raises:
+            UnknownAgent: no such subagent.
+            LimitExceeded: `limits.max_concurrent_runs` runs are running.
+        """
+        orch = self.orchestrator
+        if agent_id not in orch.specs:
+            raise UnknownAgent(agent_id, sorted(orch.specs))
+        if len(self.active) >= self.max_concurrent:
+            raise LimitExceeded(
+                f"{len(self.active)} runs are running (limits.max_concurrent_runs "
+                f"is {self.max_concurrent})"
+            )
+        run_id, root_session = new_run_id(), new_session_id(root=True)
+        self.journal.create_run(
+            RunRecord(
+                run_id=run_id,
+                agent_id=agent_id,
+                input=input,
+                status="running",
+                created_at=time.time(),
+                root_session_id=root_session,
+            )
+        )
+        sink = RunSink(run_id, root_session, self.journal.outlet(run_id)) if stream else None
+        run = Run(orch, agent_id, input, limits=orch.default_limits(), sink=sink, run_id=run_id)
+        self.active[run_id] = run
+        self._done[run_id] = trio.Event()
+        self._nursery.start_soon(self._execute, run)
+        return run
+
+    async def _execute(self, run: Run) -> None:
+        try:
+            result = await run.execute()
+            if run.sink is None:
+                self.journal.end_call_run(run.run_id, result.status)
+        finally:
+            self.active.pop(run.run_id, None)
+            self._done.pop(run.run_id).set()
+
+    async def wait(self, run: Run) -> RunResult:
+        """Wait for a run started here to end."""
+        done = self._done.get(run.run_id)
+        if done is not None:
+            await done.wait()
+        assert run.result is not None
+        return run.result
+
+    def cancel(self, run_id: str) -> None:
+        """Cancel a running run (a finished one is left as it is).
+
+        Raises:
+            UnknownRun: no such run.
+        """
+        self.journal.get(run_id)
+        run = self.active.get(run_id)
+        if run is not None:
+            run.cancel()
+
+    def send(self, run_id: str, agent_key: str | None, message: str) -> None:
+        """Deliver a person's message to a running agent of a run (default: its root).
+
+        Raises:
+            UnknownRun: no such run.
+            AgentNotRunning: the run or that agent is not running.
+        """
+        self.journal.get(run_id)
+        run = self.active.get(run_id)
+        if run is None:
+            raise AgentNotRunning(f"run {run_id!r} is not running")
+        agent = run.agent(agent_key)
+        who = "the root agent" if agent_key is None else f"agent {agent_key!r}"
+        if agent is None or not agent.deliver(message, "client"):
+            raise AgentNotRunning(f"{who} of run {run_id!r} is not running")
+
+    async def interrupt_all(self) -> None:
+        """Server shutdown: end every run `interrupted` and wait for them."""
+        for run in list(self.active.values()):
+            run.interrupt()
+        for done in list(self._done.values()):
+            await done.wait()

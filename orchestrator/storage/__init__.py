@@ -1,0 +1,1 @@
+"""The run journal and the storage backends behind it."""

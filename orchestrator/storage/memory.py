@@ -1,0 +1,27 @@
+"""`memory://`: nothing survives the process; the journal keeps every event in RAM."""
+
+from __future__ import annotations
+
+from orchestrator.storage.base import RunRecord
+
+__all__ = ["MemoryStorage"]
+
+
+class MemoryStorage:
+    """The non-durable backend: writes are no-ops, reads are never needed."""
+
+    durable = False
+
+    async def open(self) -> list[RunRecord]:
+        """Nothing to load."""
+        return []
+
+    async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
+        """Nothing to write: the journal's memory is the store."""
+
+    async def read(self, run_id: str, after_seq: int, limit: int) -> list[bytes]:
+        """Never called for a non-durable store."""
+        raise RuntimeError("memory storage keeps no history outside the journal")
+
+    async def aclose(self) -> None:
+        """Nothing to close."""

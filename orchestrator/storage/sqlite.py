@@ -1,0 +1,143 @@
+"""`sqlite:///PATH`: the embedded default. WAL mode, batched writes, all off the trio thread.
+
+One connection writes (one transaction per batch), one reads; each is used by one
+worker thread at a time (a CapacityLimiter of 1), so sqlite3's threading rules hold.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import trio
+
+from orchestrator.storage.base import RunRecord
+
+__all__ = ["SqliteStorage"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    input TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    root_session_id TEXT NOT NULL,
+    last_seq INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+"""
+
+
+class SqliteStorage:
+    """Run records and events in one SQLite file."""
+
+    durable = True
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._writer: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._write_limiter = trio.CapacityLimiter(1)
+        self._read_limiter = trio.CapacityLimiter(1)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        return conn
+
+    def _open(self) -> list[RunRecord]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = self._connect()
+        self._writer.executescript(_SCHEMA)
+        self._reader = self._connect()
+        rows = self._writer.execute(
+            "SELECT run_id, agent_id, input, status, created_at, finished_at, root_session_id,"
+            " last_seq FROM runs ORDER BY created_at"
+        ).fetchall()
+        return [
+            RunRecord(
+                run_id=r[0],
+                agent_id=r[1],
+                input=r[2],
+                status=r[3],
+                created_at=r[4],
+                finished_at=r[5],
+                root_session_id=r[6],
+                last_seq=r[7],
+            )
+            for r in rows
+        ]
+
+    async def open(self) -> list[RunRecord]:
+        """Create the schema if needed and load every run record."""
+        return await trio.to_thread.run_sync(self._open, limiter=self._write_limiter)
+
+    def _write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
+        conn = self._writer
+        assert conn is not None, "storage is not open"
+        conn.execute("BEGIN")
+        try:
+            if events:
+                conn.executemany("INSERT INTO events (run_id, seq, body) VALUES (?, ?, ?)", events)
+            if records:
+                conn.executemany(
+                    "INSERT INTO runs (run_id, agent_id, input, status, created_at, finished_at,"
+                    " root_session_id, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT(run_id) DO UPDATE SET status=excluded.status,"
+                    " finished_at=excluded.finished_at, last_seq=excluded.last_seq",
+                    [
+                        (
+                            r.run_id,
+                            r.agent_id,
+                            r.input,
+                            r.status,
+                            r.created_at,
+                            r.finished_at,
+                            r.root_session_id,
+                            r.last_seq,
+                        )
+                        for r in records
+                    ],
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
+        """One transaction for the whole batch, in a worker thread."""
+        await trio.to_thread.run_sync(self._write, records, events, limiter=self._write_limiter)
+
+    def _read(self, run_id: str, after_seq: int, limit: int) -> list[bytes]:
+        conn = self._reader
+        assert conn is not None, "storage is not open"
+        rows = conn.execute(
+            "SELECT body FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (run_id, after_seq, limit),
+        ).fetchall()
+        return [bytes(r[0]) for r in rows]
+
+    async def read(self, run_id: str, after_seq: int, limit: int) -> list[bytes]:
+        """Events after `after_seq`, from the read connection, in a worker thread."""
+        return await trio.to_thread.run_sync(
+            self._read, run_id, after_seq, limit, limiter=self._read_limiter
+        )
+
+    def _close(self) -> None:
+        for conn in (self._reader, self._writer):
+            if conn is not None:
+                conn.close()
+        self._reader = self._writer = None
+
+    async def aclose(self) -> None:
+        """Close both connections."""
+        await trio.to_thread.run_sync(self._close, limiter=self._write_limiter)
