@@ -76,7 +76,9 @@ async def request(ws: ClientConnection, **message: Any) -> dict[str, Any]:
     return await recv(ws)
 
 
-async def read_until_end(ws: ClientConnection, sub: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+async def read_until_end(
+    ws: ClientConnection, sub: str | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Collect the events of a subscription until its `end` frame."""
     events: list[dict[str, Any]] = []
     while True:
@@ -87,7 +89,9 @@ async def read_until_end(ws: ClientConnection, sub: str | None = None) -> tuple[
             return events, frame
 
 
-async def run_to_end(url: str, agent: str = "planner", task: str = "q", **kw: Any) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+async def run_to_end(
+    url: str, agent: str = "planner", task: str = "q", **kw: Any
+) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
     async with connect(url, max_size=None) as ws:
         ack = await request(ws, op="run", id="r", agent=agent, input=task, **kw)
         assert ack["op"] == "ack", ack

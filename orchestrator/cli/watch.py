@@ -85,8 +85,8 @@ async def follow(
         try:
             async with connect(url, additional_headers=headers, max_size=None) as ws:
                 await ws.send(msgspec.json.encode({**request, "afterSeq": cursor}).decode())
-                async for message in ws:
-                    frame = _decode_frame(message)
+                while True:  # recv(), not `async for`: leaving early needs no cleanup
+                    frame = _decode_frame(await ws.recv())
                     if isinstance(frame, _Events):
                         if frame.events:
                             cursor = frame.events[-1].seq
@@ -99,7 +99,6 @@ async def follow(
                         )
                     elif isinstance(frame, _Gap):
                         cursor = max(cursor, frame.to_seq)
-            raise ConnectionError("the server closed the connection before the run ended")
         except InvalidStatus as exc:
             status = exc.response.status_code
             if status in (401, 403, 404):

@@ -203,6 +203,10 @@ class RunningServer:
         with trio.move_on_after(1):
             while any(c.feeds for c in list(app.connections)):
                 await app.feed_ended.park()
+        with trio.move_on_after(5):
+            async with trio.open_nursery() as nursery:
+                for connection in list(app.connections):
+                    nursery.start_soon(connection.finish, 1001, "server shutting down")
         await self.ws_server.aclose(
             close_connections=True, code=1001, reason="server shutting down"
         )

@@ -47,6 +47,8 @@ class Connection:
         self._next_sub = 0
         self._sending_since: float | None = None
         self._nursery: trio.Nursery | None = None
+        self._closing = False
+        self._writer_done = trio.Event()
 
     async def serve(self) -> None:
         """Read and dispatch client messages until the connection closes."""
@@ -55,8 +57,8 @@ class Connection:
             nursery.start_soon(self._writer)
             nursery.start_soon(self._watchdog)
             try:
-                async for message in self.ws:
-                    await self._handle(message)
+                while True:  # recv(), not `async for`: leaving early needs no cleanup
+                    await self._handle(await self.ws.recv())
             except ConnectionClosed:
                 pass
             finally:
@@ -66,7 +68,18 @@ class Connection:
 
     async def reply(self, frame: bytes) -> None:
         """Queue a frame for the writer (waits while the client is behind)."""
+        if self._closing:
+            return
         await self._out.send(frame)
+
+    async def finish(self, code: int, reason: str) -> None:
+        """Close gracefully: deliver every queued frame, then the close frame."""
+        self._closing = True
+        for scope in list(self._scopes.values()):
+            scope.cancel()
+        await self._out.aclose()
+        await self._writer_done.wait()
+        await self.ws.aclose(code, reason)
 
     async def _writer(self) -> None:
         try:
@@ -77,6 +90,8 @@ class Connection:
         except ConnectionClosed:
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()
+        finally:
+            self._writer_done.set()
 
     async def _watchdog(self) -> None:
         timeout = self.app.config.server.slow_client_timeout

@@ -38,10 +38,15 @@ async def test_tree_over_websocket_tags_and_ordering(tmp_path: Path) -> None:
         assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED"
         starts = [e for e in events if e["type"] == "AGENT_STARTED"]
         assert sorted((s["source"]["depth"], s["source"]["agentId"]) for s in starts) == [
-            (1, "researcher"), (1, "researcher"), (2, "critic"), (2, "critic"),
+            (1, "researcher"),
+            (1, "researcher"),
+            (2, "critic"),
+            (2, "critic"),
         ]
         root_session = starts[0]["source"]["parentSessionId"]
-        parents = {e["source"]["sessionId"]: e["source"]["parentSessionId"] for e in events if e["source"]}
+        parents = {
+            e["source"]["sessionId"]: e["source"]["parentSessionId"] for e in events if e["source"]
+        }
         for start in starts:
             src = start["source"]
             if src["depth"] == 1:
@@ -49,11 +54,18 @@ async def test_tree_over_websocket_tags_and_ordering(tmp_path: Path) -> None:
             else:
                 assert src["path"] == f"{root_session}/researcher/critic"
             result = next(
-                e for e in events
-                if e["type"] == "TOOL_RESULT" and e["data"]["toolCallId"] == src["parentToolCallId"]
-                and (e["source"]["sessionId"] if e["source"] else root_session) == src["parentSessionId"]
+                e
+                for e in events
+                if e["type"] == "TOOL_RESULT"
+                and e["data"]["toolCallId"] == src["parentToolCallId"]
+                and (e["source"]["sessionId"] if e["source"] else root_session)
+                == src["parentSessionId"]
             )
-            subtree = [e for e in events if e["source"] and descends(e["source"]["sessionId"], src["sessionId"], parents)]
+            subtree = [
+                e
+                for e in events
+                if e["source"] and descends(e["source"]["sessionId"], src["sessionId"], parents)
+            ]
             assert max(e["seq"] for e in subtree) < result["seq"]
         # A late subscriber replays exactly the same events from the journal.
         assert await replay(server.url, run_id) == events
@@ -63,17 +75,31 @@ FILTERS: list[tuple[dict[str, Any], Any]] = [
     ({"maxDepth": 0}, lambda e, root: e["source"] is None),
     ({"maxDepth": 1}, lambda e, root: e["source"] is None or e["source"]["depth"] <= 1),
     ({"pathPrefix": "ROOT/researcher"}, lambda e, root: e["source"] is not None),
-    ({"pathPrefix": "ROOT/researcher/critic"}, lambda e, root: e["source"] is not None and e["source"]["agentId"] == "critic"),
+    (
+        {"pathPrefix": "ROOT/researcher/critic"},
+        lambda e, root: e["source"] is not None and e["source"]["agentId"] == "critic",
+    ),
     ({"pathPrefix": "ROOT/research"}, lambda e, root: False),
-    ({"pathGlob": "**/critic"}, lambda e, root: e["source"] is not None and e["source"]["agentId"] == "critic"),
-    ({"pathGlob": "*/researcher"}, lambda e, root: e["source"] is not None and e["source"]["depth"] == 1),
+    (
+        {"pathGlob": "**/critic"},
+        lambda e, root: e["source"] is not None and e["source"]["agentId"] == "critic",
+    ),
+    (
+        {"pathGlob": "*/researcher"},
+        lambda e, root: e["source"] is not None and e["source"]["depth"] == 1,
+    ),
     ({"pathGlob": "ROOT"}, lambda e, root: e["source"] is None),
     ({"agentIds": ["planner"]}, lambda e, root: e["source"] is None),
     ({"agentIds": ["critic", "researcher"]}, lambda e, root: e["source"] is not None),
-    ({"types": ["AGENT_STARTED", "AGENT_RESULT"]}, lambda e, root: e["type"] in ("AGENT_STARTED", "AGENT_RESULT")),
+    (
+        {"types": ["AGENT_STARTED", "AGENT_RESULT"]},
+        lambda e, root: e["type"] in ("AGENT_STARTED", "AGENT_RESULT"),
+    ),
     (
         {"maxDepth": 1, "types": ["TOOL_RESULT"], "agentIds": ["researcher"]},
-        lambda e, root: e["type"] == "TOOL_RESULT" and e["source"] is not None and e["source"]["depth"] == 1,
+        lambda e, root: (
+            e["type"] == "TOOL_RESULT" and e["source"] is not None and e["source"]["depth"] == 1
+        ),
     ),
 ]
 
@@ -81,7 +107,9 @@ FILTERS: list[tuple[dict[str, Any], Any]] = [
 async def test_every_filter_equals_a_filtered_full_replay(tmp_path: Path) -> None:
     async with running_server(demo_config(tmp_path)) as server:
         run_id, everything, _ = await run_to_end(server.url)
-        root = next(e for e in everything if e["type"] == "AGENT_STARTED")["source"]["parentSessionId"]
+        root = next(e for e in everything if e["type"] == "AGENT_STARTED")["source"][
+            "parentSessionId"
+        ]
         for raw_filter, predicate in FILTERS:
             flt = json.loads(json.dumps(raw_filter).replace("ROOT", root))
             expected = [e for e in everything if predicate(e, root)]
@@ -97,7 +125,9 @@ async def test_every_filter_equals_a_filtered_full_replay(tmp_path: Path) -> Non
 async def test_live_filtered_feed_equals_replay(tmp_path: Path) -> None:
     async with running_server(demo_config(tmp_path, token_delay=0.002)) as server:
         async with connect(server.url, max_size=None) as ws:
-            ack = await request(ws, op="run", id=1, agent="planner", input="q", filter={"pathGlob": "**/critic"})
+            ack = await request(
+                ws, op="run", id=1, agent="planner", input="q", filter={"pathGlob": "**/critic"}
+            )
             live, end = await read_until_end(ws, ack["sub"])
         assert live and all(e["source"]["agentId"] == "critic" for e in live)
         assert await replay(server.url, ack["runId"], filter={"pathGlob": "**/critic"}) == live
@@ -108,10 +138,14 @@ async def test_status_detail_drops_deltas(tmp_path: Path) -> None:
     async with running_server(demo_config(tmp_path)) as server:
         run_id, everything, _ = await run_to_end(server.url)
         status = await replay(server.url, run_id, detail="status")
-        assert status == [e for e in everything if e["type"] not in ("REASONING", "TOOL_CALL_DELTA")]
+        assert status == [
+            e for e in everything if e["type"] not in ("REASONING", "TOOL_CALL_DELTA")
+        ]
 
 
-async def test_connection_dropped_mid_run_resumes_without_loss_or_duplicates(tmp_path: Path) -> None:
+async def test_connection_dropped_mid_run_resumes_without_loss_or_duplicates(
+    tmp_path: Path,
+) -> None:
     async with running_server(demo_config(tmp_path, token_delay=0.003)) as server:
         seen: list[dict[str, Any]] = []
         async with connect(server.url, max_size=None) as ws:
@@ -125,7 +159,9 @@ async def test_connection_dropped_mid_run_resumes_without_loss_or_duplicates(tmp
             await trio.aclose_forcefully(ws.stream)
         for _ in range(3):  # resume several times while the run is still going
             async with connect(server.url, max_size=None) as ws:
-                ack = await request(ws, op="subscribe", id=2, runId=run_id, afterSeq=seen[-1]["seq"])
+                ack = await request(
+                    ws, op="subscribe", id=2, runId=run_id, afterSeq=seen[-1]["seq"]
+                )
                 target = len(seen) + 30
                 ended = False
                 while len(seen) < target:
@@ -152,7 +188,10 @@ async def test_slow_consumer_does_not_slow_the_run_or_other_clients(tmp_path: Pa
     config = demo_config(tmp_path, extra_agents={"talker": big})
     async with running_server(config) as server:
         app = server.app
-        async with connect(server.url, max_size=None, max_queue=1) as slow, connect(server.url, max_size=None) as fast:
+        async with (
+            connect(server.url, max_size=None, max_queue=1) as slow,
+            connect(server.url, max_size=None) as fast,
+        ):
             # The slow client starts the run, reads its ack, then stops reading.
             ack = await request(slow, op="run", id=1, agent="talker", input="x")
             run_id = ack["runId"]
@@ -177,7 +216,10 @@ async def test_slow_consumer_does_not_slow_the_run_or_other_clients(tmp_path: Pa
 
 @pytest.mark.parametrize("storage", ["memory://", "sqlite:///db/journal.db"])
 async def test_many_runs_many_subscriptions_on_one_connection(tmp_path: Path, storage: str) -> None:
-    async with running_server(demo_config(tmp_path, storage=storage)) as server, connect(server.url, max_size=None) as ws:
+    async with (
+        running_server(demo_config(tmp_path, storage=storage)) as server,
+        connect(server.url, max_size=None) as ws,
+    ):
         for i in range(3):
             await ws.send(json.dumps({"op": "run", "id": i, "agent": "critic", "input": f"t{i}"}))
         subs: dict[str, str] = {}

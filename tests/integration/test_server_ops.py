@@ -29,7 +29,9 @@ async def test_cancel_reaches_every_agent_and_ends_the_run(tmp_path: Path) -> No
         async with connect(server.url, max_size=None) as ws:
             ack = await request(ws, op="run", id=1, agent="planner", input="q")
             events: list[dict[str, Any]] = []
-            while not any(e["type"] == "AGENT_STARTED" and e["source"]["agentId"] == "critic" for e in events):
+            while not any(
+                e["type"] == "AGENT_STARTED" and e["source"]["agentId"] == "critic" for e in events
+            ):
                 frame = await recv(ws)
                 if frame["op"] == "events":
                     events += frame["events"]
@@ -40,7 +42,11 @@ async def test_cancel_reaches_every_agent_and_ends_the_run(tmp_path: Path) -> No
         assert not acks
         events += rest
         assert end["status"] == "cancelled"
-        running = {e["source"]["agentKey"] if e["source"] else "root" for e in events if e["type"] == "AGENT_STARTED"} | {"root"}
+        running = {
+            e["source"]["agentKey"] if e["source"] else "root"
+            for e in events
+            if e["type"] == "AGENT_STARTED"
+        } | {"root"}
         errors = [e for e in events if e["type"] == "AGENT_ERROR"]
         assert {e["source"]["agentKey"] if e["source"] else "root" for e in errors} == running
         assert all(e["data"]["errorType"] == "cancelled" for e in errors)
@@ -56,19 +62,59 @@ async def test_cancel_reaches_every_agent_and_ends_the_run(tmp_path: Path) -> No
         ('{"id": 7}', "bad_request", "missing field `op`"),
         ('{"op": "fly", "id": 7}', "unknown_op", "unknown op 'fly'"),
         ('{"op": 5, "id": 7}', "unknown_op", "unknown op 5"),
-        ('{"op": "subscribe", "id": 7, "runId": 12}', "bad_request", "Expected `str`, got `int` - at `$.runId`"),
+        (
+            '{"op": "subscribe", "id": 7, "runId": 12}',
+            "bad_request",
+            "Expected `str`, got `int` - at `$.runId`",
+        ),
         ('{"op": "subscribe", "id": 7}', "bad_request", "missing required field `runId`"),
-        ('{"op": "subscribe", "id": 7, "runId": "run-x", "afterSeq": "3"}', "bad_request", "at `$.afterSeq`"),
-        ('{"op": "subscribe", "id": 7, "runId": "run-x", "afterSeq": -1}', "bad_request", "afterSeq must be 0 or more"),
-        ('{"op": "subscribe", "id": 7, "runId": "run-x", "filter": {"maxDepth": "2"}}', "bad_request", "at `$.filter.maxDepth`"),
-        ('{"op": "subscribe", "id": 7, "runId": "run-x", "filter": {"types": ["NOPE"]}}', "bad_request", "unknown event type 'NOPE'"),
-        ('{"op": "subscribe", "id": 7, "runId": "run-x", "fliter": {}}', "bad_request", "unknown field `fliter`"),
-        ('{"op": "subscribe", "id": 7, "runId": "run-nope"}', "not_found", "unknown run 'run-nope'"),
-        ('{"op": "run", "id": 7, "agent": "ghost", "input": "x"}', "not_found", "unknown agent 'ghost'"),
-        ('{"op": "run", "id": 7, "agent": "critic"}', "bad_request", "missing required field `input`"),
+        (
+            '{"op": "subscribe", "id": 7, "runId": "run-x", "afterSeq": "3"}',
+            "bad_request",
+            "at `$.afterSeq`",
+        ),
+        (
+            '{"op": "subscribe", "id": 7, "runId": "run-x", "afterSeq": -1}',
+            "bad_request",
+            "afterSeq must be 0 or more",
+        ),
+        (
+            '{"op": "subscribe", "id": 7, "runId": "run-x", "filter": {"maxDepth": "2"}}',
+            "bad_request",
+            "at `$.filter.maxDepth`",
+        ),
+        (
+            '{"op": "subscribe", "id": 7, "runId": "run-x", "filter": {"types": ["NOPE"]}}',
+            "bad_request",
+            "unknown event type 'NOPE'",
+        ),
+        (
+            '{"op": "subscribe", "id": 7, "runId": "run-x", "fliter": {}}',
+            "bad_request",
+            "unknown field `fliter`",
+        ),
+        (
+            '{"op": "subscribe", "id": 7, "runId": "run-nope"}',
+            "not_found",
+            "unknown run 'run-nope'",
+        ),
+        (
+            '{"op": "run", "id": 7, "agent": "ghost", "input": "x"}',
+            "not_found",
+            "unknown agent 'ghost'",
+        ),
+        (
+            '{"op": "run", "id": 7, "agent": "critic"}',
+            "bad_request",
+            "missing required field `input`",
+        ),
         ('{"op": "unsubscribe", "id": 7, "sub": "s99"}', "not_found", "no subscription 's99'"),
         ('{"op": "cancel", "id": 7, "runId": "run-nope"}', "not_found", "unknown run"),
-        ('{"op": "send", "id": 7, "runId": "run-nope", "message": "hi"}', "not_found", "unknown run"),
+        (
+            '{"op": "send", "id": 7, "runId": "run-nope", "message": "hi"}',
+            "not_found",
+            "unknown run",
+        ),
     ],
 )
 async def test_bad_input_gets_an_error_and_the_connection_stays_usable(
@@ -125,7 +171,10 @@ async def test_send_reaches_the_running_root_agent(tmp_path: Path) -> None:
         "script": {
             "token_delay": 0.01,
             "turns": [
-                {"say": "working on it", "calls": [{"name": "agent_spawn", "args": {"agent_id": "critic", "task": "t"}}]},
+                {
+                    "say": "working on it",
+                    "calls": [{"name": "agent_spawn", "args": {"agent_id": "critic", "task": "t"}}],
+                },
                 {"say": "latest: {input}"},
             ],
         },
@@ -135,7 +184,9 @@ async def test_send_reaches_the_running_root_agent(tmp_path: Path) -> None:
         ack = await request(ws, op="run", id=1, agent="boss", input="first")
         while True:
             frame = await recv(ws)
-            if frame["op"] == "events" and any(e["type"] == "AGENT_STARTED" for e in frame["events"]):
+            if frame["op"] == "events" and any(
+                e["type"] == "AGENT_STARTED" for e in frame["events"]
+            ):
                 break
         await send(ws, op="send", id=2, runId=ack["runId"], message="also this")
         events: list[dict[str, Any]] = []
@@ -148,13 +199,18 @@ async def test_send_reaches_the_running_root_agent(tmp_path: Path) -> None:
             elif frame["op"] == "end":
                 break
         (message,) = [e for e in events if e["type"] == "USER_MESSAGE"]
-        assert message["source"] is None and message["data"] == {"text": "also this", "from": "client"}
+        assert message["source"] is None and message["data"] == {
+            "text": "also this",
+            "from": "client",
+        }
         final = next(e for e in events if e["type"] == "AGENT_RESULT" and e["source"] is None)
         assert final["data"]["text"] == "latest: also this"
         # The run is over: nobody is left to receive a message.
         reply = await request(ws, op="send", id=3, runId=ack["runId"], message="late")
         assert reply["code"] == "not_found" and "is not running" in reply["message"]
-        reply = await request(ws, op="send", id=4, runId=ack["runId"], agentKey="agent:x:y", message="?")
+        reply = await request(
+            ws, op="send", id=4, runId=ack["runId"], agentKey="agent:x:y", message="?"
+        )
         assert reply["code"] == "not_found"
 
 
@@ -185,7 +241,10 @@ async def test_allowed_origins(tmp_path: Path) -> None:
 
 async def test_subscription_and_concurrent_run_limits(tmp_path: Path) -> None:
     config = demo_config(
-        tmp_path, token_delay=0.05, server={"max_subscriptions": 2}, limits={"max_concurrent_runs": 1}
+        tmp_path,
+        token_delay=0.05,
+        server={"max_subscriptions": 2},
+        limits={"max_concurrent_runs": 1},
     )
     async with running_server(config) as server, connect(server.url) as ws:
         ack = await request(ws, op="run", id=1, agent="critic", input="x")

@@ -1,0 +1,156 @@
+"""Restart with SQLite, crash recovery (`interrupted`), graceful shutdown, `watch`."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+from websockets.exceptions import ConnectionClosed
+from websockets.trio.client import connect
+
+from orchestrator.cli.watch import follow
+from orchestrator.core.events import Event
+from orchestrator.server.app import RunningServer, serve
+from tests.helpers import REPO
+from tests.server_helpers import (
+    demo_config,
+    read_until_end,
+    recv,
+    replay,
+    request,
+    run_to_end,
+    running_server,
+)
+
+
+async def test_history_survives_a_restart(tmp_path: Path) -> None:
+    config = demo_config(tmp_path, storage="sqlite:///data/journal.db")
+    async with running_server(config) as server:
+        run_id, events, _ = await run_to_end(server.url)
+        critic_id, critic_events, _ = await run_to_end(server.url, agent="critic")
+    assert (tmp_path / "data" / "journal.db").exists()
+    async with running_server(config) as server:
+        assert await replay(server.url, run_id) == events
+        assert await replay(server.url, critic_id, after_seq=3) == critic_events[3:]
+        async with connect(server.url) as ws:
+            runs = await request(ws, op="runs")
+        assert [(r["runId"], r["status"]) for r in runs["runs"]] == [
+            (run_id, "completed"),
+            (critic_id, "completed"),
+        ]
+
+
+async def test_runs_left_running_by_a_crash_end_interrupted(tmp_path: Path) -> None:
+    config = demo_config(tmp_path, token_delay=0.02, storage="sqlite:///journal.db")
+    seen: list[dict[str, Any]] = []
+    async with trio.open_nursery() as nursery:
+        server: RunningServer = await nursery.start(functools.partial(serve, config, port=0))
+        async with connect(server.url, max_size=None) as ws:
+            ack = await request(ws, op="run", id=1, agent="planner", input="q")
+            while len(seen) < 20:
+                frame = await recv(ws)
+                if frame["op"] == "events":
+                    seen += frame["events"]
+            nursery.cancel_scope.cancel()  # a crash: no graceful shutdown
+    async with running_server(config) as server:
+        replayed = await replay(server.url, ack["runId"])
+        assert [e["seq"] for e in replayed] == list(range(1, len(replayed) + 1))
+        assert replayed[: len(seen)] == seen
+        last = replayed[-1]
+        assert last["type"] == "RUN_FINISHED" and last["source"] is None
+        assert last["data"]["status"] == "interrupted"
+        async with connect(server.url) as ws:
+            (listed,) = (await request(ws, op="runs"))["runs"]
+        assert listed["status"] == "interrupted"
+
+
+async def test_graceful_shutdown_ends_runs_and_closes_clients_1001(tmp_path: Path) -> None:
+    config = demo_config(tmp_path, token_delay=0.02)
+    async with trio.open_nursery() as nursery:
+        server: RunningServer = await nursery.start(functools.partial(serve, config, port=0))
+        async with connect(server.url, max_size=None) as ws:
+            ack = await request(ws, op="run", id=1, agent="planner", input="q")
+            first = await recv(ws)
+            assert first["op"] == "events"
+            nursery.start_soon(server.shutdown)
+            events, end = await read_until_end(ws, ack["sub"])
+            assert end["status"] == "interrupted"
+            assert events[-1]["type"] == "RUN_FINISHED"
+            assert events[-1]["data"]["status"] == "interrupted"
+            try:
+                await ws.recv()
+                raise AssertionError("the server should have closed the connection")
+            except ConnectionClosed as exc:
+                assert exc.rcvd is not None and exc.rcvd.code == 1001
+    with trio.fail_after(2):
+        async with trio.open_nursery():
+            pass
+
+
+async def test_follow_reconnects_and_resumes_by_seq(tmp_path: Path) -> None:
+    async with running_server(demo_config(tmp_path, token_delay=0.004)) as server:
+        received: list[Event] = []
+        drops_at = [30, 90]
+
+        async with trio.open_nursery() as nursery:
+
+            def on_events(events: list[Event]) -> None:
+                received.extend(events)
+                if drops_at and len(received) > drops_at[0]:
+                    drops_at.pop(0)
+                    for connection in list(server.app.connections):  # the server drops us
+                        nursery.start_soon(trio.aclose_forcefully, connection.ws.stream)
+
+            async with connect(server.url) as ws:
+                ack = await request(ws, op="run", id=2, agent="planner", input="q", stream=False)
+            async with connect(server.url) as ws:
+                ack = await request(ws, op="run", id=2, agent="planner", input="q")
+            result = await follow(server.url, ack["runId"], on_events, max_reconnects=10)
+        assert result.status == "completed" and result.reconnects == 2
+        full = await replay(server.url, ack["runId"])
+        assert [e.seq for e in received] == [e["seq"] for e in full]
+        assert [e.seq for e in received] == list(range(1, len(received) + 1))
+
+
+async def test_watch_command_prints_json_lines(tmp_path: Path) -> None:
+    async with running_server(demo_config(tmp_path, token_delay=0.002)) as server:
+        async with connect(server.url) as ws:
+            ack = await request(ws, op="run", id=1, agent="planner", input="q")
+        proc = await trio.run_process(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator",
+                "watch",
+                ack["runId"],
+                "--url",
+                server.url,
+                "--json",
+                "--max-depth",
+                "1",
+            ],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert proc.returncode == 0, proc.stderr
+        events = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+        assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED"
+        assert max(e["source"]["depth"] for e in events if e["source"]) == 1
+        expected = await replay(server.url, ack["runId"], filter={"maxDepth": 1})
+        assert events == expected
+        missing = await trio.run_process(
+            [sys.executable, "-m", "orchestrator", "watch", "run-nope", "--url", server.url],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert missing.returncode == 2
+        assert b"not_found: unknown run 'run-nope'" in missing.stderr
