@@ -1,0 +1,219 @@
+"""WebSocket fan-out benchmark: one run to 1 and to 100 clients, and SQLite replay speed.
+
+The server runs in this process; the clients run in a second process (so they do
+not share a core with the server), all on loopback. A `talker` agent streams T
+text deltas with no delay. Client 0 starts the run with `run`; the others
+`subscribe` to it. Each client reports its events/s (events received / time from
+its first frame to `end`) and the latency from emission (`ts`) to receipt.
+
+    python -m bench.ws_bench                 # 1 and 100 clients, 100k-event SQLite replay
+    python -m bench.ws_bench --deltas 50000 --clients 1 10 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+import yaml
+from websockets.trio.client import connect
+
+from orchestrator.config import load_config
+from orchestrator.server.app import RunningServer, serve
+
+
+class _Frame(msgspec.Struct):
+    op: str
+    events: list[dict[str, Any]] = []
+    runId: str | None = None
+    status: str | None = None
+
+
+_decode = msgspec.json.Decoder(_Frame).decode
+
+
+def write_config(root: Path, deltas: int, storage: str, delay: float = 0.0) -> Path:
+    (root / "subagents").mkdir(parents=True, exist_ok=True)
+    talker = {
+        "description": "streams a lot",
+        "instructions": "talk",
+        "script": {"token_delay": delay, "turns": [{"say": "w " * deltas}]},
+    }
+    (root / "subagents" / "talker.yaml").write_text(yaml.safe_dump(talker))
+    config = {
+        "server": {"host": "127.0.0.1", "port": 0, "max_subscriptions": 4},
+        "storage": storage,
+        "models": {"default": {"provider": "scripted"}},
+        "subagents_dir": "subagents",
+        "limits": {"max_concurrent_runs": 4},
+    }
+    path = root / "server.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+# -- client side (second process) ---------------------------------------------
+
+
+async def one_client(
+    url: str, index: int, run_id_box: list[str], started: trio.Event, out: list[dict[str, Any]]
+) -> None:
+    latencies: list[float] = []
+    count = 0
+    first = None
+    async with connect(url, max_size=None) as ws:
+        if index == 0:
+            await ws.send(json.dumps({"op": "run", "id": 0, "agent": "talker", "input": "x"}))
+        else:
+            await started.wait()
+            await ws.send(json.dumps({"op": "subscribe", "id": 0, "runId": run_id_box[0]}))
+        while True:
+            raw = await ws.recv(decode=False)
+            now = time.time()
+            frame = _decode(raw)
+            if frame.op == "ack":
+                if index == 0:
+                    run_id_box.append(frame.runId or "")
+                    started.set()
+                continue
+            if first is None:
+                first = now
+            if frame.op == "events":
+                count += len(frame.events)
+                step = max(1, len(frame.events) // 16)
+                latencies.extend(now - e["ts"] for e in frame.events[::step])
+            elif frame.op == "end":
+                elapsed = now - (first or now)
+                out.append({"events": count, "seconds": elapsed, "latencies": latencies})
+                return
+
+
+async def clients_main(url: str, clients: int) -> None:
+    results: list[dict[str, Any]] = []
+    started = trio.Event()
+    box: list[str] = []
+    async with trio.open_nursery() as nursery:
+        for i in range(clients):
+            nursery.start_soon(one_client, url, i, box, started, results)
+    print(json.dumps(results))
+
+
+# -- server side ----------------------------------------------------------------
+
+
+async def fan_out(deltas: int, clients: int, delay: float = 0.0) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        config = load_config(write_config(Path(tmp), deltas, "memory://", delay))
+        async with trio.open_nursery() as nursery:
+            server: RunningServer = await nursery.start(functools.partial(serve, config, port=0))
+            proc = await trio.run_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.ws_bench",
+                    "--client-url",
+                    server.url,
+                    "--client-count",
+                    str(clients),
+                ],
+                capture_stdout=True,
+            )
+            await server.shutdown()
+    per_client = json.loads(proc.stdout)
+    latencies = sorted(x for c in per_client for x in c["latencies"])
+    rates = [c["events"] / c["seconds"] for c in per_client if c["seconds"] > 0]
+    span = max(c["seconds"] for c in per_client)
+    return {
+        "clients": clients,
+        "events": per_client[0]["events"],
+        "per_client_eps": statistics.median(rates),
+        "slowest_client_eps": min(rates),
+        "aggregate_eps": sum(c["events"] for c in per_client) / span,
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+    }
+
+
+async def sqlite_replay(deltas: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        config = load_config(write_config(Path(tmp), deltas, "sqlite:///journal.db"))
+        async with trio.open_nursery() as nursery:
+            server: RunningServer = await nursery.start(functools.partial(serve, config, port=0))
+            async with connect(server.url, max_size=None) as ws:
+                await ws.send(json.dumps({"op": "run", "id": 0, "agent": "talker", "input": "x"}))
+                ack = _decode(await ws.recv(decode=False))
+                while _decode(await ws.recv(decode=False)).op != "end":
+                    pass
+            await server.shutdown()
+        # A fresh server: nothing of the run is in memory, every event comes from SQLite.
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(functools.partial(serve, config, port=0))
+            log = server.app.journal.get(ack.runId or "")
+            assert not log.entries
+            start = time.perf_counter()
+            count = 0
+            async with connect(server.url, max_size=None) as ws:
+                await ws.send(json.dumps({"op": "subscribe", "id": 0, "runId": ack.runId}))
+                while True:
+                    frame = _decode(await ws.recv(decode=False))
+                    count += len(frame.events)
+                    if frame.op == "end":
+                        break
+            elapsed = time.perf_counter() - start
+            await server.shutdown()
+    return {"events": count, "seconds": elapsed, "eps": count / elapsed}
+
+
+async def main(args: argparse.Namespace) -> None:
+    print(
+        f"{'clients':>8}{'events':>9}{'per client ev/s':>17}{'slowest ev/s':>14}"
+        f"{'aggregate ev/s':>16}{'p50 ms':>9}{'p99 ms':>9}"
+    )
+    for clients in args.clients:
+        r = await fan_out(args.deltas, clients)
+        print(
+            f"{r['clients']:>8}{r['events']:>9}{r['per_client_eps']:>17,.0f}"
+            f"{r['slowest_client_eps']:>14,.0f}{r['aggregate_eps']:>16,.0f}"
+            f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
+        )
+    print(
+        f"\npaced: the agent streams {args.paced_deltas} deltas at one per "
+        f"{args.paced_delay * 1000:g} ms (live latency, no backlog)"
+    )
+    for clients in args.clients:
+        r = await fan_out(args.paced_deltas, clients, args.paced_delay)
+        print(
+            f"{r['clients']:>8}{r['events']:>9}{r['per_client_eps']:>17,.0f}"
+            f"{r['slowest_client_eps']:>14,.0f}{r['aggregate_eps']:>16,.0f}"
+            f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
+        )
+    replay = await sqlite_replay(args.replay_deltas)
+    print(
+        f"\nSQLite replay: {replay['events']:,} events in {replay['seconds']:.2f} s "
+        f"= {replay['eps']:,.0f} events/s to one client"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deltas", type=int, default=100_000)
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 100])
+    parser.add_argument("--replay-deltas", type=int, default=100_000)
+    parser.add_argument("--paced-deltas", type=int, default=3000)
+    parser.add_argument("--paced-delay", type=float, default=0.001)
+    parser.add_argument("--client-url", help=argparse.SUPPRESS)
+    parser.add_argument("--client-count", type=int, help=argparse.SUPPRESS)
+    parsed = parser.parse_args()
+    if parsed.client_url:
+        trio.run(clients_main, parsed.client_url, parsed.client_count)
+    else:
+        trio.run(main, parsed)

@@ -1,0 +1,145 @@
+"""The run journal over every backend: commit before visibility, bounded memory, restart."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from orchestrator.core.bus import Bus, RunSink
+from orchestrator.core.events import EventType
+from orchestrator.storage.base import RunRecord, Storage
+from orchestrator.storage.journal import Journal, UnknownRun
+from orchestrator.storage.memory import MemoryStorage
+from orchestrator.storage.sqlite import SqliteStorage
+
+Factory = Callable[[], Storage]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def factory(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
+    if request.param == "memory":
+        return MemoryStorage
+    return lambda: SqliteStorage(tmp_path / "j.db")
+
+
+@asynccontextmanager
+async def open_journal(
+    storage: Storage, *, tail: int = 8192, max_pending: int = 8192
+) -> AsyncIterator[Journal]:
+    journal = Journal(storage, tail=tail, max_pending=max_pending)
+    await journal.open()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run_writer)
+        yield journal
+        await journal.flush()
+        nursery.cancel_scope.cancel()
+
+
+def record(run_id: str = "run-1") -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        agent_id="planner",
+        input="q",
+        status="running",
+        created_at=1.0,
+        root_session_id="sess-1",
+    )
+
+
+async def test_events_become_readable_only_once_committed(factory: Factory) -> None:
+    async with open_journal(factory()) as journal:
+        journal.create_run(record())
+        bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
+        bus.emit_nowait(EventType.RUN_STARTED, {"agentId": "planner", "input": "q"})
+        assert await journal.read("run-1", 0, 10) == []  # pending, not committed yet
+        await journal.flush()
+        (entry,) = await journal.read("run-1", 0, 10)
+        assert entry.seq == 1 and entry.raw.startswith(b'{"runId":"run-1","seq":1')
+        assert journal.events_written == 1
+
+
+async def test_wait_wakes_on_commit_and_on_finish(factory: Factory) -> None:
+    async with open_journal(factory()) as journal:
+        journal.create_run(record())
+        bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
+        woke: list[int] = []
+
+        async def waiter() -> None:
+            await journal.wait("run-1", 0)
+            woke.append(journal.get("run-1").committed)
+            await journal.wait("run-1", 1)
+            woke.append(journal.get("run-1").committed)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            bus.emit_nowait(EventType.RUN_STARTED, {})
+            await journal.flush()
+            await trio.testing.wait_all_tasks_blocked()
+            assert woke == [1]
+            bus.emit_nowait(EventType.RUN_FINISHED, {"status": "failed"}, last=True)
+        assert woke == [1, 2]
+        log = journal.get("run-1")
+        assert log.finished and log.finished_status == "failed" and log.record.status == "failed"
+
+
+async def test_producers_wait_when_the_writer_is_behind(factory: Factory) -> None:
+    async with open_journal(factory(), max_pending=4) as journal:
+        journal.create_run(record())
+        bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
+        for _ in range(50):
+            await bus.emit(EventType.REASONING, {"delta": "x"})
+            assert len(journal.get("run-1").pending) <= 4
+        await journal.flush()
+        entries = await journal.read("run-1", 0, 100)
+        assert [e.seq for e in entries] == list(range(1, 51))
+
+
+async def test_durable_tail_is_bounded_and_old_events_come_from_storage(tmp_path: Path) -> None:
+    async with open_journal(SqliteStorage(tmp_path / "t.db"), tail=10, max_pending=5) as journal:
+        journal.create_run(record())
+        bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
+        for _ in range(100):
+            await bus.emit(EventType.REASONING, {"delta": "x"})
+        await journal.flush()
+        log = journal.get("run-1")
+        assert len(log.entries) <= 20 and log.first_seq > 50
+        assert [e.seq for e in await journal.read("run-1", 5, 7)] == list(range(6, 13))
+        assert [e.seq for e in await journal.read("run-1", 95, 100)] == list(range(96, 101))
+
+
+async def test_restart_keeps_history_and_interrupts_running_runs(tmp_path: Path) -> None:
+    path = tmp_path / "r.db"
+    async with open_journal(SqliteStorage(path)) as journal:
+        journal.create_run(record("run-done"))
+        done = Bus(RunSink("run-done", "sess-1", journal.outlet("run-done")))
+        done.emit_nowait(EventType.RUN_STARTED, {})
+        done.emit_nowait(EventType.RUN_FINISHED, {"status": "completed"}, last=True)
+        journal.create_run(record("run-live"))
+        live = Bus(RunSink("run-live", "sess-1", journal.outlet("run-live")))
+        for _ in range(3):
+            live.emit_nowait(EventType.REASONING, {"delta": "x"})
+    journal = Journal(SqliteStorage(path))
+    assert await journal.open() == ["run-live"]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run_writer)
+        await journal.flush()
+        assert [r.status for r in journal.records()] == ["completed", "interrupted"]
+        entries = await journal.read("run-live", 0, 10)
+        assert [e.seq for e in entries] == [1, 2, 3, 4]
+        assert entries[-1].event.type is EventType.RUN_FINISHED
+        assert entries[-1].event.data["status"] == "interrupted"
+        assert journal.get("run-live").finished
+        assert [e.seq for e in await journal.read("run-done", 0, 10)] == [1, 2]
+        nursery.cancel_scope.cancel()
+
+
+async def test_unknown_run(factory: Factory) -> None:
+    async with open_journal(factory()) as journal:
+        with pytest.raises(UnknownRun, match="unknown run 'nope'"):
+            journal.get("nope")
