@@ -5,10 +5,13 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from websockets.exceptions import ConnectionClosed
 from websockets.trio.client import connect
@@ -154,3 +157,82 @@ async def test_watch_command_prints_json_lines(tmp_path: Path) -> None:
         )
         assert missing.returncode == 2
         assert b"not_found: unknown run 'run-nope'" in missing.stderr
+
+
+async def test_stalled_client_is_closed_and_the_server_forgets_it(tmp_path: Path) -> None:
+    big = {"description": "d", "instructions": "i", "script": {"turns": [{"say": "word " * 60000}]}}
+    config = demo_config(
+        tmp_path, server={"slow_client_timeout": 0.5}, extra_agents={"talker": big}
+    )
+    async with running_server(config) as server:
+        async with connect(server.url, max_size=None, max_queue=1) as slow:
+            ack = await request(slow, op="run", id=1, agent="talker", input="x")
+            with trio.fail_after(15):
+                while any(ack["sub"] in c.feeds for c in server.app.connections):
+                    await trio.sleep(0.05)
+            assert not server.app.connections
+            # The stalled client finds the connection closed once it reads again.
+            received = 0
+            try:
+                with trio.fail_after(15):
+                    while True:
+                        frame = json.loads(await slow.recv())
+                        received += len(frame.get("events", []))
+            except ConnectionClosed as exc:
+                closed = exc
+            assert closed.rcvd is None or closed.rcvd.code == 4000
+        # It resumes by afterSeq and gets the rest.
+        rest = await replay(server.url, ack["runId"], after_seq=received)
+        assert rest[0]["seq"] == received + 1 and rest[-1]["type"] == "RUN_FINISHED"
+
+
+async def test_serve_command_shuts_down_gracefully_on_sigterm(tmp_path: Path) -> None:
+    config = demo_config(tmp_path, token_delay=0.02, storage="sqlite:///j.db")
+    assert config.base_dir == tmp_path.resolve()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    async with trio.open_nursery() as nursery:
+        proc = await nursery.start(
+            functools.partial(
+                trio.run_process,
+                [
+                    sys.executable,
+                    "-m",
+                    "orchestrator",
+                    "serve",
+                    "--config",
+                    str(tmp_path / "server.yaml"),
+                    "--port",
+                    "0",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                check=False,
+            )
+        )
+        assert proc.stdout is not None
+        line = b""
+        with trio.fail_after(20):
+            while b"\n" not in line:
+                line += await proc.stdout.receive_some(1000)
+        url = line.decode().split("listening on ")[1].split()[0]
+        async with connect(url, max_size=None) as ws:
+            ack = await request(ws, op="run", id=1, agent="planner", input="q")
+            assert (await recv(ws))["op"] == "events"
+            proc.send_signal(signal.SIGTERM)
+            events, end = await read_until_end(ws, ack["sub"])
+            assert end["status"] == "interrupted"
+            with pytest.raises(ConnectionClosed) as info:
+                await recv(ws)
+            assert info.value.rcvd is not None and info.value.rcvd.code == 1001
+        with trio.fail_after(20):
+            await proc.wait()
+        assert proc.returncode == 0
+    async with running_server(config) as server:
+        (listed,) = (await _runs(server.url))["runs"]
+        assert listed["status"] == "interrupted"
+
+
+async def _runs(url: str) -> dict[str, Any]:
+    async with connect(url) as ws:
+        return await request(ws, op="runs")
