@@ -169,7 +169,7 @@ async def test_stalled_client_is_closed_and_the_server_forgets_it(tmp_path: Path
             ack = await request(slow, op="run", id=1, agent="talker", input="x")
             with trio.fail_after(15):
                 while any(ack["sub"] in c.feeds for c in server.app.connections):
-                    await trio.sleep(0.05)
+                    await server.app.feed_ended.park()
             assert not server.app.connections
             # The stalled client finds the connection closed once it reads again.
             received = 0
@@ -188,7 +188,6 @@ async def test_stalled_client_is_closed_and_the_server_forgets_it(tmp_path: Path
 
 async def test_serve_command_shuts_down_gracefully_on_sigterm(tmp_path: Path) -> None:
     config = demo_config(tmp_path, token_delay=0.02, storage="sqlite:///j.db")
-    assert config.base_dir == tmp_path.resolve()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     async with trio.open_nursery() as nursery:
         proc = await nursery.start(
@@ -220,7 +219,7 @@ async def test_serve_command_shuts_down_gracefully_on_sigterm(tmp_path: Path) ->
             ack = await request(ws, op="run", id=1, agent="planner", input="q")
             assert (await recv(ws))["op"] == "events"
             proc.send_signal(signal.SIGTERM)
-            events, end = await read_until_end(ws, ack["sub"])
+            _, end = await read_until_end(ws, ack["sub"])
             assert end["status"] == "interrupted"
             with pytest.raises(ConnectionClosed) as info:
                 await recv(ws)
