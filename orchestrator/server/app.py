@@ -84,6 +84,7 @@ class ServerApp:
             await connection.serve()
         finally:
             self.connections.discard(connection)
+            self.feed_ended.unpark_all()
 
     def process_request(self, conn: ServerConnection, request: Request) -> Response | None:
         """Plain HTTP routes, and the bearer-token check on the upgrade."""

@@ -59,7 +59,7 @@ class Connection:
             try:
                 while True:  # recv(), not `async for`: leaving early needs no cleanup
                     await self._handle(await self.ws.recv())
-            except ConnectionClosed:
+            except (ConnectionClosed, trio.ClosedResourceError, trio.BrokenResourceError):
                 pass
             finally:
                 nursery.cancel_scope.cancel()
@@ -87,7 +87,7 @@ class Connection:
                 self._sending_since = trio.current_time()
                 await self.ws.send(frame, text=True)
                 self._sending_since = None
-        except ConnectionClosed:
+        except (ConnectionClosed, trio.ClosedResourceError, trio.BrokenResourceError):
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()
         finally:
@@ -248,9 +248,11 @@ class Connection:
         self._nursery.start_soon(self._run_feed, feed, scope)
 
     async def _run_feed(self, feed: Feed, scope: trio.CancelScope) -> None:
-        with scope:
-            await feed.run(self.reply)
-        if self._scopes.get(feed.sub) is scope:
-            del self._scopes[feed.sub]
-            self.feeds.pop(feed.sub, None)
-        self.app.feed_ended.unpark_all()
+        try:
+            with scope:
+                await feed.run(self.reply)
+        finally:
+            if self._scopes.get(feed.sub) is scope:
+                del self._scopes[feed.sub]
+                self.feeds.pop(feed.sub, None)
+            self.app.feed_ended.unpark_all()
