@@ -13,6 +13,7 @@ import hmac
 import logging
 from collections.abc import Iterator
 from http import HTTPStatus
+from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -89,6 +90,8 @@ class ServerApp:
     def process_request(self, conn: ServerConnection, request: Request) -> Response | None:
         """Plain HTTP routes, and the bearer-token check on the upgrade."""
         url = urlsplit(request.path)
+        if url.path in ("/", "/index.html"):
+            return _respond(conn, HTTPStatus.OK, _index_html(), "text/html; charset=utf-8")
         if url.path == "/healthz":
             return _respond(conn, HTTPStatus.OK, b'{"status":"ok"}', "application/json")
         if url.path == "/metrics":
@@ -99,7 +102,9 @@ class ServerApp:
                 "text/plain; version=0.0.4; charset=utf-8",
             )
         if url.path != "/ws":
-            return conn.respond(HTTPStatus.NOT_FOUND, "not found: use /ws, /healthz or /metrics\n")
+            return conn.respond(
+                HTTPStatus.NOT_FOUND, "not found: use /, /ws, /healthz or /metrics\n"
+            )
         tokens = self.config.server.tokens
         if tokens and not _authorized(tokens, request.headers, url.query):
             return conn.respond(
@@ -115,6 +120,12 @@ class ServerApp:
                 log = self.journal.get(feed.run_id)
                 lag = max(lag, log.committed - feed.cursor)
         return lag
+
+
+@functools.cache
+def _index_html() -> bytes:
+    """The live tree viewer (one static page; it talks to /ws like any client)."""
+    return (resources.files("orchestrator.server") / "static" / "index.html").read_bytes()
 
 
 def _authorized(tokens: list[str], headers: Headers, query: str) -> bool:

@@ -278,5 +278,9 @@ async def test_healthz_metrics_and_404(tmp_path: Path) -> None:
             assert "orchestrator_connections 0.0" in text
             assert "orchestrator_subscriptions 0.0" in text
             assert "orchestrator_slowest_client_lag_events 0.0" in text
+            page = await client.get(base + "/")
+            assert page.status_code == 200
+            assert page.headers["content-type"] == "text/html; charset=utf-8"
+            assert "new WebSocket(wsUrl)" in page.text
             missing = await client.get(base + "/nope")
             assert missing.status_code == 404
