@@ -118,6 +118,7 @@ class Journal:
         self._idle = trio.lowlevel.ParkingLot()
         self.events_written = 0
         self._closed = False
+        self._writing = False
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -167,7 +168,7 @@ class Journal:
 
     async def flush(self) -> None:
         """Wait until everything published so far is committed."""
-        while self._dirty:
+        while self._dirty or self._writing:
             await self._idle.park()
 
     # -- runs ------------------------------------------------------------------
@@ -231,11 +232,14 @@ class Journal:
             if log.writers:
                 log.writers.unpark_all()
         records = [msgspec.structs.replace(log.record) for log in dirty.values()]
+        self._writing = True
         try:
             await self.storage.write(records, rows)
         except Exception:
             logger.exception("journal write failed; %d events not stored", len(rows))
             raise
+        finally:
+            self._writing = False
         for log, batch in batches:
             log.writing = 0
             if batch:

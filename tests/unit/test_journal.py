@@ -143,3 +143,30 @@ async def test_unknown_run(factory: Factory) -> None:
     async with open_journal(factory()) as journal:
         with pytest.raises(UnknownRun, match="unknown run 'nope'"):
             journal.get("nope")
+
+
+async def test_flush_waits_for_a_write_in_progress() -> None:
+    """Regression: flush() returned while a batch was still being written."""
+    gate = trio.Event()
+
+    class SlowStorage(MemoryStorage):
+        async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
+            await gate.wait()
+
+    async with open_journal(SlowStorage()) as journal:
+        journal.create_run(record())
+        Bus(RunSink("run-1", "sess-1", journal.outlet("run-1"))).emit_nowait(EventType.RUN_STARTED, {})
+        await trio.testing.wait_all_tasks_blocked()  # the writer took the batch and waits
+        flushed = False
+
+        async def flush() -> None:
+            nonlocal flushed
+            await journal.flush()
+            flushed = True
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(flush)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not flushed and journal.get("run-1").committed == 0
+            gate.set()
+        assert flushed and journal.get("run-1").committed == 1
