@@ -18,10 +18,12 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    provider: Literal["openai", "scripted"]
-    """`openai` (any OpenAI-compatible Chat Completions endpoint) or `scripted` (offline)."""
-    base_url: str = "https://api.openai.com/v1"
-    """Endpoint root; `/chat/completions` is appended."""
+    provider: Literal["openai", "openai-responses", "anthropic", "scripted"]
+    """`openai` (any OpenAI-compatible Chat Completions endpoint), `openai-responses`,
+    `anthropic` (Messages API) or `scripted` (offline)."""
+    base_url: str | None = None
+    """Endpoint root (`/chat/completions`, `/responses` or `/messages` is appended);
+    default: the provider's public API."""
     api_key_env: str | None = None
     """Name of the environment variable that holds the API key (None: send no key)."""
     model: str = ""
@@ -32,6 +34,18 @@ class ModelConfig(BaseModel):
     """Seconds to open the connection."""
     read_timeout: float = Field(default=120.0, gt=0)
     """Seconds to wait for the next bytes of a stream."""
+    max_retries: int = Field(default=3, ge=0, le=20)
+    """Retries of a model turn that failed retryably before streaming anything."""
+    retry_base_delay: float = Field(default=1.0, ge=0)
+    """First backoff in seconds (doubled each retry) when there is no Retry-After."""
+
+    def endpoint_root(self) -> str:
+        """`base_url`, or the provider's public API root."""
+        if self.base_url:
+            return self.base_url
+        if self.provider == "anthropic":
+            return "https://api.anthropic.com/v1"
+        return "https://api.openai.com/v1"
 
 
 def describe_validation_error(path: Path | str, exc: pydantic.ValidationError) -> str:

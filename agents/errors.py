@@ -35,6 +35,9 @@ class ProviderError(AgentsError):
         provider: the provider kind (`openai`, `scripted`, …).
         status: the HTTP status, if the failure came with one.
         error_type: the provider's own error type (`server_error`, …), if any.
+        retryable: worth retrying if nothing has been streamed yet (429, 5xx,
+            529, overloaded, a truncated stream).
+        retry_after: seconds the provider asked us to wait (`Retry-After`).
     """
 
     def __init__(
@@ -44,11 +47,15 @@ class ProviderError(AgentsError):
         provider: str,
         status: int | None = None,
         error_type: str | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.provider = provider
         self.status = status
         self.error_type = error_type
+        self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class StreamTruncated(ProviderError):

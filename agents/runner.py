@@ -22,6 +22,7 @@ from agents.core.messages import (
     ModelRequest,
     TextDelta,
     ThinkingDelta,
+    ThinkingEnd,
     ToolCall,
     ToolCallArgs,
     ToolCallEnd,
@@ -31,6 +32,7 @@ from agents.core.messages import (
     UsageReport,
     UserMessage,
 )
+from agents.core.partial_json import PartialJson
 from agents.core.turn import TurnAssembler, parse_arguments
 from agents.errors import AgentFailed, ProviderError, ToolError
 from agents.providers.base import Provider
@@ -200,6 +202,7 @@ class AgentRunner:
         )
         turn = TurnAssembler()
         results: dict[str, ToolResultMessage] = {}
+        readers: dict[int, PartialJson] = {}
         failure: Exception | None = None
         bus = self.bus
         turn_usage: UsageReport | None = None
@@ -215,16 +218,28 @@ class AgentRunner:
                             turn.add_thinking(part.text)
                             if bus is not None:
                                 await bus.emit(_REASONING, {"thinkingDelta": part.text})
+                        elif isinstance(part, ThinkingEnd):
+                            turn.end_thinking(part.signature, part.redacted)
                         elif isinstance(part, ToolCallStart):
                             turn.start_call(part.key, part.id, part.name)
+                            paths = getattr(self._tools.get(part.name), "stream_paths", ())
+                            if paths and bus is not None:
+                                readers[part.key] = PartialJson(paths)
                         elif isinstance(part, ToolCallArgs):
                             ready = turn.add_args(part.key, part.delta)
                             if bus is not None:
                                 call_id, name = turn.call_name(part.key)
-                                await bus.emit(
-                                    EventType.TOOL_CALL_DELTA,
-                                    {"toolCallId": call_id, "name": name, "argsDelta": part.delta},
-                                )
+                                data: dict[str, Any] = {
+                                    "toolCallId": call_id,
+                                    "name": name,
+                                    "argsDelta": part.delta,
+                                }
+                                reader = readers.get(part.key)
+                                if reader is not None:
+                                    fields = reader.feed(part.delta)
+                                    if fields:
+                                        data["fields"] = fields
+                                await bus.emit(EventType.TOOL_CALL_DELTA, data)
                             if ready is not None:
                                 await self._start_tool(nursery, ready, results)
                         elif isinstance(part, ToolCallEnd):

@@ -18,7 +18,9 @@ __all__ = [
     "ModelRequest",
     "StreamPart",
     "TextDelta",
+    "ThinkingBlock",
     "ThinkingDelta",
+    "ThinkingEnd",
     "ToolCall",
     "ToolCallArgs",
     "ToolCallEnd",
@@ -41,6 +43,15 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str
 
 
+class ThinkingBlock(msgspec.Struct, frozen=True, kw_only=True):
+    """A signed (or redacted) thinking block; sent back verbatim on the next turn."""
+
+    thinking: str = ""
+    signature: str = ""
+    redacted: str | None = None
+    """The opaque `data` of a `redacted_thinking` block."""
+
+
 class UserMessage(msgspec.Struct, frozen=True, kw_only=True, tag="user"):
     """Input to the agent: its task, or a message sent into it."""
 
@@ -53,6 +64,8 @@ class AssistantMessage(msgspec.Struct, frozen=True, kw_only=True, tag="assistant
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     thinking: str = ""
+    thinking_blocks: tuple[ThinkingBlock, ...] = ()
+    """Provider thinking blocks with their signatures (Anthropic), in order."""
 
 
 class ToolResultMessage(msgspec.Struct, frozen=True, kw_only=True, tag="tool"):
@@ -98,6 +111,13 @@ class ThinkingDelta(msgspec.Struct, frozen=True):
     text: str
 
 
+class ThinkingEnd(msgspec.Struct, frozen=True):
+    """A thinking block closed; `signature` must go back with it verbatim."""
+
+    signature: str = ""
+    redacted: str | None = None
+
+
 class ToolCallStart(msgspec.Struct, frozen=True):
     """A new tool call; `key` identifies it among this turn's calls."""
 
@@ -133,5 +153,12 @@ class Finish(msgspec.Struct, frozen=True):
 
 
 StreamPart = (
-    TextDelta | ThinkingDelta | ToolCallStart | ToolCallArgs | ToolCallEnd | UsageReport | Finish
+    TextDelta
+    | ThinkingDelta
+    | ThinkingEnd
+    | ToolCallStart
+    | ToolCallArgs
+    | ToolCallEnd
+    | UsageReport
+    | Finish
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
-from agents.core.messages import AssistantMessage, ToolCall
+from agents.core.messages import AssistantMessage, ThinkingBlock, ToolCall
 
 __all__ = ["TurnAssembler", "parse_arguments"]
 
@@ -52,11 +52,22 @@ def parse_arguments(raw: str) -> dict[str, object]:
 class TurnAssembler:
     """Collects a turn's text, thinking and tool calls, in the order they started."""
 
-    __slots__ = ("_calls", "_keys", "_thinking", "_used_ids", "finish_reason", "text_parts")
+    __slots__ = (
+        "_block_start",
+        "_blocks",
+        "_calls",
+        "_keys",
+        "_thinking",
+        "_used_ids",
+        "finish_reason",
+        "text_parts",
+    )
 
     def __init__(self) -> None:
         self.text_parts: list[str] = []
         self._thinking: list[str] = []
+        self._blocks: list[ThinkingBlock] = []
+        self._block_start = 0
         self._calls: list[_Call] = []
         self._keys: dict[int, _Call] = {}
         self._used_ids: set[str] = set()
@@ -70,6 +81,12 @@ class TurnAssembler:
     def add_thinking(self, delta: str) -> None:
         """Record a thinking delta."""
         self._thinking.append(delta)
+
+    def end_thinking(self, signature: str, redacted: str | None = None) -> None:
+        """Close the current thinking block with its signature (kept verbatim)."""
+        text = "".join(self._thinking[self._block_start :])
+        self._block_start = len(self._thinking)
+        self._blocks.append(ThinkingBlock(thinking=text, signature=signature, redacted=redacted))
 
     def start_call(self, key: int, call_id: str, name: str) -> str:
         """Open a call; returns its id, made unique within the turn."""
@@ -131,4 +148,5 @@ class TurnAssembler:
             text=self.text,
             tool_calls=tuple(call.tool_call() for call in self._calls),
             thinking="".join(self._thinking),
+            thinking_blocks=tuple(self._blocks),
         )

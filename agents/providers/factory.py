@@ -5,8 +5,11 @@ from __future__ import annotations
 import httpx
 
 from agents.config import ModelConfig
+from agents.providers.anthropic import AnthropicProvider
 from agents.providers.base import Provider
 from agents.providers.openai import OpenAIProvider
+from agents.providers.openai_responses import OpenAIResponsesProvider
+from agents.providers.retry import RetryingProvider
 from agents.providers.scripted import ScriptedProvider
 from agents.spec import AgentSpec
 
@@ -28,5 +31,14 @@ class ProviderFactory:
             return ScriptedProvider(spec.script)
         provider = self._http.get(spec.model)
         if provider is None:
-            provider = self._http[spec.model] = OpenAIProvider(config, self._client)
+            kinds: dict[str, type[OpenAIProvider | OpenAIResponsesProvider | AnthropicProvider]] = {
+                "openai": OpenAIProvider,
+                "openai-responses": OpenAIResponsesProvider,
+                "anthropic": AnthropicProvider,
+            }
+            inner = kinds[config.provider](config, self._client)
+            provider = RetryingProvider(
+                inner, max_retries=config.max_retries, base_delay=config.retry_base_delay
+            )
+            self._http[spec.model] = provider
         return provider

@@ -26,6 +26,10 @@ def _line(node: AgentNode, width: int) -> Text:
         line.append(f" ({node.agent_id})", style="dim")
     line.append(f" {node.status}", style=style)
     if node.status == "running":
+        for fields in node.pending.values():
+            who = fields.get("$.agent_id", "")
+            task = " ".join(str(fields.get("$.task", "")).split())[:40]
+            line.append(f" → spawning {who}: {task}…", style="cyan")
         if node.tools_running:
             line.append(f" ⚙ {', '.join(node.tools_running)}", style="cyan")
         elif node.thinking:

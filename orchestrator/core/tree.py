@@ -28,6 +28,7 @@ class AgentNode:
         "error",
         "key",
         "name",
+        "pending",
         "result",
         "status",
         "task",
@@ -53,6 +54,8 @@ class AgentNode:
         self.result: str | None = None
         self.error: str | None = None
         self.tools_running: list[str] = []
+        self.pending: dict[str, dict[str, Any]] = {}
+        """Tool calls still streaming their arguments: toolCallId → fields so far."""
         self.turns = 0
         self.turn_done = False
         self.usage: dict[str, Any] | None = None
@@ -140,7 +143,15 @@ class TreeView:
         elif kind is EventType.AGENT_STARTED:
             node.task = str(data.get("task", ""))
             node.text = ""
+        elif kind is EventType.TOOL_CALL_DELTA:
+            fields = data.get("fields")
+            if fields:
+                node.pending[str(data.get("toolCallId"))] = {
+                    **node.pending.get(str(data.get("toolCallId")), {}),
+                    **fields,
+                }
         elif kind is EventType.TOOL_CALL:
+            node.pending.pop(str(data.get("toolCallId")), None)
             node.tools_running.append(str(data.get("name", "?")))
         elif kind is EventType.TOOL_RESULT:
             name = str(data.get("name", "?"))

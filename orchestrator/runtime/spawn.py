@@ -60,6 +60,8 @@ class AgentSpawnTool:
     """Runs a new child instance of a subagent and returns its final text."""
 
     name = "agent_spawn"
+    stream_paths = ("$.agent_id", "$.task")
+    """Argument paths reported while they stream (TOOL_CALL_DELTA `fields`)."""
 
     def __init__(self, orchestrator: Orchestrator) -> None:
         self._orch = orchestrator

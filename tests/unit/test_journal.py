@@ -150,12 +150,16 @@ async def test_flush_waits_for_a_write_in_progress() -> None:
     gate = trio.Event()
 
     class SlowStorage(MemoryStorage):
-        async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
+        async def write(
+            self, records: list[RunRecord], events: list[tuple[str, int, bytes]]
+        ) -> None:
             await gate.wait()
 
     async with open_journal(SlowStorage()) as journal:
         journal.create_run(record())
-        Bus(RunSink("run-1", "sess-1", journal.outlet("run-1"))).emit_nowait(EventType.RUN_STARTED, {})
+        Bus(RunSink("run-1", "sess-1", journal.outlet("run-1"))).emit_nowait(
+            EventType.RUN_STARTED, {}
+        )
         await trio.testing.wait_all_tasks_blocked()  # the writer took the batch and waits
         flushed = False
 

@@ -30,6 +30,7 @@ from agents.errors import ProviderError, StreamTruncated
 __all__ = ["OpenAIChatNormalizer", "encode_request"]
 
 PROVIDER = "openai"
+_RETRYABLE = frozenset({"server_error", "rate_limit_error", "overloaded_error", "timeout"})
 
 
 def encode_request(
@@ -175,6 +176,7 @@ class OpenAIChatNormalizer:
                 f"openai stream error ({err.type or err.code or 'error'}): {err.message}",
                 provider=PROVIDER,
                 error_type=err.type,
+                retryable=err.type in _RETRYABLE,
             )
         parts: list[StreamPart] = []
         for choice in chunk.choices or ():
@@ -201,6 +203,7 @@ class OpenAIChatNormalizer:
             + (" (after partial output)" if self._saw_output else ""),
             provider=PROVIDER,
             error_type="stream_truncated",
+            retryable=True,
         )
 
     # -- internals ------------------------------------------------------------

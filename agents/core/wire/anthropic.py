@@ -1,0 +1,278 @@
+"""Anthropic Messages wire format, both ways, with no I/O.
+
+`encode_request` builds the request body (system prompt apart, tool results as
+user `tool_result` blocks, signed thinking blocks sent back verbatim);
+`AnthropicNormalizer` turns the streamed events into `StreamPart`s: text_delta,
+input_json_delta, thinking_delta and signature_delta, cumulative usage, `ping`,
+mid-stream `error` events, `message_stop` as the terminal event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from agents.core.messages import (
+    AssistantMessage,
+    Finish,
+    ModelRequest,
+    StreamPart,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingEnd,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolResultMessage,
+    UsageReport,
+    UserMessage,
+)
+from agents.core.monotonic import MonotonicText
+from agents.errors import ProviderError, StreamTruncated
+
+__all__ = ["AnthropicNormalizer", "encode_request"]
+
+PROVIDER = "anthropic"
+_RETRYABLE = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
+
+
+def encode_request(
+    request: ModelRequest, *, model: str, params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The JSON body of a streamed Messages request."""
+    messages: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if messages and messages[-1]["role"] == role:  # roles must alternate: merge
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": blocks})
+
+    for msg in request.messages:
+        if isinstance(msg, UserMessage):
+            add("user", [{"type": "text", "text": msg.text}])
+        elif isinstance(msg, ToolResultMessage):
+            add(
+                "user",
+                [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": msg.tool_call_id,
+                        "content": msg.content,
+                        "is_error": msg.is_error,
+                    }
+                ],
+            )
+        elif isinstance(msg, AssistantMessage):
+            blocks: list[dict[str, Any]] = []
+            for block in msg.thinking_blocks:
+                if block.redacted is not None:
+                    blocks.append({"type": "redacted_thinking", "data": block.redacted})
+                else:
+                    blocks.append(
+                        {
+                            "type": "thinking",
+                            "thinking": block.thinking,
+                            "signature": block.signature,
+                        }
+                    )
+            if msg.text:
+                blocks.append({"type": "text", "text": msg.text})
+            for call in msg.tool_calls:
+                try:
+                    args = msgspec.json.decode(call.arguments) if call.arguments.strip() else {}
+                except msgspec.DecodeError:
+                    args = {}
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call.id,
+                        "name": call.name,
+                        "input": args if isinstance(args, dict) else {},
+                    }
+                )
+            add("assistant", blocks or [{"type": "text", "text": ""}])
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": 4096,
+        "system": request.system,
+        "messages": messages,
+        "stream": True,
+    }
+    if request.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
+        ]
+    if params:
+        body.update(params)
+    return body
+
+
+class _Block(msgspec.Struct):
+    type: str
+    id: str = ""
+    name: str = ""
+    text: str = ""
+    thinking: str = ""
+    data: str = ""
+
+
+class _Delta(msgspec.Struct):
+    type: str = ""
+    text: str = ""
+    partial_json: str = ""
+    thinking: str = ""
+    signature: str = ""
+    stop_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class _Message(msgspec.Struct):
+    usage: _Usage | None = None
+
+
+class _Error(msgspec.Struct):
+    type: str = "error"
+    message: str = ""
+
+
+class _Event(msgspec.Struct):
+    type: str
+    index: int = 0
+    content_block: _Block | None = None
+    delta: _Delta | None = None
+    usage: _Usage | None = None
+    message: _Message | None = None
+    error: _Error | None = None
+
+
+_decode_event = msgspec.json.Decoder(_Event).decode
+
+
+class AnthropicNormalizer:
+    """Turns one streamed Messages response into `StreamPart`s."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, _Block] = {}
+        self._signatures: dict[int, str] = {}
+        self._text: dict[int, MonotonicText] = {}
+        self._input_tokens = 0
+        self._output_tokens = 0
+        self._stop_reason: str | None = None
+        self._done = False
+        self._output = False
+
+    def feed(self, event_name: str, data: str) -> list[StreamPart]:
+        """Normalize one SSE event (its `event:` name and `data`)."""
+        if self._done:
+            return []
+        try:
+            event = _decode_event(data)
+        except msgspec.DecodeError as exc:
+            raise ProviderError(
+                f"anthropic: malformed {event_name or 'stream'} event ({exc}): {data[:200]!r}",
+                provider=PROVIDER,
+            ) from exc
+        kind = event.type
+        if kind == "content_block_delta" and event.delta is not None:
+            return self._delta(event.index, event.delta)
+        if kind == "content_block_start" and event.content_block is not None:
+            return self._start(event.index, event.content_block)
+        if kind == "content_block_stop":
+            return self._stop(event.index)
+        if kind == "message_start":
+            if event.message is not None and event.message.usage is not None:
+                self._usage(event.message.usage)
+            return []
+        if kind == "message_delta":
+            if event.usage is not None:
+                self._usage(event.usage)
+            if event.delta is not None and event.delta.stop_reason:
+                self._stop_reason = event.delta.stop_reason
+            return []
+        if kind == "message_stop":
+            self._done = True
+            return [
+                Finish(self._stop_reason or "unknown"),
+                UsageReport(self._input_tokens, self._output_tokens),
+            ]
+        if kind == "error":
+            err = event.error or _Error()
+            raise ProviderError(
+                f"anthropic stream error ({err.type}): {err.message}",
+                provider=PROVIDER,
+                error_type=err.type,
+                retryable=err.type in _RETRYABLE,
+            )
+        return []  # ping and event types added later: ignored, as the API asks
+
+    def end(self) -> list[StreamPart]:
+        """The HTTP body ended; without `message_stop` the stream is truncated."""
+        if self._done:
+            return []
+        self._done = True
+        raise StreamTruncated(
+            "anthropic stream ended before message_stop"
+            + (" (after partial output)" if self._output else ""),
+            provider=PROVIDER,
+            error_type="stream_truncated",
+            retryable=True,
+        )
+
+    def _usage(self, usage: _Usage) -> None:
+        # message_delta usage is cumulative: the latest value wins.
+        if usage.input_tokens is not None:
+            self._input_tokens = usage.input_tokens
+        if usage.output_tokens is not None:
+            self._output_tokens = usage.output_tokens
+
+    def _start(self, index: int, block: _Block) -> list[StreamPart]:
+        self._blocks[index] = block
+        if block.type == "tool_use" or block.type == "server_tool_use":
+            self._output = True
+            return [ToolCallStart(index, block.id, block.name)]
+        if block.type == "text":
+            self._text[index] = MonotonicText()
+            return self._text_parts(index, block.text, full=False)
+        if block.type == "thinking" and block.thinking:
+            return [ThinkingDelta(block.thinking)]
+        return []
+
+    def _delta(self, index: int, delta: _Delta) -> list[StreamPart]:
+        kind = delta.type
+        if kind == "text_delta":
+            return self._text_parts(index, delta.text, full=False)
+        if kind == "input_json_delta":
+            return [ToolCallArgs(index, delta.partial_json)] if delta.partial_json else []
+        if kind == "thinking_delta":
+            self._output = True
+            return [ThinkingDelta(delta.thinking)] if delta.thinking else []
+        if kind == "signature_delta":
+            self._signatures[index] = self._signatures.get(index, "") + delta.signature
+        return []
+
+    def _text_parts(self, index: int, text: str, *, full: bool) -> list[StreamPart]:
+        tracker = self._text.setdefault(index, MonotonicText())
+        new = tracker.full(text) if full else tracker.append(text)
+        if new:
+            self._output = True
+            return [TextDelta(new)]
+        return []
+
+    def _stop(self, index: int) -> list[StreamPart]:
+        block = self._blocks.get(index)
+        if block is None:
+            return []
+        if block.type in ("tool_use", "server_tool_use"):
+            return [ToolCallEnd(index)]
+        if block.type == "thinking":
+            return [ThinkingEnd(signature=self._signatures.get(index, ""))]
+        if block.type == "redacted_thinking":
+            return [ThinkingEnd(redacted=block.data)]
+        return []
