@@ -46,7 +46,7 @@ async def post_sse(
     url: str,
     body: dict[str, Any],
     headers: dict[str, str],
-    timeout: httpx.Timeout,
+    limits: httpx.Timeout,
     *,
     provider: str,
 ) -> AsyncGenerator[SseEvent, None]:
@@ -58,7 +58,7 @@ async def post_sse(
     decoder = SseDecoder()
     try:
         async with client.stream(
-            "POST", url, json=body, headers=headers, timeout=timeout
+            "POST", url, json=body, headers=headers, timeout=limits
         ) as response:
             if response.status_code != 200:
                 detail = (await response.aread())[:500].decode("utf-8", "replace")

@@ -110,7 +110,8 @@ def test_config_relative_paths_resolve_against_its_dir(tmp_path: Path) -> None:
         ("storage: postgres://x\n", "server.yaml: storage: Value error, must start with"),
         (
             "models: {m: {provider: gemini}}\n",
-            "server.yaml: models.m.provider: Input should be 'openai', 'openai-responses', 'anthropic' or 'scripted'",
+            "server.yaml: models.m.provider: Input should be 'openai', 'openai-responses', "
+            "'anthropic' or 'scripted'",
         ),
         (
             "models: {m: {provider: openai, api_key: x}}\n",
