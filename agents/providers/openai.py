@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 import httpx
 
@@ -58,16 +59,16 @@ class OpenAIProvider:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         normalizer = OpenAIChatNormalizer()
-        async for event in post_sse(
-            self._client, self._url, body, headers, self._timeout, provider=self.kind
-        ):
-            if event.event == "error":
-                raise ProviderError(
-                    f"openai stream error event: {event.data[:500]}",
-                    provider=self.kind,
-                    retryable=True,
-                )
-            for part in normalizer.feed(event.data):
-                yield part
+        events = post_sse(self._client, self._url, body, headers, self._timeout, provider=self.kind)
+        async with aclosing(events):
+            async for event in events:
+                if event.event == "error":
+                    raise ProviderError(
+                        f"openai stream error event: {event.data[:500]}",
+                        provider=self.kind,
+                        retryable=True,
+                    )
+                for part in normalizer.feed(event.data):
+                    yield part
         for part in normalizer.end():
             yield part

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 import httpx
 
@@ -34,10 +35,10 @@ class OpenAIResponsesProvider:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         normalizer = ResponsesNormalizer()
-        async for event in post_sse(
-            self._client, self._url, body, headers, self._timeout, provider=self.kind
-        ):
-            for part in normalizer.feed(event.data):
-                yield part
+        events = post_sse(self._client, self._url, body, headers, self._timeout, provider=self.kind)
+        async with aclosing(events):
+            async for event in events:
+                for part in normalizer.feed(event.data):
+                    yield part
         for part in normalizer.end():
             yield part
