@@ -63,6 +63,12 @@ class Reply:
     """Stream the text, then a provider error event (in the format's own way)."""
     thinking: str = ""
     """Anthropic: a signed thinking block before the text."""
+    bad_args: bool = False
+    """Send tool-call arguments that are not valid JSON (the closing brace is lost)."""
+
+    def _raw_args(self, args: dict[str, Any]) -> str:
+        raw = json.dumps(args)
+        return raw[:-1] if self.bad_args else raw
 
     def chunks(self, fmt: str = "openai") -> list[bytes]:
         if self.raw is not None:
@@ -143,7 +149,7 @@ class Reply:
         if self.hang or self.truncate:
             return out
         for n, (name, args) in enumerate(self.calls):
-            raw = json.dumps(args)
+            raw = self._raw_args(args)
             out.append(
                 ev(
                     "content_block_start",
@@ -224,7 +230,7 @@ class Reply:
         if self.hang or self.truncate:
             return out
         for n, (name, args) in enumerate(self.calls):
-            raw = json.dumps(args)
+            raw = self._raw_args(args)
             item = {
                 "type": "function_call",
                 "id": f"fc_{n}",
@@ -278,7 +284,7 @@ class Reply:
             return [*out, sse({"error": {"message": "internal failure", "type": "server_error"}})]
         for index, (name, args) in enumerate(self.calls):
             call_id = f"call_{index}_{abs(hash(json.dumps(args, sort_keys=True))) % 10**8}"
-            raw_args = json.dumps(args)
+            raw_args = self._raw_args(args)
             half = len(raw_args) // 2
             out.append(
                 chunk(

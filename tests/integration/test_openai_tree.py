@@ -43,7 +43,9 @@ def tree_brain(role: str, messages: list[dict[str, Any]], body: dict[str, Any]) 
     raise AssertionError(f"unexpected role {role}")
 
 
-def agents(critic_timeout: float | None = None) -> dict[str, dict[str, Any]]:
+def agents(
+    critic_timeout: float | None = None, critic_model: str | None = None
+) -> dict[str, dict[str, Any]]:
     critic: dict[str, Any] = {
         "name": "CriticAgent",
         "description": "Reviews drafts.",
@@ -51,6 +53,8 @@ def agents(critic_timeout: float | None = None) -> dict[str, dict[str, Any]]:
     }
     if critic_timeout is not None:
         critic["timeout_seconds"] = critic_timeout
+    if critic_model is not None:
+        critic["model"] = critic_model
     return {
         "planner": {
             "name": "PlannerAgent",

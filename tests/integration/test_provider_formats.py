@@ -162,3 +162,68 @@ async def test_spawn_task_shows_before_the_call_completes(tmp_path: Path, provid
     assert all("researcher".startswith(a) for a in agent_ids) and agent_ids[-1] == "researcher"
     seen_task = [e.data["fields"]["$.task"] for e in early if "$.task" in e.data["fields"]]
     assert seen_task and seen_task[-1] == "alpha"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_invalid_tool_arguments_go_back_to_the_model(tmp_path: Path, provider: str) -> None:
+    def brain(role: str, messages: list[dict[str, Any]], body: dict[str, Any]) -> Reply:
+        results = [m["content"] for m in messages if m["role"] == "tool"]
+        if role == "planner" and not results:
+            return Reply(
+                "trying",
+                calls=[("agent_spawn", {"agent_id": "critic", "task": "x"})],
+                bad_args=True,
+            )
+        if role == "planner":
+            return Reply("recovered from: " + results[0])
+        return tree_brain(role, messages, body)
+
+    events, fake = await run_tree(tmp_path, provider, brain)
+    (result,) = of_type(events, EventType.TOOL_RESULT)
+    assert result.data["isError"] and "invalid JSON arguments" in result.data["content"]
+    (call,) = of_type(events, EventType.TOOL_CALL)
+    assert isinstance(call.data["args"], str)  # the raw text, since it is not JSON
+    assert not of_type(events, EventType.AGENT_STARTED)
+    assert events[-1].data["status"] == "completed"
+    assert events[-1].data["result"].startswith("recovered from: tool 'agent_spawn': invalid JSON")
+    assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_read_timeout_per_model(tmp_path: Path, provider: str) -> None:
+    def brain(role: str, messages: list[dict[str, Any]], body: dict[str, Any]) -> Reply:
+        return Reply("", hang=True) if role == "critic" else tree_brain(role, messages, body)
+
+    async with trio.open_nursery() as nursery:
+        fake = await serve_fake_openai(nursery, brain)
+        config = write_config(
+            tmp_path,
+            agents(critic_model="quick"),
+            models={
+                "default": {
+                    "provider": provider,
+                    "base_url": fake.base_url,
+                    "model": "m",
+                    "retry_base_delay": 0.01,
+                },
+                "quick": {
+                    "provider": provider,
+                    "base_url": fake.base_url,
+                    "model": "m",
+                    "read_timeout": 0.3,
+                    "max_retries": 1,
+                    "retry_base_delay": 0.01,
+                },
+            },
+        )
+        async with Orchestrator.open(config) as orch:
+            with trio.fail_after(20):
+                events = await collect(orch, "planner", "q")
+        nursery.cancel_scope.cancel()
+    errors = of_type(events, EventType.AGENT_ERROR)
+    assert len(errors) == 2
+    assert all(
+        "timed out" in e.data["message"] and "after 1 retries" in e.data["message"] for e in errors
+    )
+    assert len(fake.requests) == 2 + 2 * 2 + 2 * 2  # each critic: first try + one retry
+    assert events[-1].data["status"] == "completed"

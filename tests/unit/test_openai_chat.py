@@ -280,3 +280,27 @@ def test_encode_request_round_trips_conversation() -> None:
     ]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["tools"][0]["function"]["name"] == "f" and body["temperature"] == 0
+
+
+def test_final_chunk_repeating_the_full_text_adds_only_the_new_suffix() -> None:
+    parts = feed(
+        ch({"content": "Hello"}),
+        ch({"content": " wor"}),
+        ch({"content": "Hello world"}, finish="stop"),  # RAGFlow-style full resend
+        "[DONE]",
+    )
+    assert parts == [TextDelta("Hello"), TextDelta(" wor"), TextDelta("ld"), Finish("stop")]
+    exact = feed(ch({"content": "Hi"}), ch({"content": "Hi"}, finish="stop"))
+    assert exact == [TextDelta("Hi"), Finish("stop")]
+
+
+def test_full_message_object_in_stream_is_ignored() -> None:
+    parts = feed(
+        ch({"content": "ok"}),
+        {
+            "choices": [
+                {"index": 0, "delta": {}, "message": {"content": "ok"}, "finish_reason": "stop"}
+            ]
+        },
+    )
+    assert parts == [TextDelta("ok"), Finish("stop")]

@@ -25,6 +25,7 @@ from agents.core.messages import (
     UsageReport,
     UserMessage,
 )
+from agents.core.monotonic import MonotonicText
 from agents.errors import ProviderError, StreamTruncated
 
 __all__ = ["OpenAIChatNormalizer", "encode_request"]
@@ -151,6 +152,7 @@ class OpenAIChatNormalizer:
         self._finished = False
         self._done = False
         self._saw_output = False
+        self._text = MonotonicText()
 
     @property
     def finished(self) -> bool:
@@ -184,7 +186,7 @@ class OpenAIChatNormalizer:
                 continue
             delta = choice.delta
             if delta is not None:
-                self._delta(delta, parts)
+                self._delta(delta, parts, final=bool(choice.finish_reason))
             if choice.finish_reason and not self._finished:
                 parts.extend(self._finish(choice.finish_reason))
         if chunk.usage is not None:
@@ -208,16 +210,26 @@ class OpenAIChatNormalizer:
 
     # -- internals ------------------------------------------------------------
 
-    def _delta(self, delta: _Delta, parts: list[StreamPart]) -> None:
+    def _delta(self, delta: _Delta, parts: list[StreamPart], *, final: bool) -> None:
         for value, cls in (
             (delta.reasoning_content, ThinkingDelta),
             (delta.reasoning, ThinkingDelta),
-            (delta.content, TextDelta),
-            (delta.refusal, TextDelta),
         ):
             if isinstance(value, str) and value:
                 self._saw_output = True
                 parts.append(cls(value))
+        for value in (delta.content, delta.refusal):
+            if not isinstance(value, str) or not value:
+                continue
+            # Some proxies repeat the whole text on the finishing chunk: emit only
+            # what is new (monotonic append), so the deltas still join to the text.
+            if final and self._text.text and value.startswith(self._text.text):
+                value = self._text.full(value)
+            else:
+                self._text.append(value)
+            if value:
+                self._saw_output = True
+                parts.append(TextDelta(value))
         if delta.tool_calls:
             for fragment in delta.tool_calls:
                 self._fragment(fragment, parts)
