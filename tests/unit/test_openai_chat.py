@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agents.core.messages import (
     AssistantMessage,
@@ -304,3 +306,25 @@ def test_full_message_object_in_stream_is_ignored() -> None:
         },
     )
     assert parts == [TextDelta("ok"), Finish("stop")]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("openai_chat_*.sse")))
+@given(data=st.data())
+def test_normalized_stream_ignores_chunk_boundaries(name: str, data: st.DataObject) -> None:
+    raw = (FIXTURES / name).read_bytes()
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=30)))
+
+    def run(points: list[int]) -> list[StreamPart] | str:
+        decoder, norm = SseDecoder(), OpenAIChatNormalizer()
+        parts: list[StreamPart] = []
+        last = 0
+        try:
+            for cut in [*points, len(raw)]:
+                for event in decoder.feed(raw[last:cut]):
+                    parts += norm.feed(event.data)
+                last = cut
+            return parts + norm.end()
+        except ProviderError as exc:
+            return f"error: {exc}"
+
+    assert run(cuts) == run([])
