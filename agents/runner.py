@@ -9,6 +9,7 @@ emitted and the agent just returns its final text.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -34,6 +35,7 @@ from agents.core.messages import (
 )
 from agents.core.partial_json import PartialJson
 from agents.core.turn import TurnAssembler, parse_arguments
+from agents.core.usage import UsageNode
 from agents.errors import AgentFailed, ProviderError, ToolError
 from agents.providers.base import Provider
 from agents.spec import AgentSpec
@@ -55,7 +57,7 @@ class AgentOutcome(msgspec.Struct, frozen=True):
 
 
 class AgentRunner:
-    """Drives one agent instance to its final answer.
+    """Drives one agent instance to its final answer (and again, if sent a message).
 
     Args:
         spec: the agent's definition.
@@ -65,6 +67,8 @@ class AgentRunner:
         depth: the instance's depth in the tree (0 for the root).
         timeout_scope: the cancel scope that bounds this instance; when it is
             the one that fired, the instance reports `timeout`, else `cancelled`.
+        usage: this instance's usage node (its parent's node above it); a budget
+            on it that trips cancels this instance with AGENT_ERROR `budget`.
     """
 
     def __init__(
@@ -76,6 +80,7 @@ class AgentRunner:
         *,
         depth: int = 0,
         timeout_scope: trio.CancelScope | None = None,
+        usage: UsageNode | None = None,
     ) -> None:
         self.spec = spec
         self.depth = depth
@@ -92,12 +97,38 @@ class AgentRunner:
             for tool in self._tools.values()
         )
         self.messages: list[Message] = []
-        self.usage = Usage()
-        self.subtree_usage = Usage()
+        self.usage_node = usage or UsageNode(budget=spec.budget_tokens)
+        self.usage_node.on_trip = self._budget_tripped
         self.state = InstanceState()
-        self.inbox: list[str] = []
-        self.accepting = True
+        self.inbox: list[tuple[str, str]] = []
+        self.accepting = False
         """True while messages sent into the agent will still be seen by its model."""
+        self.running = False
+        """True while a run of the agent is in progress (else it is idle)."""
+        self._scope: trio.CancelScope | None = None
+        self._wake = trio.lowlevel.ParkingLot()
+        self._idle = trio.lowlevel.ParkingLot()
+        self._background: trio.Nursery | None = None
+        self._background_running = 0
+
+    @property
+    def agent_key(self) -> str | None:
+        """This instance's agentKey (None for the root agent or without a bus)."""
+        return self.bus.source.agent_key if self.bus is not None and self.bus.source else None
+
+    @property
+    def usage(self) -> Usage:
+        """Usage of this instance's own model turns."""
+        return self.usage_node.own
+
+    @property
+    def subtree_usage(self) -> Usage:
+        """Usage of this instance and all its descendants."""
+        return self.usage_node.subtree
+
+    def _budget_tripped(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
 
     async def run(self, task: str) -> AgentOutcome:
         """Run on `task` until a final answer.
@@ -107,23 +138,47 @@ class AgentRunner:
             trio.Cancelled: after emitting AGENT_ERROR `cancelled`/`timeout`.
         """
         self.messages.append(UserMessage(text=task))
+        return await self._run()
+
+    async def wait_idle(self) -> None:
+        """Return once no run of this agent is in progress."""
+        while self.running:
+            await self._idle.park()
+
+    async def resume(
+        self, message: str, sender: str, *, timeout_scope: trio.CancelScope | None = None
+    ) -> AgentOutcome:
+        """Run an idle instance again on a new message; it keeps its conversation."""
+        if self.running:
+            raise RuntimeError(f"agent {self.spec.id!r} is running; deliver() instead")
+        if timeout_scope is not None:
+            self._timeout_scope = timeout_scope
+        if self.bus is not None:
+            self.bus.emit_nowait(EventType.USER_MESSAGE, {"text": message, "from": sender})
+        self.messages.append(UserMessage(text=message))
+        return await self._run()
+
+    async def _run(self) -> AgentOutcome:
+        self.running = self.accepting = True
+        scope = self._scope = trio.CancelScope()
+        failure: Exception | None = None
         try:
-            for _ in range(self.spec.max_turns):
-                self._take_inbox()
-                message, results = await self._turn()
-                self.messages.append(message)
-                if not message.tool_calls:
-                    if self.inbox:  # a message arrived during the last turn: answer it too
-                        continue
-                    self.accepting = False
-                    return await self._finish(message.text)
-                self.messages.extend(results)
-            self.accepting = False
-            raise AgentFailed(
-                f"agent {self.spec.id!r} reached max_turns ({self.spec.max_turns}) "
-                "without a final answer",
-                error_type="max_turns",
-            )
+            with scope:
+                async with trio.open_nursery() as background:
+                    self._background = background
+                    try:
+                        outcome = await self._loop()
+                    except Exception as exc:  # raised bare below, not as a group
+                        failure = exc
+                        background.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
+            if scope.cancelled_caught:  # only our own budget trip cancels this scope
+                raise AgentFailed(
+                    f"agent {self.spec.id!r}: {self.usage_node.describe_trip()}",
+                    error_type="budget",
+                )
+            return outcome
         except AgentFailed as exc:
             self.accepting = False
             self._error(exc.error_type, str(exc))
@@ -146,6 +201,54 @@ class AgentRunner:
                     "timeout" if timed_out else "cancelled", self._cancel_message(timed_out)
                 )
             raise
+        finally:
+            self.running = False
+            self._background = None
+            self._idle.unpark_all()
+
+    async def _loop(self) -> AgentOutcome:
+        turns = 0
+        while True:
+            if turns >= self.spec.max_turns:
+                self.accepting = False
+                raise AgentFailed(
+                    f"agent {self.spec.id!r} reached max_turns ({self.spec.max_turns}) "
+                    "without a final answer",
+                    error_type="max_turns",
+                )
+            self._take_inbox()
+            turns += 1
+            message, results = await self._turn()
+            self.messages.append(message)
+            if message.tool_calls:
+                self.messages.extend(results)
+                continue
+            # A final answer is final only once nothing more can reach the agent:
+            # background children still running wake it for another turn.
+            while not self.inbox and self._background_running:
+                await self._wake.park()
+            if self.inbox:
+                continue
+            self.accepting = False
+            return await self._finish(message.text)
+
+    def start_background(self, label: str, work: Callable[[], Awaitable[str]]) -> None:
+        """Run `work` beside this agent; its result comes back as a message."""
+        if self._background is None:
+            raise RuntimeError("the agent is not running")
+        self._background_running += 1
+        self._background.start_soon(self._background_task, label, work)
+
+    async def _background_task(self, label: str, work: Callable[[], Awaitable[str]]) -> None:
+        try:
+            text = await work()
+            message = f"[{label} finished]\n{text}"
+        except AgentFailed as exc:
+            message = f"[{label} failed ({exc.error_type})]\n{exc}"
+        finally:
+            self._background_running -= 1
+            self._wake.unpark_all()
+        self.deliver(message, label.split(" ")[0])
 
     def deliver(self, text: str, sender: str) -> bool:
         """Queue a message for the agent's next model turn and emit USER_MESSAGE.
@@ -154,17 +257,18 @@ class AgentRunner:
         """
         if not self.accepting:
             return False
-        self.inbox.append(text)
-        if self.bus is not None:
+        self.inbox.append((text, sender))
+        if self.bus is not None and not self.bus.sink.closed:
             self.bus.emit_nowait(EventType.USER_MESSAGE, {"text": text, "from": sender})
+        self._wake.unpark_all()
         return True
 
     def _take_inbox(self) -> None:
         while self.inbox:
-            self.messages.append(UserMessage(text=self.inbox.pop(0)))
+            self.messages.append(UserMessage(text=self.inbox.pop(0)[0]))
 
     def _cancel_message(self, timed_out: bool) -> str:
-        if timed_out and self._timeout_scope is not None:
+        if timed_out:
             return f"agent {self.spec.id!r} timed out"
         return f"agent {self.spec.id!r} was cancelled"
 
@@ -268,11 +372,9 @@ class AgentRunner:
                         last=True,
                     )
         if turn_usage is not None:
-            used = Usage(
-                input_tokens=turn_usage.input_tokens, output_tokens=turn_usage.output_tokens
+            self.usage_node.charge(
+                Usage(input_tokens=turn_usage.input_tokens, output_tokens=turn_usage.output_tokens)
             )
-            self.usage.add(used)
-            self.subtree_usage.add(used)
         if failure is not None:
             raise failure
         return message, [results[call.id] for call in message.tool_calls]
@@ -314,9 +416,11 @@ class AgentRunner:
             ctx = ToolContext(
                 call_id=call.id,
                 agent_id=self.spec.id,
+                agent_key=self.agent_key,
                 depth=self.depth,
-                subtree_usage=self.subtree_usage,
+                usage=self.usage_node,
                 instance=self.state,
+                start_background=self.start_background,
             )
             try:
                 content, is_error = await tool.run(args, ctx), False

@@ -84,6 +84,8 @@ class AgentSpec(BaseModel):
     """Default bound on one spawn of this agent, in seconds."""
     max_turns: int = Field(default=8, ge=1, le=1000)
     """Most model turns per run of this agent."""
+    budget_tokens: int | None = Field(default=None, gt=0)
+    """Most tokens (input + output) one instance and its descendants may use."""
     script: ScriptSpec | None = None
     """Turns for the `scripted` provider (ignored by real providers)."""
 

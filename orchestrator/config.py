@@ -60,6 +60,8 @@ class LimitsConfig(BaseModel):
     """Wall-clock bound on a whole run."""
     max_concurrent_runs: int = Field(default=32, ge=1)
     """Most runs the server executes at once; more is `limit_exceeded`."""
+    max_tokens: int | None = Field(default=None, gt=0)
+    """Most tokens (input + output) a whole run may use; over it the run fails `budget`."""
 
 
 class ServerConfig(BaseModel):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from orchestrator.core.events import Usage
+from agents.core.usage import UsageNode
 
-__all__ = ["InstanceState", "Tool", "ToolContext"]
+__all__ = ["BackgroundStarter", "InstanceState", "Tool", "ToolContext"]
+
+BackgroundStarter = Callable[[str, Callable[[], Awaitable[str]]], None]
+"""`start(label, work)`: run `work` beside the agent; its text (or failure) comes back
+to the agent as a message before its next model turn."""
 
 
 class InstanceState:
@@ -24,29 +29,42 @@ class ToolContext:
     Attributes:
         call_id: the model's id for this tool call.
         agent_id: the calling agent's agentId.
+        agent_key: the calling instance's agentKey (None for the root agent).
         depth: the calling agent's depth (0 for the root).
-        subtree_usage: the caller's running total of its own and its
-            descendants' usage; a tool that runs a child agent adds the
-            child's subtree usage here.
+        usage: the caller's usage node; a child agent's node hangs below it, so
+            the child's usage counts for the caller's subtree (and budget) live.
         instance: counters shared by every call of the calling instance.
+        start_background: runs work beside the caller (background spawns).
     """
 
-    __slots__ = ("agent_id", "call_id", "depth", "instance", "subtree_usage")
+    __slots__ = (
+        "agent_id",
+        "agent_key",
+        "call_id",
+        "depth",
+        "instance",
+        "start_background",
+        "usage",
+    )
 
     def __init__(
         self,
         *,
         call_id: str,
         agent_id: str,
+        agent_key: str | None,
         depth: int,
-        subtree_usage: Usage,
+        usage: UsageNode,
         instance: InstanceState,
+        start_background: BackgroundStarter,
     ) -> None:
         self.call_id = call_id
         self.agent_id = agent_id
+        self.agent_key = agent_key
         self.depth = depth
-        self.subtree_usage = subtree_usage
+        self.usage = usage
         self.instance = instance
+        self.start_background = start_background
 
 
 class Tool(Protocol):
@@ -54,6 +72,10 @@ class Tool(Protocol):
 
     `run` returns the result text. It raises `ToolError` (or any exception) to
     give the model an error result instead; the agent goes on either way.
+    Optional attributes the runner reads: `concurrency_safe` (default True: may
+    run in parallel with other calls of the same turn; False: calls run one at a
+    time, in call order) and `stream_paths` (argument paths reported while they
+    stream).
     """
 
     name: str

@@ -24,7 +24,7 @@ from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.events import Event
 from orchestrator.runtime.queue import EventQueue
 from orchestrator.runtime.run import Run, RunResult
-from orchestrator.runtime.spawn import AgentSpawnTool, RunLimits
+from orchestrator.runtime.spawn import AgentSendTool, AgentSpawnTool, RunLimits
 
 __all__ = ["Orchestrator", "RunStream", "UnknownAgent", "builtin_tool_names"]
 
@@ -39,7 +39,7 @@ class UnknownAgent(LookupError):
 
 def builtin_tool_names() -> list[str]:
     """The tools a subagent YAML may list."""
-    return ["agent_spawn"]
+    return ["agent_spawn", "agent_send"]
 
 
 class RunStream:
@@ -119,7 +119,10 @@ class Orchestrator:
         self.config = config
         self.specs = specs
         self.providers = providers
-        self.tools: dict[str, Tool] = {"agent_spawn": AgentSpawnTool(self)}
+        self.tools: dict[str, Tool] = {
+            "agent_spawn": AgentSpawnTool(self),
+            "agent_send": AgentSendTool(),
+        }
 
     @classmethod
     @asynccontextmanager

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 import trio
 
+from agents.core.usage import UsageNode
 from agents.errors import AgentFailed
 from agents.runner import AgentRunner
 from orchestrator.core.bus import Bus, RunSink, current_bus, new_run_id
@@ -94,8 +95,23 @@ class Run:
         text = error = None
         timeout = orch.config.limits.run_timeout_seconds
         deadline = trio.CancelScope(relative_deadline=timeout)
+        budgets = [
+            (b, src)
+            for b, src in (
+                (orch.config.limits.max_tokens, "limits.max_tokens"),
+                (spec.budget_tokens, "budget_tokens"),
+            )
+            if b is not None
+        ]
+        budget, source = min(budgets) if budgets else (None, "budget_tokens")
         runner = AgentRunner(
-            spec, orch.providers.for_agent(spec), orch.tools, bus, depth=0, timeout_scope=deadline
+            spec,
+            orch.providers.for_agent(spec),
+            orch.tools,
+            bus,
+            depth=0,
+            timeout_scope=deadline,
+            usage=UsageNode(budget=budget, budget_source=source),
         )
         self.root = runner
         try:

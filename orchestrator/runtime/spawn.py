@@ -12,21 +12,31 @@ from __future__ import annotations
 
 import contextvars
 import math
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
 
+from agents.core.usage import UsageNode
 from agents.errors import AgentFailed, ToolError
 from agents.runner import AgentRunner
 from agents.tools.base import ToolContext
-from orchestrator.core.bus import current_bus
+from orchestrator.core.bus import current_bus, new_agent_key
 from orchestrator.core.events import EventType
 
 if TYPE_CHECKING:
     from orchestrator.runtime.orchestrator import Orchestrator
 
-__all__ = ["AgentSpawnTool", "RunLimits", "run_agents", "run_limits"]
+__all__ = [
+    "AgentSendTool",
+    "AgentSpawnTool",
+    "RunLimits",
+    "failure_text",
+    "run_agents",
+    "run_limits",
+    "send_to",
+]
 
 
 class RunLimits(msgspec.Struct, frozen=True):
@@ -123,20 +133,27 @@ class AgentSpawnTool:
         timeout = (
             spawn.timeout_seconds if spawn.timeout_seconds is not None else spec.timeout_seconds
         )
-        if timeout is not None and (timeout <= 0 or not math.isfinite(timeout)):
+        if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
             raise ToolError(
-                f"agent_spawn: timeout_seconds must be a positive number of seconds, got {timeout}"
-                + (" (background spawns are not available in this version)" if timeout == 0 else "")
+                "agent_spawn: timeout_seconds must be 0 (background) or a positive number of "
+                f"seconds, got {timeout}"
             )
-
+        background = timeout == 0 and spawn.timeout_seconds == 0
+        task_id = f"task-{uuid.uuid4().hex[:16]}" if background else None
         parent_bus = current_bus.get()
         child_bus = None
         if parent_bus is not None:
             child_bus = parent_bus.child(
-                agent_id=spec.id, agent_name=spec.display_name, parent_tool_call_id=ctx.call_id
+                agent_id=spec.id,
+                agent_name=spec.display_name,
+                task_id=task_id,
+                parent_tool_call_id=ctx.call_id,
             )
+        key = (
+            child_bus.source.agent_key if child_bus and child_bus.source else new_agent_key(spec.id)
+        )
         scope = trio.CancelScope()
-        if timeout is not None:
+        if timeout:
             scope.relative_deadline = timeout
         runner = AgentRunner(
             spec,
@@ -145,28 +162,126 @@ class AgentSpawnTool:
             child_bus,
             depth=depth,
             timeout_scope=scope,
+            usage=UsageNode(ctx.usage, budget=spec.budget_tokens),
         )
-        token = current_bus.set(child_bus)
-        ctx.instance.running_children += 1
         registry = run_agents.get()
-        key = child_bus.source.agent_key if child_bus is not None and child_bus.source else None
-        if registry is not None and key is not None:
-            registry[key] = runner
-        try:
-            if child_bus is not None:
-                child_bus.emit_nowait(
-                    EventType.AGENT_STARTED, {"agentId": spec.id, "task": spawn.task}
+        if registry is not None:
+            registry[key] = runner  # stays valid for agent_send until the run ends
+        ctx.instance.running_children += 1
+
+        async def run_child() -> str:
+            token = current_bus.set(child_bus)
+            try:
+                if child_bus is not None:
+                    child_bus.emit_nowait(
+                        EventType.AGENT_STARTED, {"agentId": spec.id, "task": spawn.task}
+                    )
+                with scope:
+                    outcome = await runner.run(spawn.task)
+            finally:
+                ctx.instance.running_children -= 1
+                current_bus.reset(token)
+            if scope.cancelled_caught:
+                raise AgentFailed(
+                    f"subagent {spec.id!r} timed out after {timeout:g} s", error_type="timeout"
                 )
-            with scope:
-                outcome = await runner.run(spawn.task)
+            return outcome.text
+
+        if task_id is not None:
+            ctx.start_background(f"{task_id} {spec.id} {key}", run_child)
+            return msgspec.json.encode({"taskId": task_id, "agentKey": key}).decode()
+        try:
+            return await run_child()
         except AgentFailed as exc:
-            raise ToolError(f"subagent {spec.id!r} failed ({exc.error_type}): {exc}") from None
-        finally:
-            if registry is not None and key is not None:
-                registry.pop(key, None)
-            ctx.instance.running_children -= 1
-            current_bus.reset(token)
-            ctx.subtree_usage.add(runner.subtree_usage)
-        if scope.cancelled_caught:
-            raise ToolError(f"subagent {spec.id!r} timed out after {timeout:g} s")
-        return outcome.text
+            raise ToolError(failure_text(spec.id, exc)) from None
+
+
+def failure_text(agent_id: str, exc: AgentFailed) -> str:
+    """The error tool result for a child that failed."""
+    if exc.error_type == "timeout":
+        return str(exc)
+    return f"subagent {agent_id!r} failed ({exc.error_type}): {exc}"
+
+
+class SendArgs(msgspec.Struct, forbid_unknown_fields=True):
+    """The arguments of an `agent_send` call."""
+
+    agent_key: str
+    message: str
+    timeout_seconds: float | None = None
+
+
+class AgentSendTool:
+    """Sends a message to a child instance of this run.
+
+    To an idle child: runs it again on the message (it keeps its conversation)
+    and returns its reply. To a running child: queues the message, which the
+    child sees before its next model turn, and returns at once.
+    """
+
+    name = "agent_send"
+
+    def description_for(self, agent_id: str) -> str:
+        """How to use it."""
+        return (
+            "Send a message to an agent you spawned earlier in this run, by its agentKey "
+            "(agent_spawn with timeout_seconds 0 returns it). If that agent is idle it answers "
+            "and you get its reply; if it is still running, it reads the message before its "
+            "next step and you get a confirmation."
+        )
+
+    def parameters(self) -> dict[str, Any]:
+        """JSON schema of `{agent_key, message, timeout_seconds?}`."""
+        return {
+            "type": "object",
+            "properties": {
+                "agent_key": {"type": "string", "description": "agent:<agentId>:<uuid>"},
+                "message": {"type": "string"},
+                "timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
+            },
+            "required": ["agent_key", "message"],
+            "additionalProperties": False,
+        }
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """Deliver, or run the idle agent again and return its reply."""
+        try:
+            send = _decode_args(args, SendArgs)
+        except msgspec.ValidationError as exc:
+            raise ToolError(f"agent_send: invalid arguments: {exc}") from None
+        registry = run_agents.get() or {}
+        runner = registry.get(send.agent_key)
+        if runner is None:
+            raise ToolError(f"agent_send: no agent {send.agent_key!r} in this run")
+        sender = ctx.agent_key or "root"
+        return await send_to(runner, send.message, sender, timeout=send.timeout_seconds)
+
+
+async def send_to(
+    runner: AgentRunner, message: str, sender: str, *, timeout: float | None = None
+) -> str:
+    """Queue `message` for a running agent, or run an idle one again and return its reply.
+
+    Raises:
+        ToolError: the idle agent failed or timed out on the message.
+    """
+    if runner.deliver(message, sender):
+        key = runner.agent_key or runner.spec.id
+        return f"message queued for {key}: it reads it before its next model turn"
+    await runner.wait_idle()  # it was just finishing: run it again once it is idle
+    if runner.deliver(message, sender):  # pragma: no cover - it started again meanwhile
+        return "message queued"
+    scope = trio.CancelScope()
+    if timeout:
+        scope.relative_deadline = timeout
+    token = current_bus.set(runner.bus)
+    try:
+        with scope:
+            outcome = await runner.resume(message, sender, timeout_scope=scope)
+    except AgentFailed as exc:
+        raise ToolError(failure_text(runner.spec.id, exc)) from None
+    finally:
+        current_bus.reset(token)
+    if scope.cancelled_caught:
+        raise ToolError(f"agent {runner.spec.id!r} timed out after {timeout:g} s")
+    return outcome.text

@@ -83,6 +83,7 @@ def config_for(tmp_path: Path, fake: FakeOpenAI, **kw: Any) -> ServerConfig:
                 "base_url": fake.base_url,
                 "model": "fake-model",
                 "read_timeout": 30,
+                "retry_base_delay": 0.01,
             }
         },
         **kw,
