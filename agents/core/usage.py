@@ -56,4 +56,7 @@ class UsageNode:
 
     def describe_trip(self) -> str:
         """Why this node tripped, for AGENT_ERROR and the parent's tool result."""
-        return f"token budget exceeded: {self.spent} tokens used, {self.budget_source} is {self.budget}"
+        return (
+            f"token budget exceeded: {self.spent} tokens used, "
+            f"{self.budget_source} is {self.budget}"
+        )

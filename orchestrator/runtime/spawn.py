@@ -254,11 +254,11 @@ class AgentSendTool:
         if runner is None:
             raise ToolError(f"agent_send: no agent {send.agent_key!r} in this run")
         sender = ctx.agent_key or "root"
-        return await send_to(runner, send.message, sender, timeout=send.timeout_seconds)
+        return await send_to(runner, send.message, sender, seconds=send.timeout_seconds)
 
 
 async def send_to(
-    runner: AgentRunner, message: str, sender: str, *, timeout: float | None = None
+    runner: AgentRunner, message: str, sender: str, *, seconds: float | None = None
 ) -> str:
     """Queue `message` for a running agent, or run an idle one again and return its reply.
 
@@ -272,8 +272,8 @@ async def send_to(
     if runner.deliver(message, sender):  # pragma: no cover - it started again meanwhile
         return "message queued"
     scope = trio.CancelScope()
-    if timeout:
-        scope.relative_deadline = timeout
+    if seconds:
+        scope.relative_deadline = seconds
     token = current_bus.set(runner.bus)
     try:
         with scope:
@@ -283,5 +283,5 @@ async def send_to(
     finally:
         current_bus.reset(token)
     if scope.cancelled_caught:
-        raise ToolError(f"agent {runner.spec.id!r} timed out after {timeout:g} s")
+        raise ToolError(f"agent {runner.spec.id!r} timed out after {seconds:g} s")
     return outcome.text
