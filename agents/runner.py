@@ -110,6 +110,7 @@ class AgentRunner:
         self._idle = trio.lowlevel.ParkingLot()
         self._background: trio.Nursery | None = None
         self._background_running = 0
+        self._unsafe_tail: trio.Event | None = None
 
     @property
     def agent_key(self) -> str | None:
@@ -232,23 +233,34 @@ class AgentRunner:
             self.accepting = False
             return await self._finish(message.text)
 
-    def start_background(self, label: str, work: Callable[[], Awaitable[str]]) -> None:
-        """Run `work` beside this agent; its result comes back as a message."""
+    def start_background(
+        self, label: str, work: Callable[[], Awaitable[str]], *, report: bool = True
+    ) -> None:
+        """Run `work` beside this agent, which does not finish before it.
+
+        With `report`, the work's text (or failure) comes back to the agent as a
+        message before its next model turn, from the label's first word.
+        """
         if self._background is None:
             raise RuntimeError("the agent is not running")
         self._background_running += 1
-        self._background.start_soon(self._background_task, label, work)
+        self._background.start_soon(self._background_task, label, work, report)
 
-    async def _background_task(self, label: str, work: Callable[[], Awaitable[str]]) -> None:
+    async def _background_task(
+        self, label: str, work: Callable[[], Awaitable[str]], report: bool
+    ) -> None:
+        message = None
         try:
             text = await work()
             message = f"[{label} finished]\n{text}"
-        except AgentFailed as exc:
-            message = f"[{label} failed ({exc.error_type})]\n{exc}"
+        except (AgentFailed, ToolError) as exc:
+            kind = exc.error_type if isinstance(exc, AgentFailed) else "error"
+            message = f"[{label} failed ({kind})]\n{exc}"
         finally:
             self._background_running -= 1
             self._wake.unpark_all()
-        self.deliver(message, label.split(" ")[0])
+        if report:
+            self.deliver(message, label.split(" ")[0])
 
     def deliver(self, text: str, sender: str) -> bool:
         """Queue a message for the agent's next model turn and emit USER_MESSAGE.
@@ -396,9 +408,34 @@ class AgentRunner:
                 EventType.TOOL_CALL,
                 {"toolCallId": call.id, "name": call.name, "args": _shown_args(call, args)},
             )
-        nursery.start_soon(self._run_tool, call, args, problem, results)
+        wait_for = None
+        tool = self._tools.get(call.name)
+        if tool is not None and not getattr(tool, "concurrency_safe", True):
+            # Unsafe tools run one at a time, in call order: each waits for the previous.
+            wait_for, self._unsafe_tail = self._unsafe_tail, trio.Event()
+            done = self._unsafe_tail
+        else:
+            done = None
+        nursery.start_soon(self._run_tool, call, args, problem, results, wait_for, done)
 
     async def _run_tool(
+        self,
+        call: ToolCall,
+        args: dict[str, Any] | None,
+        problem: str | None,
+        results: dict[str, ToolResultMessage],
+        wait_for: trio.Event | None = None,
+        done: trio.Event | None = None,
+    ) -> None:
+        try:
+            if wait_for is not None:
+                await wait_for.wait()
+            await self._call_tool(call, args, problem, results)
+        finally:
+            if done is not None:
+                done.set()
+
+    async def _call_tool(
         self,
         call: ToolCall,
         args: dict[str, Any] | None,

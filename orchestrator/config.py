@@ -64,6 +64,17 @@ class LimitsConfig(BaseModel):
     """Most tokens (input + output) a whole run may use; over it the run fails `budget`."""
 
 
+class ToolsConfig(BaseModel):
+    """`tools:` — settings of the built-in tools."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    root: str = "workspace"
+    """Directory `read_file`/`write_file` are confined to (relative: the config's dir)."""
+    http_timeout: float = Field(default=10.0, gt=0)
+    """Seconds an `http_get` may take."""
+
+
 class ServerConfig(BaseModel):
     """The whole server.yaml."""
 
@@ -77,6 +88,7 @@ class ServerConfig(BaseModel):
     )
     subagents_dir: str = "subagents"
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
     base_dir: Path = Field(default=Path("."), exclude=True)
     """Directory of the config file; relative paths resolve against it."""
 
@@ -86,6 +98,11 @@ class ServerConfig(BaseModel):
         if not value.startswith(("memory://", "sqlite:///", "redis://")):
             raise ValueError("must start with memory://, sqlite:/// or redis://")
         return value
+
+    @property
+    def tools_root(self) -> Path:
+        """The built-in file tools' root, resolved against the config file's directory."""
+        return (self.base_dir / self.tools.root).resolve()
 
     @property
     def subagents_path(self) -> Path:

@@ -44,7 +44,7 @@ def split_tokens(text: str) -> list[str]:
 
 
 def render(value: Any, variables: dict[str, str]) -> Any:
-    """Fill `{input}`/`{results}` in a string, or in every string of a list/dict."""
+    """Fill `{input}`, `{results}`, `{agent_key}` in a string, or in every string of a list/dict."""
     if isinstance(value, str):
         for name, replacement in variables.items():
             value = value.replace("{" + name + "}", replacement)
@@ -56,9 +56,13 @@ def render(value: Any, variables: dict[str, str]) -> Any:
     return value
 
 
+_AGENT_KEY = re.compile(r"agent:[A-Za-z0-9_.-]+:[0-9a-f-]{36}")
+
+
 def _variables(request: ModelRequest) -> dict[str, str]:
     last_input = ""
     results: list[str] = []
+    agent_key = ""
     for msg in request.messages:
         if isinstance(msg, UserMessage):
             last_input = msg.text
@@ -67,7 +71,9 @@ def _variables(request: ModelRequest) -> dict[str, str]:
             results = []
         elif isinstance(msg, ToolResultMessage):
             results.append(msg.content)
-    return {"input": last_input, "results": "\n".join(results)}
+            found = _AGENT_KEY.search(msg.content)
+            agent_key = found.group(0) if found else agent_key
+    return {"input": last_input, "results": "\n".join(results), "agent_key": agent_key}
 
 
 def _count_words(request: ModelRequest) -> int:

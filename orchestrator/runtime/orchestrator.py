@@ -19,6 +19,7 @@ from agents.errors import SpecError
 from agents.providers.factory import ProviderFactory
 from agents.spec import AgentSpec, load_specs
 from agents.tools.base import Tool
+from agents.tools.builtin import builtin_tools
 from orchestrator.config import ServerConfig
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.events import Event
@@ -39,7 +40,7 @@ class UnknownAgent(LookupError):
 
 def builtin_tool_names() -> list[str]:
     """The tools a subagent YAML may list."""
-    return ["agent_spawn", "agent_send"]
+    return ["agent_spawn", "agent_send", "read_file", "write_file", "http_get", "wait"]
 
 
 class RunStream:
@@ -114,7 +115,11 @@ class Orchestrator:
     """Subagents, providers and tools, ready to run trees of agents."""
 
     def __init__(
-        self, config: ServerConfig, specs: dict[str, AgentSpec], providers: ProviderFactory
+        self,
+        config: ServerConfig,
+        specs: dict[str, AgentSpec],
+        providers: ProviderFactory,
+        client: httpx.AsyncClient,
     ) -> None:
         self.config = config
         self.specs = specs
@@ -122,6 +127,7 @@ class Orchestrator:
         self.tools: dict[str, Tool] = {
             "agent_spawn": AgentSpawnTool(self),
             "agent_send": AgentSendTool(),
+            **builtin_tools(config.tools_root, client, http_timeout=config.tools.http_timeout),
         }
 
     @classmethod
@@ -142,7 +148,7 @@ class Orchestrator:
             if spec.model not in config.models:
                 raise SpecError(f"subagent {spec.id!r}: model {spec.model!r} is not configured")
         async with httpx.AsyncClient() as client:
-            yield cls(config, specs, ProviderFactory(dict(config.models), client))
+            yield cls(config, specs, ProviderFactory(dict(config.models), client), client)
 
     def default_limits(self, max_depth: int | None = None) -> RunLimits:
         """The configured limits, with an optional max_depth override."""

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from orchestrator.core.events import Event, EventType
+from orchestrator.core.blocks import BlockMerger
+from orchestrator.core.events import Event, EventType, encode_event
 from orchestrator.core.filters import FeedFilter, FilterSpec
 from orchestrator.server.protocol import end_frame, events_frame
-from orchestrator.storage.journal import Journal
+from orchestrator.storage.journal import Entry, Journal
 
 __all__ = ["Feed"]
 
@@ -46,6 +47,7 @@ class Feed:
             filter, root_agent_id=log.record.agent_id, root_session_id=log.record.root_session_id
         )
         self.status_only = detail == "status"
+        self.blocks = BlockMerger() if detail == "blocks" else None
         self.batch_events = batch_events
         self.frame_bytes = frame_bytes
         self.sent_events = 0
@@ -60,24 +62,42 @@ class Feed:
         """Send matching events as `events` frames, then `end`; returns after `end`."""
         journal, run_id = self.journal, self.run_id
         log = journal.get(run_id)
-        everything = self.filter.everything and not self.status_only
+        everything = self.filter.everything and not self.status_only and self.blocks is None
         while True:
             entries = await journal.read(run_id, self.cursor, self.batch_events)
             if entries:
-                raws = (
-                    [e.raw for e in entries]
-                    if everything
-                    else [e.raw for e in entries if self.wants(e.event)]
-                )
+                if everything:
+                    raws = [e.raw for e in entries]
+                elif self.blocks is not None:
+                    raws = _merged_raws(self.blocks, entries, self.wants)
+                else:
+                    raws = [e.raw for e in entries if self.wants(e.event)]
                 for frame_raws in _split(raws, self.frame_bytes):
                     await send(events_frame(self.sub, frame_raws))
                     self.sent_events += len(frame_raws)
                 self.cursor = entries[-1].seq
                 continue
             if log.finished and self.cursor >= log.committed:
+                if self.blocks is not None:
+                    rest = [encode_event(e) for e in self.blocks.flush()]
+                    if rest:
+                        await send(events_frame(self.sub, rest))
                 await send(end_frame(self.sub, run_id, log.finished_status or "completed"))
                 return
             await journal.wait(run_id, self.cursor)
+
+
+def _merged_raws(
+    merger: BlockMerger, entries: list[Entry], wants: Callable[[Event], bool]
+) -> list[bytes]:
+    """Events to send at the `blocks` detail level (originals keep their encoding)."""
+    originals = {id(e.event): e.raw for e in entries}
+    raws: list[bytes] = []
+    for entry in entries:
+        if wants(entry.event):
+            for event in merger.feed(entry.event):
+                raws.append(originals.get(id(event)) or encode_event(event))
+    return raws
 
 
 def _split(raws: list[bytes], budget: int) -> list[list[bytes]]:

@@ -39,7 +39,7 @@ __all__ = [
 ErrorCode = Literal[
     "bad_request", "unknown_op", "not_found", "unauthorized", "limit_exceeded", "internal"
 ]
-Detail = Literal["full", "status"]
+Detail = Literal["full", "blocks", "status"]
 MessageId = str | int | None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import trio
@@ -9,6 +10,7 @@ import trio
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.runtime.orchestrator import Orchestrator, UnknownAgent
 from orchestrator.runtime.run import Run, RunResult
+from orchestrator.runtime.spawn import send_to
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 
@@ -108,8 +110,17 @@ class ServerRuns:
             raise AgentNotRunning(f"run {run_id!r} is not running")
         agent = run.agent(agent_key)
         who = "the root agent" if agent_key is None else f"agent {agent_key!r}"
-        if agent is None or not agent.deliver(message, "client"):
+        if agent is None:
+            raise AgentNotRunning(f"{who} is not part of run {run_id!r}")
+        if agent.deliver(message, "client"):
+            return
+        root = run.root
+        if agent is root or root is None or not root.running:
             raise AgentNotRunning(f"{who} of run {run_id!r} is not running")
+        # An idle child runs again on the message; the run waits for it.
+        root.start_background(
+            f"send {agent_key}", functools.partial(send_to, agent, message, "client"), report=False
+        )
 
     async def interrupt_all(self) -> None:
         """Server shutdown: end every run `interrupted` and wait for them."""
