@@ -298,6 +298,8 @@ class AgentRunner:
             )
 
     async def _finish(self, text: str) -> AgentOutcome:
+        # A budget tripped by the last turn's usage cancels us here, before the result.
+        await trio.lowlevel.checkpoint_if_cancelled()
         outcome = AgentOutcome(text, self.usage.copy(), self.subtree_usage.copy())
         if self.bus is not None:
             await self.bus.emit(

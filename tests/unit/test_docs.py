@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from agents.config import ModelConfig
 from agents.spec import AgentSpec, ScriptSpec, ScriptStep
-from orchestrator.config import LimitsConfig, ServerConfig, ServerSection
+from orchestrator.config import LimitsConfig, ServerConfig, ServerSection, ToolsConfig
 from orchestrator.core.events import EventType
 from tests.helpers import REPO
 
@@ -18,6 +18,7 @@ from tests.helpers import REPO
         (ServerConfig, ""),
         (ServerSection, "server."),
         (LimitsConfig, "limits."),
+        (ToolsConfig, "tools."),
         (ModelConfig, ""),
         (AgentSpec, ""),
         (ScriptSpec, ""),
