@@ -2,7 +2,7 @@
 
 A block ends only where a delta ends, so a merged event can carry the seq of its
 last delta and resume cursors stay exact. A block is cut once it holds at least
-`min_chars` and ends at a paragraph break; from the middle of the range at a line
+`min_chars` and ends at a paragraph break (or the next delta opens one); from the middle of the range at a line
 break or a sentence end; anywhere once it reaches `max_chars`. Never inside a code
 fence (until a hard cap of 4 × `max_chars`).
 Before any event goes out, every other agent's partial block is flushed first, so
@@ -41,16 +41,20 @@ class BlockMerger:
         """One event in; the events to send now out (possibly none)."""
         key = event.source.agent_key if event.source is not None else None
         if event.type is EventType.REASONING and not event.last and "delta" in event.data:
-            buffer = self._buffers.setdefault(key, _Buffer())
             text = str(event.data["delta"])
+            out: list[Event] = []
+            buffer = self._buffers.get(key)
+            if buffer is not None and self._breaks_before(buffer, text):
+                out = self._flush_others(key)
+                out.append(self._take(key))
+            buffer = self._buffers.setdefault(key, _Buffer())
             buffer.parts.append(text)
             buffer.size += len(text)
             buffer.last = event
             if self._should_cut(buffer):
-                out = self._flush_others(key)
+                out += self._flush_others(key)
                 out.append(self._take(key))
-                return out
-            return []
+            return out
         out = self.flush()
         out.append(event)
         return out
@@ -74,6 +78,18 @@ class BlockMerger:
         buffer = self._buffers.pop(key)
         assert buffer.last is not None
         return msgspec.structs.replace(buffer.last, data={"delta": "".join(buffer.parts)})
+
+    def _breaks_before(self, buffer: _Buffer, delta: str) -> bool:
+        """A delta that opens with a paragraph (or line) break ends the block before it."""
+        if buffer.size < self.min_chars:
+            return False
+        text = "".join(buffer.parts)
+        buffer.parts = [text]
+        if text.count("```") % 2 == 1:
+            return False
+        if delta.startswith("\n\n"):
+            return True
+        return delta.startswith("\n") and buffer.size >= (self.min_chars + self.max_chars) // 2
 
     def _should_cut(self, buffer: _Buffer) -> bool:
         size = buffer.size

@@ -157,6 +157,11 @@ class TreeView:
             name = str(data.get("name", "?"))
             if name in node.tools_running:
                 node.tools_running.remove(name)
+        elif kind is EventType.USER_MESSAGE:
+            node.status = "running"  # an idle agent that gets a message runs again
+            node.error = None
+            node.text = f"✉ {data.get('text', '')}"
+            node.turn_done = True
         elif kind is EventType.AGENT_RESULT:
             node.status = "done"
             node.result = str(data.get("text", ""))

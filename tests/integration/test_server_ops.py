@@ -284,3 +284,109 @@ async def test_healthz_metrics_and_404(tmp_path: Path) -> None:
             assert "new WebSocket(wsUrl)" in page.text
             missing = await client.get(base + "/nope")
             assert missing.status_code == 404
+
+
+async def test_blocks_detail_merges_deltas_and_keeps_cursors(tmp_path: Path) -> None:
+    async with running_server(demo_config(tmp_path)) as server:
+        run_id, full, _ = await run_to_end(server.url)
+        blocks = await replay(server.url, run_id, detail="blocks")
+        full_deltas = [e for e in full if e["type"] == "REASONING" and "delta" in e["data"]]
+        block_deltas = [e for e in blocks if e["type"] == "REASONING" and "delta" in e["data"]]
+        assert len(block_deltas) < len(full_deltas) / 3
+        assert [e for e in blocks if e["type"] != "REASONING" or "delta" not in e["data"]] == [
+            e for e in full if e["type"] != "REASONING" or "delta" not in e["data"]
+        ]
+        for key in {(e["source"] or {}).get("agentKey") for e in full}:
+
+            def text(events: list[dict[str, Any]], k: str | None = key) -> str:
+                return "".join(
+                    e["data"]["delta"]
+                    for e in events
+                    if e["type"] == "REASONING"
+                    and "delta" in e["data"]
+                    and (e["source"] or {}).get("agentKey") == k
+                )
+
+            assert text(blocks) == text(full)
+        # Resuming a blocks feed after any block's seq loses nothing.
+        cut = block_deltas[len(block_deltas) // 2]["seq"]
+        rest = await replay(server.url, run_id, after_seq=cut, detail="blocks")
+        seen = [e for e in blocks if e["seq"] <= cut]
+        joined = "".join(
+            e["data"].get("delta", "") for e in seen + rest if e["type"] == "REASONING"
+        )
+        assert joined == "".join(
+            e["data"].get("delta", "") for e in full if e["type"] == "REASONING"
+        )
+
+
+async def test_send_op_to_running_and_idle_children(tmp_path: Path) -> None:
+    boss = {
+        "description": "d",
+        "instructions": "i",
+        "tools": ["agent_spawn"],
+        "script": {
+            "turns": [
+                {
+                    "calls": [
+                        {
+                            "name": "agent_spawn",
+                            "args": {"agent_id": "helper", "task": "t", "timeout_seconds": 0},
+                        }
+                    ]
+                },
+                {"calls": [{"name": "wait", "args": {"seconds": 0.6}}]},
+                {"say": "done"},
+            ]
+        },
+    }
+    boss["tools"] = ["agent_spawn", "wait"]
+    helper = {
+        "description": "d",
+        "instructions": "i",
+        "script": {
+            "token_delay": 0.01,
+            "turns": [{"say": "working " * 10}, {"say": "re: {input}"}],
+        },
+    }
+    config = demo_config(tmp_path, extra_agents={"boss": boss, "helper": helper})
+    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+        ack = await request(ws, op="run", id=1, agent="boss", input="go")
+        events: list[dict[str, Any]] = []
+        key = None
+        sent_running = sent_idle = False
+        while True:
+            frame = await recv(ws)
+            if frame["op"] == "events":
+                events += frame["events"]
+                for e in frame["events"]:
+                    if e["type"] == "AGENT_STARTED" and not sent_running:
+                        key = e["source"]["agentKey"]
+                        await send(
+                            ws, op="send", id=2, runId=ack["runId"], agentKey=key, message="hurry"
+                        )
+                        sent_running = True
+                    if e["type"] == "AGENT_RESULT" and e["source"] and not sent_idle:
+                        await send(
+                            ws,
+                            op="send",
+                            id=3,
+                            runId=ack["runId"],
+                            agentKey=key,
+                            message="one more",
+                        )
+                        sent_idle = True
+            elif frame["op"] == "ack":
+                assert frame["id"] in (2, 3)
+            elif frame["op"] == "error":
+                raise AssertionError(frame)
+            elif frame["op"] == "end":
+                break
+        helper_msgs = [
+            e["data"]["text"] for e in events if e["type"] == "USER_MESSAGE" and e["source"]
+        ]
+        assert helper_msgs[:1] == ["hurry"] and "one more" in helper_msgs
+        helper_results = [
+            e["data"]["text"] for e in events if e["type"] == "AGENT_RESULT" and e["source"]
+        ]
+        assert helper_results[0] == "re: hurry" and helper_results[-1] == "re: one more"
