@@ -2,8 +2,8 @@
 
 A block ends only where a delta ends, so a merged event can carry the seq of its
 last delta and resume cursors stay exact. A block is cut once it holds at least
-`min_chars` and ends at a paragraph break (or the next delta opens one); from the middle of the range at a line
-break or a sentence end; anywhere once it reaches `max_chars`. Never inside a code
+`min_chars` and ends at a paragraph break (or the next delta opens one); from the
+middle of the range at a line break or a sentence end; anywhere at `max_chars`. Never inside a code
 fence (until a hard cap of 4 × `max_chars`).
 Before any event goes out, every other agent's partial block is flushed first, so
 nothing with a lower seq is ever left behind a higher one a client has seen.
