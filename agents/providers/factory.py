@@ -11,6 +11,7 @@ from agents.providers.openai import OpenAIProvider
 from agents.providers.openai_responses import OpenAIResponsesProvider
 from agents.providers.retry import RetryingProvider
 from agents.providers.scripted import ScriptedProvider
+from agents.providers.sse_provider import SseProvider
 from agents.spec import AgentSpec
 
 __all__ = ["ProviderFactory"]
@@ -31,7 +32,7 @@ class ProviderFactory:
             return ScriptedProvider(spec.script)
         provider = self._http.get(spec.model)
         if provider is None:
-            kinds: dict[str, type[OpenAIProvider | OpenAIResponsesProvider | AnthropicProvider]] = {
+            kinds: dict[str, type[SseProvider]] = {
                 "openai": OpenAIProvider,
                 "openai-responses": OpenAIResponsesProvider,
                 "anthropic": AnthropicProvider,

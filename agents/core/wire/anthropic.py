@@ -29,6 +29,7 @@ from agents.core.messages import (
     UserMessage,
 )
 from agents.core.monotonic import MonotonicText
+from agents.core.sse import SseEvent
 from agents.errors import ProviderError, StreamTruncated
 
 __all__ = ["AnthropicNormalizer", "encode_request"]
@@ -167,6 +168,10 @@ class AnthropicNormalizer:
         self._stop_reason: str | None = None
         self._done = False
         self._output = False
+
+    def feed_event(self, event: SseEvent) -> list[StreamPart]:
+        """Normalize one SSE event."""
+        return self.feed(event.event, event.data)
 
     def feed(self, event_name: str, data: str) -> list[StreamPart]:
         """Normalize one SSE event (its `event:` name and `data`)."""

@@ -26,6 +26,7 @@ from agents.core.messages import (
     UserMessage,
 )
 from agents.core.monotonic import MonotonicText
+from agents.core.sse import SseEvent
 from agents.errors import ProviderError, StreamTruncated
 
 __all__ = ["OpenAIChatNormalizer", "encode_request"]
@@ -158,6 +159,14 @@ class OpenAIChatNormalizer:
     def finished(self) -> bool:
         """True once a finish reason or `[DONE]` was seen."""
         return self._finished
+
+    def feed_event(self, event: SseEvent) -> list[StreamPart]:
+        """Normalize one SSE event (an `event: error` is a provider error)."""
+        if event.event == "error":
+            raise ProviderError(
+                f"openai stream error event: {event.data[:500]}", provider=PROVIDER, retryable=True
+            )
+        return self.feed(event.data)
 
     def feed(self, data: str) -> list[StreamPart]:
         """Normalize the `data` of one SSE event."""

@@ -27,6 +27,7 @@ from agents.core.messages import (
     UserMessage,
 )
 from agents.core.monotonic import MonotonicText
+from agents.core.sse import SseEvent
 from agents.errors import ProviderError, StreamTruncated
 
 __all__ = ["ResponsesNormalizer", "encode_request"]
@@ -137,6 +138,10 @@ class ResponsesNormalizer:
         self._next_key = 0
         self._done = False
         self._output = False
+
+    def feed_event(self, event: SseEvent) -> list[StreamPart]:
+        """Normalize one SSE event (its `type` is in the data)."""
+        return self.feed(event.data)
 
     def feed(self, data: str) -> list[StreamPart]:
         """Normalize one SSE event's data."""
