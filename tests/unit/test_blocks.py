@@ -80,8 +80,10 @@ def test_any_resume_point_loses_nothing(texts: dict[str, str], order: list[str],
     merged = merge(events)
     for name, text in texts.items():
         assert text_of(merged, name) == text
-    # A client that saw merged events up to seq N and resumes after N on the raw
-    # journal must get every delta it has not seen: nothing below N is left unsent.
+    # A client that received the merged events up to one of them (its cursor N) and
+    # resumes after N must get every delta it has not seen: nothing below N is unsent.
+    cursors = [0] + [e.seq for e in merged]
+    cut = cursors[cut % len(cursors)]
     seen = [e for e in merged if e.seq <= cut]
     rest = merge([e for e in events if e.seq > cut])
     for name, text in texts.items():
