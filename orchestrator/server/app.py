@@ -34,6 +34,7 @@ from orchestrator.server.runs import ServerRuns
 from orchestrator.storage.base import Storage
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.memory import MemoryStorage
+from orchestrator.storage.redis import RedisStorage
 from orchestrator.storage.sqlite import SqliteStorage
 
 __all__ = ["RunningServer", "ServerApp", "open_storage", "serve"]
@@ -54,9 +55,9 @@ def open_storage(config: ServerConfig) -> Storage:
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         return SqliteStorage(path if path.is_absolute() else config.base_dir / path)
-    raise ConfigError(
-        f"storage: {url!r} is not supported by this server (use memory:// or sqlite:///PATH)"
-    )
+    if url.startswith("redis://"):
+        return RedisStorage(url)
+    raise ConfigError(f"storage: {url!r} is not supported (memory://, sqlite:///PATH, redis://)")
 
 
 class ServerApp:
@@ -234,11 +235,25 @@ async def serve(
 ) -> None:
     """Run the server until cancelled or `shutdown()`; `task_status` gets a RunningServer."""
     journal = Journal(open_storage(config))
-    interrupted = await journal.open()
-    if interrupted:
-        logger.warning(
-            "ended %d runs left running by the last server: interrupted", len(interrupted)
-        )
+    try:
+        interrupted = await journal.open()
+        if interrupted:
+            logger.warning(
+                "ended %d runs left running by the last server: interrupted", len(interrupted)
+            )
+        await _serve(config, journal, host, port, task_status)
+    finally:
+        # Not in a shielded scope: coredis's client scope must close where it opened.
+        await journal.aclose()
+
+
+async def _serve(
+    config: ServerConfig,
+    journal: Journal,
+    host: str | None,
+    port: int | None,
+    task_status: trio.TaskStatus[RunningServer],
+) -> None:
     with trio.CancelScope() as stop:
         async with Orchestrator.open(config) as orch, trio.open_nursery() as nursery:
             await nursery.start(journal.run_writer)

@@ -164,7 +164,10 @@ class Journal:
             with trio.CancelScope(shield=True):
                 await self._write_batch()
                 self._closed = True
-                await self.storage.aclose()
+
+    async def aclose(self) -> None:
+        """Close the storage; call it from the task that called `open()`, after the writer."""
+        await self.storage.aclose()
 
     async def flush(self) -> None:
         """Wait until everything published so far is committed."""

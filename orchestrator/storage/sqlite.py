@@ -139,5 +139,5 @@ class SqliteStorage:
         self._reader = self._writer = None
 
     async def aclose(self) -> None:
-        """Close both connections."""
-        await trio.to_thread.run_sync(self._close, limiter=self._write_limiter)
+        """Close both connections (directly: it is quick, and must run even when cancelled)."""
+        self._close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,15 +16,22 @@ from orchestrator.core.events import EventType
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.journal import Journal, UnknownRun
 from orchestrator.storage.memory import MemoryStorage
+from orchestrator.storage.redis import RedisStorage
 from orchestrator.storage.sqlite import SqliteStorage
 
 Factory = Callable[[], Storage]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+REDIS = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def factory(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
     if request.param == "memory":
         return MemoryStorage
+    if request.param == "redis":
+        prefix = f"aor-test-{uuid.uuid4().hex[:12]}:"  # a fresh keyspace per test
+        return lambda: RedisStorage(f"{REDIS}?prefix={prefix}")
     return lambda: SqliteStorage(tmp_path / "j.db")
 
 
@@ -38,6 +46,7 @@ async def open_journal(
         yield journal
         await journal.flush()
         nursery.cancel_scope.cancel()
+    await journal.aclose()
 
 
 def record(run_id: str = "run-1") -> RunRecord:
@@ -113,9 +122,18 @@ async def test_durable_tail_is_bounded_and_old_events_come_from_storage(tmp_path
         assert [e.seq for e in await journal.read("run-1", 95, 100)] == list(range(96, 101))
 
 
-async def test_restart_keeps_history_and_interrupts_running_runs(tmp_path: Path) -> None:
-    path = tmp_path / "r.db"
-    async with open_journal(SqliteStorage(path)) as journal:
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+async def test_restart_keeps_history_and_interrupts_running_runs(
+    tmp_path: Path, backend: str
+) -> None:
+    prefix = f"aor-test-{uuid.uuid4().hex[:12]}:"
+
+    def storage() -> Storage:
+        if backend == "redis":
+            return RedisStorage(f"{REDIS}?prefix={prefix}")
+        return SqliteStorage(tmp_path / "r.db")
+
+    async with open_journal(storage()) as journal:
         journal.create_run(record("run-done"))
         done = Bus(RunSink("run-done", "sess-1", journal.outlet("run-done")))
         done.emit_nowait(EventType.RUN_STARTED, {})
@@ -124,7 +142,7 @@ async def test_restart_keeps_history_and_interrupts_running_runs(tmp_path: Path)
         live = Bus(RunSink("run-live", "sess-1", journal.outlet("run-live")))
         for _ in range(3):
             live.emit_nowait(EventType.REASONING, {"delta": "x"})
-    journal = Journal(SqliteStorage(path))
+    journal = Journal(storage())
     assert await journal.open() == ["run-live"]
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run_writer)
@@ -137,6 +155,7 @@ async def test_restart_keeps_history_and_interrupts_running_runs(tmp_path: Path)
         assert journal.get("run-live").finished
         assert [e.seq for e in await journal.read("run-done", 0, 10)] == [1, 2]
         nursery.cancel_scope.cancel()
+    await journal.aclose()
 
 
 async def test_unknown_run(factory: Factory) -> None:
@@ -174,3 +193,8 @@ async def test_flush_waits_for_a_write_in_progress() -> None:
             assert not flushed and journal.get("run-1").committed == 0
             gate.set()
         assert flushed and journal.get("run-1").committed == 1
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis(drop_redis_keys: None) -> None:
+    """Drop the Redis keys this module's tests created."""
