@@ -4,9 +4,10 @@ A block ends only where a delta ends, so a merged event can carry the seq of its
 last delta and resume cursors stay exact. A block is cut once it holds at least
 `min_chars` and ends at a paragraph break (or the next delta opens one); from the
 middle of the range at a line break or a sentence end; anywhere at `max_chars`. Never inside a code
-fence (until a hard cap of 4 × `max_chars`).
-Before any event goes out, every other agent's partial block is flushed first, so
-nothing with a lower seq is ever left behind a higher one a client has seen.
+fence (until a hard cap of 4 × `max_chars`). A block only spans consecutive deltas
+of one agent: when another agent's event arrives, the partial block goes out first,
+so nothing with a lower seq is ever left behind a higher one a client has seen
+(interleaved parallel agents therefore merge into smaller blocks).
 """
 
 from __future__ import annotations
@@ -42,17 +43,17 @@ class BlockMerger:
         key = event.source.agent_key if event.source is not None else None
         if event.type is EventType.REASONING and not event.last and "delta" in event.data:
             text = str(event.data["delta"])
-            out: list[Event] = []
+            # Another agent's partial block goes out first: a block must never hold a
+            # delta older than one of a block sent before it (resume cursors).
+            out: list[Event] = self._flush_others(key)
             buffer = self._buffers.get(key)
             if buffer is not None and self._breaks_before(buffer, text):
-                out = self._flush_others(key)
                 out.append(self._take(key))
             buffer = self._buffers.setdefault(key, _Buffer())
             buffer.parts.append(text)
             buffer.size += len(text)
             buffer.last = event
             if self._should_cut(buffer):
-                out += self._flush_others(key)
                 out.append(self._take(key))
             return out
         out = self.flush()
