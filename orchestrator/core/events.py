@@ -96,13 +96,6 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     last: bool = False
     data: dict[str, Any] = msgspec.field(default_factory=dict)
 
-    # Filtering views (contract §2: a root event counts as depth 0, path = the
-    # root sessionId, agentId = the root agent). They need the root's identity,
-    # which the envelope does not carry, so they take it as arguments.
-    def depth(self) -> int:
-        """The depth of the emitting agent (0 for the root)."""
-        return 0 if self.source is None else self.source.depth
-
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Event)

@@ -50,7 +50,6 @@ class Feed:
         self.blocks = BlockMerger() if detail == "blocks" else None
         self.batch_events = batch_events
         self.frame_bytes = frame_bytes
-        self.sent_events = 0
 
     def wants(self, event: Event) -> bool:
         """Does this subscription deliver the event?"""
@@ -74,7 +73,6 @@ class Feed:
                     raws = [e.raw for e in entries if self.wants(e.event)]
                 for frame_raws in _split(raws, self.frame_bytes):
                     await send(events_frame(self.sub, frame_raws))
-                    self.sent_events += len(frame_raws)
                 self.cursor = entries[-1].seq
                 continue
             if log.finished and self.cursor >= log.committed:

@@ -117,7 +117,6 @@ class Journal:
         self._work = trio.lowlevel.ParkingLot()
         self._idle = trio.lowlevel.ParkingLot()
         self.events_written = 0
-        self._closed = False
         self._writing = False
 
     # -- lifecycle -------------------------------------------------------------
@@ -163,7 +162,6 @@ class Journal:
         finally:
             with trio.CancelScope(shield=True):
                 await self._write_batch()
-                self._closed = True
 
     async def aclose(self) -> None:
         """Close the storage; call it from the task that called `open()`, after the writer."""
