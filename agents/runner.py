@@ -181,21 +181,17 @@ class AgentRunner:
                 )
             return outcome
         except AgentFailed as exc:
-            self.accepting = False
             self._error(exc.error_type, str(exc))
             raise
         except ProviderError as exc:
-            self.accepting = False
             self._error("provider_error", str(exc))
             raise AgentFailed(str(exc), error_type="provider_error") from exc
         except Exception as exc:  # a bug in a provider or tool plumbing: fail this agent only
-            self.accepting = False
             detail = f"agent {self.spec.id!r} crashed: {type(exc).__name__}: {exc}"
             self._error("internal", detail)
             raise AgentFailed(detail, error_type="internal") from exc
         except BaseException as exc:
             # Cancellation arrives bare or, out of a nursery, as a group of Cancelled.
-            self.accepting = False
             if is_cancellation(exc):
                 timed_out = self._timeout_scope is not None and self._timeout_scope.cancel_called
                 self._error(
@@ -203,7 +199,7 @@ class AgentRunner:
                 )
             raise
         finally:
-            self.running = False
+            self.accepting = self.running = False
             self._background = None
             self._idle.unpark_all()
 
