@@ -61,6 +61,17 @@ class ProviderError(AgentsError):
 class StreamTruncated(ProviderError):
     """The provider's stream stopped before its terminal event."""
 
+    @classmethod
+    def at_eof(cls, provider: str, terminal: str, *, after_output: bool) -> StreamTruncated:
+        """The error for a body that ended before `terminal` (retryable if nothing went out)."""
+        return cls(
+            f"{provider} stream ended before {terminal}"
+            + (" (after partial output)" if after_output else ""),
+            provider=provider,
+            error_type="stream_truncated",
+            retryable=True,
+        )
+
 
 class ToolError(AgentsError):
     """A tool could not do its job; the message goes back to the model as an error result."""

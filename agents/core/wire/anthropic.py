@@ -222,13 +222,7 @@ class AnthropicNormalizer:
         if self._done:
             return []
         self._done = True
-        raise StreamTruncated(
-            "anthropic stream ended before message_stop"
-            + (" (after partial output)" if self._output else ""),
-            provider=PROVIDER,
-            error_type="stream_truncated",
-            retryable=True,
-        )
+        raise StreamTruncated.at_eof(PROVIDER, "message_stop", after_output=self._output)
 
     def _usage(self, usage: _Usage) -> None:
         # message_delta usage is cumulative: the latest value wins.

@@ -209,12 +209,8 @@ class OpenAIChatNormalizer:
             self._done = True
             return []
         self._done = True
-        raise StreamTruncated(
-            "openai stream ended before its finish_reason or [DONE]"
-            + (" (after partial output)" if self._saw_output else ""),
-            provider=PROVIDER,
-            error_type="stream_truncated",
-            retryable=True,
+        raise StreamTruncated.at_eof(
+            PROVIDER, "its finish_reason or [DONE]", after_output=self._saw_output
         )
 
     # -- internals ------------------------------------------------------------

@@ -203,13 +203,7 @@ class ResponsesNormalizer:
         if self._done:
             return []
         self._done = True
-        raise StreamTruncated(
-            "openai-responses stream ended before response.completed"
-            + (" (after partial output)" if self._output else ""),
-            provider=PROVIDER,
-            error_type="stream_truncated",
-            retryable=True,
-        )
+        raise StreamTruncated.at_eof(PROVIDER, "response.completed", after_output=self._output)
 
     def _text(self, item_id: str, text: str, *, full: bool) -> list[StreamPart]:
         tracker = self._texts.setdefault(item_id, MonotonicText())
