@@ -18,15 +18,12 @@ import trio
 
 from agents.core.messages import (
     AssistantMessage,
-    Finish,
     Message,
     ModelRequest,
     TextDelta,
     ThinkingDelta,
-    ThinkingEnd,
     ToolCall,
     ToolCallArgs,
-    ToolCallEnd,
     ToolCallStart,
     ToolResultMessage,
     ToolSpec,
@@ -332,8 +329,6 @@ class AgentRunner:
                             turn.add_thinking(part.text)
                             if bus is not None:
                                 await bus.emit(_REASONING, {"thinkingDelta": part.text})
-                        elif isinstance(part, ThinkingEnd):
-                            turn.end_thinking(part.signature, part.redacted)
                         elif isinstance(part, ToolCallStart):
                             turn.start_call(part.key, part.id, part.name)
                             paths = getattr(self._tools.get(part.name), "stream_paths", ())
@@ -356,15 +351,11 @@ class AgentRunner:
                                 await bus.emit(EventType.TOOL_CALL_DELTA, data)
                             if ready is not None:
                                 await self._start_tool(nursery, ready, results)
-                        elif isinstance(part, ToolCallEnd):
-                            ready = turn.end_call(part.key)
-                            if ready is not None:
-                                await self._start_tool(nursery, ready, results)
-                        elif isinstance(part, Finish):
-                            for ready in turn.finish(part.reason):
-                                await self._start_tool(nursery, ready, results)
                         elif isinstance(part, UsageReport):
                             turn_usage = part
+                        else:  # ThinkingEnd, ToolCallEnd, Finish: the assembler decides
+                            for ready in turn.apply(part):
+                                await self._start_tool(nursery, ready, results)
                 for ready in turn.finish("unknown"):
                     await self._start_tool(nursery, ready, results)
             except Exception as exc:  # raised bare after the nursery, not as a group

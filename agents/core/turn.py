@@ -12,7 +12,19 @@ from __future__ import annotations
 
 import msgspec
 
-from agents.core.messages import AssistantMessage, ThinkingBlock, ToolCall
+from agents.core.messages import (
+    AssistantMessage,
+    Finish,
+    StreamPart,
+    TextDelta,
+    ThinkingBlock,
+    ThinkingDelta,
+    ThinkingEnd,
+    ToolCall,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallStart,
+)
 
 __all__ = ["TurnAssembler", "parse_arguments"]
 
@@ -141,6 +153,26 @@ class TurnAssembler:
                 call.ready = True
                 ready.append(call.tool_call())
         return ready
+
+    def apply(self, part: StreamPart) -> list[ToolCall]:
+        """Take any stream part; returns the tool calls it made ready (usually none)."""
+        if isinstance(part, TextDelta):
+            self.text_parts.append(part.text)
+        elif isinstance(part, ThinkingDelta):
+            self.add_thinking(part.text)
+        elif isinstance(part, ThinkingEnd):
+            self.end_thinking(part.signature, part.redacted)
+        elif isinstance(part, ToolCallStart):
+            self.start_call(part.key, part.id, part.name)
+        elif isinstance(part, ToolCallArgs):
+            ready = self.add_args(part.key, part.delta)
+            return [ready] if ready is not None else []
+        elif isinstance(part, ToolCallEnd):
+            ready = self.end_call(part.key)
+            return [ready] if ready is not None else []
+        elif isinstance(part, Finish):
+            return self.finish(part.reason)
+        return []
 
     def message(self) -> AssistantMessage:
         """The finished turn as a conversation message."""

@@ -21,11 +21,8 @@ from agents.core.messages import (
     TextDelta,
     ThinkingBlock,
     ThinkingDelta,
-    ThinkingEnd,
     ToolCall,
     ToolCallArgs,
-    ToolCallEnd,
-    ToolCallStart,
     ToolResultMessage,
     UsageReport,
     UserMessage,
@@ -65,21 +62,8 @@ def run_responses(raw: bytes, cuts: list[int] | None = None) -> list[StreamPart]
 
 def assemble(parts: list[StreamPart]) -> AssistantMessage:
     turn = TurnAssembler()
-    for p in parts:
-        if isinstance(p, TextDelta):
-            turn.text_parts.append(p.text)
-        elif isinstance(p, ThinkingDelta):
-            turn.add_thinking(p.text)
-        elif isinstance(p, ThinkingEnd):
-            turn.end_thinking(p.signature, p.redacted)
-        elif isinstance(p, ToolCallStart):
-            turn.start_call(p.key, p.id, p.name)
-        elif isinstance(p, ToolCallArgs):
-            turn.add_args(p.key, p.delta)
-        elif isinstance(p, ToolCallEnd):
-            turn.end_call(p.key)
-        elif isinstance(p, Finish):
-            turn.finish(p.reason)
+    for part in parts:
+        turn.apply(part)
     return turn.message()
 
 

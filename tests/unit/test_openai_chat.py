@@ -84,17 +84,8 @@ def tc(
 
 def assemble(parts: list[StreamPart]) -> AssistantMessage:
     turn = TurnAssembler()
-    for p in parts:
-        if isinstance(p, TextDelta):
-            turn.text_parts.append(p.text)
-        elif isinstance(p, ThinkingDelta):
-            turn.add_thinking(p.text)
-        elif isinstance(p, ToolCallStart):
-            turn.start_call(p.key, p.id, p.name)
-        elif isinstance(p, ToolCallArgs):
-            turn.add_args(p.key, p.delta)
-        elif isinstance(p, Finish):
-            turn.finish(p.reason)
+    for part in parts:
+        turn.apply(part)
     return turn.message()
 
 
