@@ -99,8 +99,12 @@ class AgentSpawnTool:
                 "task": {"type": "string", "description": "What the subagent should do."},
                 "timeout_seconds": {
                     "type": "number",
-                    "exclusiveMinimum": 0,
-                    "description": "Bound on the subagent's whole run, in seconds.",
+                    "minimum": 0,
+                    "description": (
+                        "Bound on the subagent's whole run, in seconds. 0 runs it in the "
+                        "background: you get {taskId, agentKey} at once and its result "
+                        "later, as a message."
+                    ),
                 },
             },
             "required": ["agent_id", "task"],

@@ -375,3 +375,11 @@ async def test_run_max_tokens_fails_the_run(tmp_path: Path) -> None:
         events[-1].data["status"] == "failed"
         and "limits.max_tokens is 20" in events[-1].data["error"]
     )
+
+
+async def test_spawn_schema_offers_background_spawns(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"boss": agent([{"say": "hi"}])})
+    async with Orchestrator.open(config) as orch:
+        schema = orch.tools["agent_spawn"].parameters()["properties"]["timeout_seconds"]
+    assert schema["minimum"] == 0 and "exclusiveMinimum" not in schema
+    assert "background" in schema["description"]
