@@ -9,17 +9,21 @@ path (`sqlite:////var/lib/o.db`) is taken as it is.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents.config import ModelConfig, describe_validation_error, read_yaml_mapping
 
 __all__ = [
     "ConfigError",
     "LimitsConfig",
+    "RetentionConfig",
     "ServerConfig",
     "ServerSection",
+    "StorageConfig",
+    "TokenConfig",
     "load_config",
 ]
 
@@ -28,23 +32,86 @@ class ConfigError(Exception):
     """The server config is invalid; the message names the file and the key."""
 
 
+class TokenConfig(BaseModel):
+    """One entry of `server.tokens`: a named bearer token with a role."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    """Who holds it: the owner recorded on the runs it starts (never the token itself)."""
+    token: str = Field(min_length=1, max_length=512)
+    """The secret, sent as `Authorization: Bearer <token>`."""
+    role: Literal["admin", "user"] = "user"
+    """`admin` sees and controls every run; `user` only the runs its token started."""
+    max_concurrent_runs: int | None = Field(default=None, ge=1)
+    """Runs this token may have running at once (default: `limits.max_runs_per_token`)."""
+    max_subscriptions: int | None = Field(default=None, ge=1)
+    """Subscriptions this token may hold over all its connections (default: 4 ×
+    `server.max_subscriptions`)."""
+
+    @field_validator("token")
+    @classmethod
+    def _no_blank(cls, value: str) -> str:
+        if not value.strip() or value != value.strip():
+            raise ValueError("must not be empty or have surrounding whitespace")
+        return value
+
+
 class ServerSection(BaseModel):
-    """`server:` — where `orchestrator serve` listens."""
+    """`server:` — where `orchestrator serve` listens, and who may talk to it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
-    tokens: list[str] = Field(default_factory=list)
-    """Bearer tokens accepted on the WebSocket upgrade (empty: no auth)."""
+    tokens: list[TokenConfig] = Field(default_factory=list)
+    """Named tokens (`{name, token, role}`); a plain string is an admin token named
+    `token-<n>`. Empty: no auth, every client is an admin."""
+    metrics_token: str | None = Field(default=None, min_length=1, max_length=512)
+    """A token that may read `/metrics` only (admins may too). With `tokens` set,
+    `/metrics` needs one of them; without, it is open."""
     allowed_origins: list[str] | None = None
-    """Origin header values accepted on the upgrade (None: any, including none)."""
+    """`Origin` values accepted on the upgrade besides the server's own; None: same
+    origin only. Clients that send no Origin (non-browsers) are always accepted."""
     max_frame_bytes: int = Field(default=1024 * 1024, ge=1024)
     """Largest client frame accepted; a bigger one closes the connection with 1009."""
     max_subscriptions: int = Field(default=32, ge=1)
     """Most subscriptions one connection may hold at once."""
+    max_connections: int = Field(default=1000, ge=1)
+    """Most WebSocket connections at once; more are answered HTTP 503."""
     slow_client_timeout: float = Field(default=60.0, gt=0)
     """Seconds a send to a client may make no progress before the client is closed (4000)."""
+    client_buffer_bytes: int = Field(default=512 * 1024, ge=32 * 1024)
+    """About the most bytes of frames queued for one client (8 frames; one event more
+    when a single event is bigger than a frame's share)."""
+    shutdown_timeout: float = Field(default=15.0, gt=0)
+    """Seconds a graceful shutdown may take; then every connection is dropped."""
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _plain_tokens(cls, value: Any) -> Any:
+        """`tokens: [secret, …]` (the original form) = admin tokens named `token-<n>`."""
+        if not isinstance(value, list):
+            return value
+        out = []
+        for n, item in enumerate(value, 1):
+            if isinstance(item, str):
+                out.append({"name": f"token-{n}", "token": item, "role": "admin"})
+            else:
+                out.append(item)
+        return out
+
+    @model_validator(mode="after")
+    def _unique_tokens(self) -> ServerSection:
+        names = [t.name for t in self.tokens]
+        if len(set(names)) != len(names):
+            raise ValueError("tokens: two tokens have the same name")
+        secrets = [t.token for t in self.tokens]
+        if len(set(secrets)) != len(secrets):
+            raise ValueError("tokens: two entries have the same token")
+        if self.metrics_token is not None and not self.metrics_token.strip():
+            raise ValueError("metrics_token must not be blank")
+        return self
 
 
 class LimitsConfig(BaseModel):
@@ -62,6 +129,21 @@ class LimitsConfig(BaseModel):
     """Most runs the server executes at once; more is `limit_exceeded`."""
     max_tokens: int | None = Field(default=None, gt=0)
     """Most tokens (input + output) a whole run may use; over it the run fails `budget`."""
+    max_agents: int = Field(default=256, ge=1)
+    """Most agent instances one run may create (the root included); more spawns are refused."""
+    max_runs_per_token: int = Field(default=8, ge=1)
+    """Runs one token may have running at once (when tokens are configured)."""
+    max_turn_events: int = Field(default=50_000, ge=100)
+    """Most stream parts one model turn may produce; past it the agent fails `output_limit`."""
+    max_turn_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """Most bytes of text, reasoning and arguments one model turn may produce."""
+    turn_timeout_seconds: float = Field(default=600.0, gt=0)
+    """Wall-clock bound on one whole model turn (a provider that never stops)."""
+    max_event_bytes: int = Field(default=256 * 1024, ge=4096)
+    """Largest encoded event sent to clients; longer strings in `data` are cut with a
+    marker (the agent and its tools still get the whole value)."""
+    max_input_bytes: int = Field(default=256 * 1024, ge=1024)
+    """Largest `input` of a run, and `message` of a `send`, in UTF-8 bytes."""
 
 
 class ToolsConfig(BaseModel):
@@ -72,7 +154,63 @@ class ToolsConfig(BaseModel):
     root: str = "workspace"
     """Directory `read_file`/`write_file` are confined to (relative: the config's dir)."""
     http_timeout: float = Field(default=10.0, gt=0)
-    """Seconds an `http_get` may take."""
+    """Seconds a whole `http_get` may take (connect, headers and body)."""
+    http_allow_private: bool = False
+    """Let `http_get` reach loopback, private, link-local and other non-public addresses."""
+    http_allowed_hosts: list[str] = Field(default_factory=list)
+    """Host names `http_get` may reach even when they resolve to non-public addresses."""
+
+
+class RetentionConfig(BaseModel):
+    """`storage.retention:` — what the journal forgets, and when."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_age_seconds: float | None = Field(default=None, gt=0)
+    """Finished runs older than this (by when they finished) are deleted."""
+    max_runs: int | None = Field(default=None, ge=1)
+    """Only the newest this-many finished runs are kept."""
+    max_run_events: int | None = Field(default=None, ge=100)
+    """Only the newest this-many events of a run are kept; a resume from below them
+    gets a `gap` frame."""
+
+
+MEMORY_RETENTION = RetentionConfig(max_runs=1000, max_run_events=200_000)
+"""What `memory://` keeps when `retention` says nothing: RAM is its only store."""
+
+
+class StorageConfig(BaseModel):
+    """`storage:` — a URL, or `{url, durability, retention, …}`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = "sqlite:///data/orchestrator.db"
+    """`memory://`, `sqlite:///PATH` or `redis://HOST:PORT/DB[?prefix=aor:]`."""
+    durability: Literal["strict", "relaxed"] = "strict"
+    """`strict`: refuse a Redis without `appendonly yes` + `appendfsync always|everysec`;
+    `relaxed`: warn and go on."""
+    retention: RetentionConfig | None = None
+    """None: keep everything (`memory://`: 1000 finished runs, 200k events per run)."""
+    fail_runs_after_seconds: float = Field(default=30.0, gt=0)
+    """Runs whose events could not be stored for this long are failed."""
+    max_pending_events: int = Field(default=8192, ge=16)
+    """Events of one run that may wait for a write; then the run waits."""
+
+    @field_validator("url")
+    @classmethod
+    def _storage_url(cls, value: str) -> str:
+        if not value.startswith(("memory://", "sqlite:///", "redis://")):
+            raise ValueError("must start with memory://, sqlite:/// or redis://")
+        if value.startswith("sqlite:///") and not value.removeprefix("sqlite:///").strip():
+            raise ValueError("sqlite:/// needs a file path, e.g. sqlite:///data/orchestrator.db")
+        return value
+
+    @property
+    def effective_retention(self) -> RetentionConfig:
+        """The retention in force (memory:// has bounded defaults)."""
+        if self.retention is not None:
+            return self.retention
+        return MEMORY_RETENTION if self.url.startswith("memory://") else RetentionConfig()
 
 
 class ServerConfig(BaseModel):
@@ -81,8 +219,8 @@ class ServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     server: ServerSection = Field(default_factory=ServerSection)
-    storage: str = "sqlite:///data/orchestrator.db"
-    """`memory://`, `sqlite:///PATH` or `redis://HOST:PORT/DB`."""
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    """A URL (`memory://`, `sqlite:///PATH`, `redis://…`) or a mapping with `url`."""
     models: dict[str, ModelConfig] = Field(
         default_factory=lambda: {"default": ModelConfig(provider="scripted")}
     )
@@ -92,12 +230,10 @@ class ServerConfig(BaseModel):
     base_dir: Path = Field(default=Path("."), exclude=True)
     """Directory of the config file; relative paths resolve against it."""
 
-    @field_validator("storage")
+    @field_validator("storage", mode="before")
     @classmethod
-    def _storage_url(cls, value: str) -> str:
-        if not value.startswith(("memory://", "sqlite:///", "redis://")):
-            raise ValueError("must start with memory://, sqlite:/// or redis://")
-        return value
+    def _storage_url(cls, value: Any) -> Any:
+        return {"url": value} if isinstance(value, str) else value
 
     @property
     def tools_root(self) -> Path:

@@ -1,5 +1,5 @@
 """Fixtures shared by every test module."""
 
-from tests.redis_helpers import drop_redis_keys
+from tests.redis_helpers import redis_url
 
-__all__ = ["drop_redis_keys"]
+__all__ = ["redis_url"]

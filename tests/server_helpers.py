@@ -22,7 +22,7 @@ def demo_config(
     tmp_path: Path,
     *,
     token_delay: float | None = 0.0,
-    storage: str = "memory://",
+    storage: str | dict[str, Any] = "memory://",
     server: dict[str, Any] | None = None,
     limits: dict[str, Any] | None = None,
     extra_agents: dict[str, dict[str, Any]] | None = None,

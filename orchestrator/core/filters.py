@@ -6,16 +6,27 @@ depth 0, path = the root sessionId, agentId = the root agent.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
 import msgspec
 
 from orchestrator.core.events import Event, EventType
 
-__all__ = ["FeedFilter", "FilterSpec", "glob_match", "prefix_match"]
+__all__ = [
+    "MAX_GLOB_CHARS",
+    "MAX_GLOB_SEGMENTS",
+    "FeedFilter",
+    "FilterSpec",
+    "glob_match",
+    "prefix_match",
+]
 
 _TYPES = frozenset(t.value for t in EventType)
+MAX_GLOB_CHARS = 512
+"""Longest `pathGlob` accepted (a tree path is at most `max_depth` + 1 segments)."""
+MAX_GLOB_SEGMENTS = 64
+MAX_LIST_ITEMS = 256
+"""Most `agentIds` or `types` in one filter."""
 
 
 class FilterSpec(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
@@ -35,8 +46,18 @@ class FilterSpec(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fi
         for kind in self.types or ():
             if kind not in _TYPES:
                 found.append(f"filter.types: unknown event type {kind!r}")
-        if self.path_glob is not None and not self.path_glob.strip("/"):
-            found.append("filter.pathGlob must not be empty")
+        if self.path_glob is not None:
+            if not self.path_glob.strip("/"):
+                found.append("filter.pathGlob must not be empty")
+            elif len(self.path_glob) > MAX_GLOB_CHARS:
+                found.append(f"filter.pathGlob is longer than {MAX_GLOB_CHARS} characters")
+            elif self.path_glob.count("/") >= MAX_GLOB_SEGMENTS:
+                found.append(f"filter.pathGlob has more than {MAX_GLOB_SEGMENTS} segments")
+        if self.path_prefix is not None and len(self.path_prefix) > MAX_GLOB_CHARS:
+            found.append(f"filter.pathPrefix is longer than {MAX_GLOB_CHARS} characters")
+        for name, items in (("agentIds", self.agent_ids), ("types", self.types)):
+            if items is not None and len(items) > MAX_LIST_ITEMS:
+                found.append(f"filter.{name} has more than {MAX_LIST_ITEMS} entries")
         return found
 
 
@@ -46,40 +67,65 @@ def prefix_match(prefix: str, path: str) -> bool:
     return path == prefix or path.startswith(prefix + "/") or not prefix
 
 
-@lru_cache(maxsize=1024)
-def _segment_regex(segment: str) -> re.Pattern[str]:
-    return re.compile("[^/]*".join(re.escape(part) for part in segment.split("*")))
+def segment_match(pieces: tuple[str, ...], text: str) -> bool:
+    """Match one segment against a `*` pattern split at its stars, in linear time.
+
+    With only `*` wildcards, taking each literal piece at its leftmost place is
+    always right, so there is no backtracking: one `find` per piece (a regex for
+    `a*a*a*…b` backtracks exponentially on a long run of `a`s).
+    """
+    if len(pieces) == 1:
+        return text == pieces[0]
+    first, *middle, last = pieces
+    if len(text) < len(first) + len(last) or not text.startswith(first):
+        return False
+    if not text.endswith(last):
+        return False
+    pos, end = len(first), len(text) - len(last)
+    for piece in middle:
+        found = text.find(piece, pos, end)
+        if found < 0:
+            return False
+        pos = found + len(piece)
+    return True
 
 
 @lru_cache(maxsize=256)
-def _compile_glob(pattern: str) -> tuple[str, ...]:
-    return tuple(pattern.strip("/").split("/"))
+def _compile_glob(pattern: str) -> tuple[tuple[str, ...] | None, ...]:
+    """Segments as star-split pieces; None for `**` (runs of `**` collapse into one)."""
+    out: list[tuple[str, ...] | None] = []
+    for segment in pattern.strip("/").split("/"):
+        if segment == "**":
+            if out and out[-1] is None:
+                continue
+            out.append(None)
+        else:
+            out.append(tuple(segment.split("*")))
+    return tuple(out)
 
 
 def glob_match(pattern: str, path: str) -> bool:
-    """Match whole `/`-separated segments: `*` within one segment, `**` any number of them."""
+    """Match whole `/`-separated segments: `*` within one segment, `**` any number of them.
+
+    A table over (pattern segment, path segment), filled once: time is bounded by
+    their product times a segment's length, never exponential.
+    """
     parts = _compile_glob(pattern)
     segments = path.split("/")
-    memo: dict[tuple[int, int], bool] = {}
-
-    def match(i: int, j: int) -> bool:
-        key = (i, j)
-        if key in memo:
-            return memo[key]
-        if i == len(parts):
-            result = j == len(segments)
-        elif parts[i] == "**":
-            result = match(i + 1, j) or (j < len(segments) and match(i, j + 1))
+    n = len(segments)
+    # reach[j]: the parts matched so far can end just before path segment j.
+    reach = [True] + [False] * n
+    for part in parts:
+        if part is None:  # `**`: from any reachable point, any number of segments
+            seen = False
+            for j in range(n + 1):
+                seen = seen or reach[j]
+                reach[j] = seen
         else:
-            result = (
-                j < len(segments)
-                and _segment_regex(parts[i]).fullmatch(segments[j]) is not None
-                and match(i + 1, j + 1)
-            )
-        memo[key] = result
-        return result
-
-    return match(0, 0)
+            reach = [False] + [reach[j] and segment_match(part, segments[j]) for j in range(n)]
+        if not any(reach):
+            return False
+    return reach[n]
 
 
 class FeedFilter:

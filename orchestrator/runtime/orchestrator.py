@@ -34,7 +34,8 @@ class UnknownAgent(LookupError):
     """No subagent with that agentId."""
 
     def __init__(self, agent_id: str, known: list[str]) -> None:
-        super().__init__(f"unknown agent {agent_id!r} (known: {', '.join(known) or 'none'})")
+        self.message = f"unknown agent {agent_id!r} (known: {', '.join(known) or 'none'})"
+        super().__init__(self.message)
         self.agent_id = agent_id
 
 

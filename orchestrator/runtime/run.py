@@ -65,9 +65,15 @@ class Run:
         """Running child instances by agentKey (streaming runs only)."""
         self.root: AgentRunner | None = None
         self._interrupted = False
+        self._failure: str | None = None
 
     def cancel(self) -> None:
         """Cancel the whole tree; the run ends `cancelled`."""
+        self.scope.cancel()
+
+    def fail(self, reason: str) -> None:
+        """Stop the run from outside (its events cannot be stored); it ends `failed`."""
+        self._failure = reason
         self.scope.cancel()
 
     def interrupt(self) -> None:
@@ -126,6 +132,8 @@ class Run:
                     error = f"internal: {type(exc).__name__}: {exc}"
             if deadline.cancelled_caught:
                 error = f"timeout: run exceeded run_timeout_seconds ({timeout:g} s)"
+            elif self.scope.cancelled_caught and self._failure is not None:
+                status, error = "failed", self._failure
             elif self.scope.cancelled_caught and self._interrupted:
                 status, error = "interrupted", "the server stopped while the run was running"
             elif self.scope.cancelled_caught:

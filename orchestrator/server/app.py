@@ -9,27 +9,26 @@ async with trio.open_nursery() as nursery:
 from __future__ import annotations
 
 import functools
-import hmac
 import logging
 from collections.abc import Iterator
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.trio.server import Server, ServerConnection
 from websockets.trio.server import serve as ws_serve
 
 from orchestrator.config import ConfigError, ServerConfig
 from orchestrator.runtime.orchestrator import Orchestrator
-from orchestrator.server.connection import Connection
+from orchestrator.server.auth import Auth, Principal
+from orchestrator.server.connection import Connection, release
 from orchestrator.server.runs import ServerRuns
 from orchestrator.storage.base import Storage
 from orchestrator.storage.journal import Journal
@@ -49,15 +48,25 @@ def open_storage(config: ServerConfig) -> Storage:
     Raises:
         ConfigError: an unsupported storage URL.
     """
-    url = config.storage
+    url = config.storage.url
     if url.startswith("memory://"):
         return MemoryStorage()
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         return SqliteStorage(path if path.is_absolute() else config.base_dir / path)
     if url.startswith("redis://"):
-        return RedisStorage(url)
+        return RedisStorage(url, durability=config.storage.durability)
     raise ConfigError(f"storage: {url!r} is not supported (memory://, sqlite:///PATH, redis://)")
+
+
+def open_journal(config: ServerConfig) -> Journal:
+    """The journal over the configured storage, with the configured bounds."""
+    return Journal(
+        open_storage(config),
+        max_pending=config.storage.max_pending_events,
+        max_event_bytes=config.limits.max_event_bytes,
+        fail_runs_after=config.storage.fail_runs_after_seconds,
+    )
 
 
 class ServerApp:
@@ -70,8 +79,11 @@ class ServerApp:
         self.orchestrator = orchestrator
         self.journal = journal
         self.runs = runs
+        self.auth = Auth(config)
         self.connections: set[Connection] = set()
-        self.queue_frames = 16
+        self.queue_frames = 8
+        self.frame_bytes = max(config.server.client_buffer_bytes // self.queue_frames, 4096)
+        """Events frames are cut at about this size (one event per frame at least)."""
         self.closing = False
         self.feed_ended = trio.lowlevel.ParkingLot()
         """Unparked whenever a subscription ends (shutdown waits on it)."""
@@ -79,23 +91,40 @@ class ServerApp:
         self.registry.register(_AppCollector(self))
 
     async def handler(self, ws: ServerConnection) -> None:
-        """Serve one WebSocket connection."""
-        connection = Connection(self, ws)
+        """Serve one WebSocket connection; returns only once it is fully closed."""
+        assert ws.request is not None
+        url = urlsplit(ws.request.path)
+        principal = self.auth.identify(ws.request.headers, url.query)
+        if principal is None:  # pragma: no cover - process_request refused it
+            return
+        connection = Connection(self, ws, principal)
         self.connections.add(connection)
         try:
             await connection.serve()
         finally:
             self.connections.discard(connection)
             self.feed_ended.unpark_all()
+            await release(ws)
+
+    def subscriptions_of(self, principal: Principal) -> int:
+        """Subscriptions a principal holds over all its connections."""
+        return sum(
+            len(c.feeds) for c in list(self.connections) if c.principal.name == principal.name
+        )
 
     def process_request(self, conn: ServerConnection, request: Request) -> Response | None:
-        """Plain HTTP routes, and the bearer-token check on the upgrade."""
+        """Plain HTTP routes; origin, token and connection-count checks on the upgrade."""
         url = urlsplit(request.path)
         if url.path in ("/", "/index.html"):
             return _respond(conn, HTTPStatus.OK, _index_html(), "text/html; charset=utf-8")
         if url.path == "/healthz":
-            return _respond(conn, HTTPStatus.OK, b'{"status":"ok"}', "application/json")
+            return self._health(conn)
         if url.path == "/metrics":
+            if not self.auth.may_read_metrics(request.headers, url.query):
+                return conn.respond(
+                    HTTPStatus.UNAUTHORIZED,
+                    "unauthorized: /metrics needs an admin token or server.metrics_token\n",
+                )
             return _respond(
                 conn,
                 HTTPStatus.OK,
@@ -106,12 +135,33 @@ class ServerApp:
             return conn.respond(
                 HTTPStatus.NOT_FOUND, "not found: use /, /ws, /healthz or /metrics\n"
             )
-        tokens = self.config.server.tokens
-        if tokens and not _authorized(tokens, request.headers, url.query):
+        if not self.auth.origin_allowed(request.headers):
+            return conn.respond(
+                HTTPStatus.FORBIDDEN,
+                "forbidden: cross-site WebSocket (add the page's origin to "
+                "server.allowed_origins)\n",
+            )
+        if self.auth.identify(request.headers, url.query) is None:
             return conn.respond(
                 HTTPStatus.UNAUTHORIZED, "unauthorized: send Authorization: Bearer <token>\n"
             )
+        if len(self.connections) >= self.config.server.max_connections:
+            return conn.respond(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"too many connections (server.max_connections is "
+                f"{self.config.server.max_connections})\n",
+            )
         return None
+
+    def _health(self, conn: ServerConnection) -> Response:
+        if self.journal.healthy:
+            return _respond(conn, HTTPStatus.OK, b'{"status":"ok"}', "application/json")
+        return _respond(
+            conn,
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            b'{"status":"degraded","storage":"failing","runs":"refused"}',
+            "application/json",
+        )
 
     def slowest_lag(self) -> int:
         """How many committed events the furthest-behind subscription still has to read."""
@@ -127,15 +177,6 @@ class ServerApp:
 def _index_html() -> bytes:
     """The live tree viewer (one static page; it talks to /ws like any client)."""
     return (resources.files("orchestrator.server") / "static" / "index.html").read_bytes()
-
-
-def _authorized(tokens: list[str], headers: Headers, query: str) -> bool:
-    offered = []
-    auth = headers.get("Authorization", "")
-    if auth.lower().startswith("bearer "):
-        offered.append(auth[7:].strip())
-    offered += parse_qs(query).get("token", [])
-    return any(hmac.compare_digest(o.encode(), t.encode()) for o in offered for t in tokens)
 
 
 def _respond(
@@ -185,6 +226,32 @@ class _AppCollector(Collector):
             "Committed events the furthest-behind subscription has not read yet",
             value=app.slowest_lag(),
         )
+        journal = app.journal
+        yield GaugeMetricFamily(
+            "orchestrator_storage_healthy",
+            "1 while journal writes succeed, 0 while they fail (new runs are refused)",
+            value=1 if journal.healthy else 0,
+        )
+        yield CounterMetricFamily(
+            "orchestrator_journal_write_failures",
+            "Journal write attempts that failed (each is retried)",
+            value=journal.write_failures,
+        )
+        yield GaugeMetricFamily(
+            "orchestrator_journal_pending_events",
+            "Events waiting to be written to storage",
+            value=journal.pending_events,
+        )
+        yield CounterMetricFamily(
+            "orchestrator_events_truncated",
+            "Events cut to limits.max_event_bytes",
+            value=journal.events_truncated,
+        )
+        yield CounterMetricFamily(
+            "orchestrator_runs_deleted",
+            "Finished runs deleted by the retention policy",
+            value=journal.runs_deleted,
+        )
 
 
 class RunningServer:
@@ -203,26 +270,37 @@ class RunningServer:
         return f"ws://{self.host}:{self.port}/ws"
 
     async def shutdown(self) -> None:
-        """Stop accepting, end the runs `interrupted`, flush the journal, close clients (1001)."""
+        """Stop accepting, end the runs `interrupted`, flush the journal, close clients (1001).
+
+        Takes at most `server.shutdown_timeout` seconds whatever clients and storage
+        do: then every connection is dropped and every task cancelled.
+        """
         app = self.app
         app.closing = True
         # Stop accepting now (as Server.aclose() does first) but keep open connections,
         # so watchers still get the runs' last events and their `end`.
         self.ws_server.serve_nursery.cancel_scope.cancel()
         self.ws_server.closing = True
-        await app.runs.interrupt_all()
-        await app.journal.flush()
-        # Give feeds a moment to deliver the runs' last events and their `end`.
-        with trio.move_on_after(1):
-            while any(c.feeds for c in list(app.connections)):
-                await app.feed_ended.park()
-        with trio.move_on_after(5):
-            async with trio.open_nursery() as nursery:
-                for connection in list(app.connections):
-                    nursery.start_soon(connection.finish, 1001, "server shutting down")
-        await self.ws_server.aclose(
-            close_connections=True, code=1001, reason="server shutting down"
-        )
+        budget = app.config.server.shutdown_timeout
+        with trio.move_on_after(budget) as graceful:
+            await app.runs.interrupt_all()
+            with trio.move_on_after(max(budget - 4, budget / 2)):
+                await app.journal.flush()
+            # Give feeds a moment to deliver the runs' last events and their `end`.
+            with trio.move_on_after(1):
+                while any(c.feeds for c in list(app.connections)):
+                    await app.feed_ended.park()
+            with trio.move_on_after(2):
+                async with trio.open_nursery() as nursery:
+                    for connection in list(app.connections):
+                        nursery.start_soon(connection.finish, 1001, "server shutting down")
+            await self.ws_server.aclose(
+                close_connections=True, code=1001, reason="server shutting down"
+            )
+        if graceful.cancelled_caught:
+            logger.warning("shutdown took over %g s: dropping every connection", budget)
+            for connection in list(self.ws_server.all_connections):
+                await trio.aclose_forcefully(connection.stream)
         self._stop.cancel()
 
 
@@ -233,13 +311,18 @@ async def serve(
     port: int | None = None,
     task_status: trio.TaskStatus[RunningServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the server until cancelled or `shutdown()`; `task_status` gets a RunningServer."""
-    journal = Journal(open_storage(config))
+    """Run the server until cancelled or `shutdown()`; `task_status` gets a RunningServer.
+
+    Raises:
+        StorageError: the storage cannot be opened (one line naming it and why).
+        OSError: the address cannot be bound.
+    """
+    journal = open_journal(config)
     try:
         interrupted = await journal.open()
         if interrupted:
             logger.warning(
-                "ended %d runs left running by the last server: interrupted", len(interrupted)
+                "ending %d runs left running by the last server: interrupted", len(interrupted)
             )
         await _serve(config, journal, host, port, task_status)
     finally:
@@ -257,6 +340,15 @@ async def _serve(
     with trio.CancelScope() as stop:
         async with Orchestrator.open(config) as orch, trio.open_nursery() as nursery:
             await nursery.start(journal.run_writer)
+            retention = config.storage.effective_retention
+            await nursery.start(
+                functools.partial(
+                    journal.run_retention,
+                    max_age=retention.max_age_seconds,
+                    max_runs=retention.max_runs,
+                    max_run_events=retention.max_run_events,
+                )
+            )
             async with trio.open_nursery() as run_nursery:
                 runs = ServerRuns(orch, journal, run_nursery)
                 app = ServerApp(config, orch, journal, runs)
@@ -267,14 +359,9 @@ async def _serve(
                         config.server.port if port is None else port,
                         host=config.server.host if host is None else host,
                         process_request=app.process_request,
-                        origins=_origins(config),
                         max_size=config.server.max_frame_bytes,
+                        max_queue=8,
                     )
                 )
                 task_status.started(RunningServer(app, ws_server, stop))
                 await trio.sleep_forever()
-
-
-def _origins(config: ServerConfig) -> list[Any] | None:
-    allowed = config.server.allowed_origins
-    return list(allowed) if allowed is not None else None

@@ -6,6 +6,9 @@ its subscription) and a slow client holds at most `queue_frames` frames. Feeds
 block on that queue, never the run. A send that makes no progress for
 `slow_client_timeout` seconds closes the client with code 4000; it reconnects and
 resumes with `afterSeq`.
+
+Every op is checked against the connection's principal: a `user` token sees and
+controls only the runs it started; anything else is `not_found`.
 """
 
 from __future__ import annotations
@@ -21,29 +24,51 @@ from orchestrator.core.filters import FilterSpec
 from orchestrator.runtime.orchestrator import UnknownAgent
 from orchestrator.runtime.run import Run
 from orchestrator.server import protocol
+from orchestrator.server.auth import Principal
 from orchestrator.server.feed import Feed
 from orchestrator.server.protocol import ProtocolError
-from orchestrator.server.runs import AgentNotRunning, LimitExceeded
-from orchestrator.storage.journal import UnknownRun
+from orchestrator.server.runs import AgentNotRunning, LimitExceeded, StorageUnavailable
+from orchestrator.storage.journal import RunLog, UnknownRun
 
 if TYPE_CHECKING:
     from orchestrator.server.app import ServerApp
 
-__all__ = ["SLOW_CLIENT_CLOSE", "Connection"]
+__all__ = ["SLOW_CLIENT_CLOSE", "Connection", "release"]
 
 logger = logging.getLogger(__name__)
 SLOW_CLIENT_CLOSE = 4000
 
 
+async def release(ws: ServerConnection) -> None:
+    """Make sure a connection whose handler is done really ends.
+
+    websockets 17.4's trio receive task waits on its flow-control event before it
+    notices a closed socket; when the handler stopped reading with a full receive
+    queue (a client that sends and never reads), nothing ever sets that event and
+    the task, its nursery and the connection live forever. Close the socket, then
+    set the event so the task sees the closed socket and ends.
+    """
+    if ws.state.name != "CLOSED":
+        with trio.move_on_after(1):
+            await ws.aclose()
+    await trio.aclose_forcefully(ws.stream)
+    flow = getattr(ws, "recv_flow_control", None)
+    if flow is not None:
+        flow.set()
+
+
 class Connection:
     """Serves one client until it disconnects."""
 
-    def __init__(self, app: ServerApp, ws: ServerConnection) -> None:
+    def __init__(self, app: ServerApp, ws: ServerConnection, principal: Principal) -> None:
         self.app = app
         self.ws = ws
+        self.principal = principal
         self._out, self._out_recv = trio.open_memory_channel[bytes](app.queue_frames)
         self.feeds: dict[str, Feed] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
+        self._calls: set[Run] = set()
+        """Blocking (`stream: false`) runs started here: cancelled if the client leaves."""
         self._next_sub = 0
         self._sending_since: float | None = None
         self._nursery: trio.Nursery | None = None
@@ -52,17 +77,21 @@ class Connection:
 
     async def serve(self) -> None:
         """Read and dispatch client messages until the connection closes."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._writer)
-            nursery.start_soon(self._watchdog)
-            try:
-                while True:  # recv(), not `async for`: leaving early needs no cleanup
-                    await self._handle(await self.ws.recv())
-            except (ConnectionClosed, trio.ClosedResourceError, trio.BrokenResourceError):
-                pass
-            finally:
-                nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                nursery.start_soon(self._watchdog)
+                try:
+                    while True:  # recv(), not `async for`: leaving early needs no cleanup
+                        await self._handle(await self.ws.recv())
+                except (ConnectionClosed, trio.ClosedResourceError, trio.BrokenResourceError):
+                    pass
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            for run in self._calls:  # nobody is left to get their result
+                run.cancel()
 
     # -- output ----------------------------------------------------------------
 
@@ -128,15 +157,32 @@ class Connection:
                 protocol.error_frame("internal", f"{type(exc).__name__}: {exc}", msg_id)
             )
 
+    def _visible(self, run_id: str, msg_id: protocol.MessageId) -> RunLog:
+        """The run, if this principal may see it (else `not_found`, as if it did not exist)."""
+        try:
+            log = self.app.journal.get(run_id)
+        except UnknownRun as exc:
+            raise ProtocolError("not_found", str(exc), msg_id) from None
+        if not self.principal.may_see(log.record.owner):
+            raise ProtocolError("not_found", f"unknown run {run_id!r}", msg_id)
+        return log
+
+    def _check_size(self, field: str, text: str, msg_id: protocol.MessageId) -> None:
+        limit = self.app.config.limits.max_input_bytes
+        if len(text) > limit or len(text.encode()) > limit:
+            raise ProtocolError(
+                "bad_request",
+                f"{field} is over limits.max_input_bytes ({limit} bytes)",
+                msg_id,
+            )
+
     async def _dispatch(self, op: protocol.ClientOp) -> None:
         app = self.app
         if isinstance(op, protocol.Ping):
             await self.reply(protocol.encode(protocol.with_id({"op": "pong"}, op.id)))
         elif isinstance(op, protocol.Subscribe):
-            try:
-                feed = self._new_feed(op.run_id, op.after_seq, op.filter, op.detail, op.id)
-            except UnknownRun as exc:
-                raise ProtocolError("not_found", str(exc), op.id) from None
+            self._visible(op.run_id, op.id)
+            feed = self._new_feed(op.run_id, op.after_seq, op.filter, op.detail, op.id)
             await self.reply(protocol.ack(op.id, sub=feed.sub))
             self._start_feed(feed)
         elif isinstance(op, protocol.Run):
@@ -149,28 +195,19 @@ class Connection:
             self.feeds.pop(op.sub, None)
             await self.reply(protocol.ack(op.id))
         elif isinstance(op, protocol.Cancel):
-            try:
-                app.runs.cancel(op.run_id)
-            except UnknownRun as exc:
-                raise ProtocolError("not_found", str(exc), op.id) from None
+            self._visible(op.run_id, op.id)
+            app.runs.cancel(op.run_id)
             await self.reply(protocol.ack(op.id))
         elif isinstance(op, protocol.Send):
+            self._visible(op.run_id, op.id)
+            self._check_size("message", op.message, op.id)
             try:
                 app.runs.send(op.run_id, op.agent_key, op.message)
-            except (UnknownRun, AgentNotRunning) as exc:
-                raise ProtocolError("not_found", str(exc).strip("'\""), op.id) from None
+            except AgentNotRunning as exc:
+                raise ProtocolError("not_found", exc.message, op.id) from None
             await self.reply(protocol.ack(op.id))
         elif isinstance(op, protocol.Runs):
-            runs = [
-                {
-                    "runId": r.run_id,
-                    "agentId": r.agent_id,
-                    "status": r.status,
-                    "createdAt": r.created_at,
-                }
-                for r in app.journal.records()
-            ]
-            await self.reply(protocol.encode(protocol.with_id({"op": "runs", "runs": runs}, op.id)))
+            await self._runs(op)
         elif isinstance(op, protocol.Agents):
             agents = [
                 {"id": s.id, "name": s.display_name, "description": s.description}
@@ -180,21 +217,44 @@ class Connection:
                 protocol.encode(protocol.with_id({"op": "agents", "agents": agents}, op.id))
             )
 
+    async def _runs(self, op: protocol.Runs) -> None:
+        owner = None if self.principal.admin else self.principal.name
+        if op.before is not None:
+            self._visible(op.before, op.id)
+        records, more = self.app.journal.page(limit=op.limit, before=op.before, owner=owner)
+        runs = [
+            {
+                "runId": r.run_id,
+                "agentId": r.agent_id,
+                "status": r.status,
+                "createdAt": r.created_at,
+                "finishedAt": r.finished_at,
+                "owner": r.owner,
+            }
+            for r in records
+        ]
+        frame = {"op": "runs", "runs": runs, "more": more}
+        await self.reply(protocol.encode(protocol.with_id(frame, op.id)))
+
     async def _run(self, op: protocol.Run) -> None:
         app = self.app
         if app.closing:
             raise ProtocolError("limit_exceeded", "the server is shutting down", op.id)
+        self._check_size("input", op.input, op.id)
         if op.stream:
             self._check_sub_limit(op.id)
         try:
-            run = app.runs.start(op.agent, op.input, stream=op.stream)
+            run = app.runs.start(op.agent, op.input, stream=op.stream, principal=self.principal)
         except UnknownAgent as exc:
-            raise ProtocolError("not_found", str(exc).strip('"'), op.id) from None
+            raise ProtocolError("not_found", exc.message, op.id) from None
         except LimitExceeded as exc:
             raise ProtocolError("limit_exceeded", str(exc), op.id) from None
+        except StorageUnavailable as exc:
+            raise ProtocolError("unavailable", str(exc), op.id) from None
         if not op.stream:
             await self.reply(protocol.ack(op.id, runId=run.run_id))
             assert self._nursery is not None
+            self._calls.add(run)
             self._nursery.start_soon(self._await_result, run, op.id)
             return
         feed = self._new_feed(run.run_id, 0, op.filter, op.detail, op.id)
@@ -203,6 +263,7 @@ class Connection:
 
     async def _await_result(self, run: Run, msg_id: protocol.MessageId) -> None:
         result = await self.app.runs.wait(run)
+        self._calls.discard(run)
         frame = {
             "op": "result",
             "runId": result.run_id,
@@ -224,6 +285,14 @@ class Connection:
                 f"(server.max_subscriptions is {limit})",
                 msg_id,
             )
+        mine = self.app.subscriptions_of(self.principal)
+        if mine >= self.principal.max_subscriptions:
+            raise ProtocolError(
+                "limit_exceeded",
+                f"token {self.principal.name!r} already holds {mine} subscriptions "
+                f"(its limit is {self.principal.max_subscriptions})",
+                msg_id,
+            )
 
     def _new_feed(
         self,
@@ -237,7 +306,13 @@ class Connection:
         self._next_sub += 1
         sub = f"s{self._next_sub}"
         return Feed(
-            self.app.journal, sub, run_id, after_seq=after_seq, filter=filter, detail=detail
+            self.app.journal,
+            sub,
+            run_id,
+            after_seq=after_seq,
+            filter=filter,
+            detail=detail,
+            frame_bytes=self.app.frame_bytes,
         )
 
     def _start_feed(self, feed: Feed) -> None:
@@ -250,7 +325,26 @@ class Connection:
     async def _run_feed(self, feed: Feed, scope: trio.CancelScope) -> None:
         try:
             with scope:
-                await feed.run(self.reply)
+                try:
+                    await feed.run(self.reply)
+                except UnknownRun:
+                    await self.reply(
+                        protocol.error_frame(
+                            "not_found",
+                            f"run {feed.run_id!r} was deleted by the retention policy "
+                            f"(subscription {feed.sub} ended)",
+                        )
+                    )
+                except Exception as exc:  # storage read failed: end this feed, not the client
+                    logger.warning("feed %s of run %s failed: %s", feed.sub, feed.run_id, exc)
+                    await self.reply(
+                        protocol.error_frame(
+                            "unavailable",
+                            f"storage unavailable ({type(exc).__name__}); subscription "
+                            f"{feed.sub} ended at seq {feed.cursor}: resubscribe with "
+                            f"afterSeq {feed.cursor}",
+                        )
+                    )
         finally:
             if self._scopes.get(feed.sub) is scope:
                 del self._scopes[feed.sub]

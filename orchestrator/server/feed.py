@@ -4,7 +4,8 @@ The feed pulls from the journal at its own pace, so a slow client only slows its
 own feed: the run and other clients never wait for it, and the memory it holds is
 one frame queue. Because it reads by cursor, a subscription with `afterSeq: N`
 gets exactly the matching events with seq > N — replayed, then live, with no race
-between the two and no duplicates.
+between the two and no duplicates. Events the retention policy has trimmed are
+reported as one `gap` frame (`fromSeq`..`toSeq`) in their place.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from orchestrator.core.blocks import BlockMerger
 from orchestrator.core.events import Event, EventType, encode_event
 from orchestrator.core.filters import FeedFilter, FilterSpec
-from orchestrator.server.protocol import end_frame, events_frame
+from orchestrator.server.protocol import end_frame, events_frame, gap_frame
 from orchestrator.storage.journal import Entry, Journal
 
 __all__ = ["Feed"]
@@ -64,6 +65,8 @@ class Feed:
         everything = self.filter.everything and not self.status_only and self.blocks is None
         while True:
             entries = await journal.read(run_id, self.cursor, self.batch_events)
+            if entries and entries[0].seq > self.cursor + 1:
+                await self._gap(send, entries[0].seq - 1)
             if entries:
                 if everything:
                     raws = [e.raw for e in entries]
@@ -83,6 +86,14 @@ class Feed:
                 await send(end_frame(self.sub, run_id, log.finished_status or "completed"))
                 return
             await journal.wait(run_id, self.cursor)
+
+    async def _gap(self, send: Callable[[bytes], Awaitable[None]], to_seq: int) -> None:
+        if self.blocks is not None:
+            rest = [encode_event(e) for e in self.blocks.flush()]
+            if rest:
+                await send(events_frame(self.sub, rest))
+        await send(gap_frame(self.sub, self.cursor + 1, to_seq))
+        self.cursor = to_seq
 
 
 def _merged_raws(

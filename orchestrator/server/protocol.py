@@ -32,12 +32,19 @@ __all__ = [
     "end_frame",
     "error_frame",
     "events_frame",
+    "gap_frame",
     "parse",
     "with_id",
 ]
 
 ErrorCode = Literal[
-    "bad_request", "unknown_op", "not_found", "unauthorized", "limit_exceeded", "internal"
+    "bad_request",
+    "unknown_op",
+    "not_found",
+    "unauthorized",
+    "limit_exceeded",
+    "unavailable",
+    "internal",
 ]
 Detail = Literal["full", "blocks", "status"]
 MessageId = str | int | None
@@ -98,7 +105,11 @@ class Send(_Op):
 
 
 class Runs(_Op):
-    """List runs."""
+    """List runs, newest first, a page at a time."""
+
+    limit: int = 100
+    before: str | None = None
+    """A runId from the previous page: list the runs older than it."""
 
 
 class Agents(_Op):
@@ -136,6 +147,8 @@ def parse(text: str | bytes) -> ClientOp:
         obj = _decode_any(text)
     except msgspec.DecodeError as exc:
         raise ProtocolError("bad_request", f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("bad_request", "malformed JSON: nested too deeply") from None
     if not isinstance(obj, dict):
         raise ProtocolError(
             "bad_request", f"a message must be a JSON object, got {type(obj).__name__}"
@@ -153,12 +166,16 @@ def parse(text: str | bytes) -> ClientOp:
         message = msgspec.convert(obj, cls)
     except msgspec.ValidationError as exc:
         raise ProtocolError("bad_request", f"{op}: {exc}", msg_id) from None
+    except RecursionError:
+        raise ProtocolError("bad_request", f"{op}: a value is nested too deeply", msg_id) from None
     problems = []
     filter_spec = getattr(message, "filter", None)
     if filter_spec is not None:
         problems += filter_spec.problems()
     if isinstance(message, Subscribe) and message.after_seq < 0:
         problems.append("afterSeq must be 0 or more")
+    if isinstance(message, Runs) and not 1 <= message.limit <= 1000:
+        problems.append("limit must be 1 to 1000")
     if problems:
         raise ProtocolError("bad_request", f"{op}: " + "; ".join(problems), msg_id)
     return message  # type: ignore[return-value]
@@ -189,6 +206,11 @@ def error_frame(code: ErrorCode, message: str, msg_id: MessageId = None) -> byte
 def end_frame(sub: str, run_id: str, status: str) -> bytes:
     """`{op: "end", sub, runId, status}`."""
     return encode({"op": "end", "sub": sub, "runId": run_id, "status": status})
+
+
+def gap_frame(sub: str, from_seq: int, to_seq: int) -> bytes:
+    """`{op: "gap", sub, fromSeq, toSeq}`: events that can no longer be replayed."""
+    return encode({"op": "gap", "sub": sub, "fromSeq": from_seq, "toSeq": to_seq})
 
 
 def events_frame(sub: str, raws: Iterable[bytes]) -> bytes:

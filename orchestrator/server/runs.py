@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import logging
 import time
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -14,15 +16,28 @@ from orchestrator.runtime.spawn import send_to
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 
-__all__ = ["AgentNotRunning", "LimitExceeded", "ServerRuns"]
+if TYPE_CHECKING:
+    from orchestrator.server.auth import Principal
+
+__all__ = ["AgentNotRunning", "LimitExceeded", "ServerRuns", "StorageUnavailable"]
+
+logger = logging.getLogger(__name__)
 
 
 class LimitExceeded(Exception):
-    """Too many concurrent runs."""
+    """Too many concurrent runs (on the server, or for one token)."""
+
+
+class StorageUnavailable(Exception):
+    """The journal cannot write: new runs are refused until it recovers."""
 
 
 class AgentNotRunning(LookupError):
     """A message was sent to an agent that is not running."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class ServerRuns:
@@ -33,24 +48,47 @@ class ServerRuns:
         self.journal = journal
         self._nursery = nursery
         self.active: dict[str, Run] = {}
+        self._owners: dict[str, str | None] = {}
         self._done: dict[str, trio.Event] = {}
         self.max_concurrent = orchestrator.config.limits.max_concurrent_runs
+        journal.on_stalled = self.fail_unstorable
 
-    def start(self, agent_id: str, input: str, *, stream: bool = True) -> Run:
+    def start(
+        self,
+        agent_id: str,
+        input: str,
+        *,
+        stream: bool = True,
+        principal: Principal | None = None,
+    ) -> Run:
         """Start a run (streaming: journaled events; else a blocking call with none).
 
         Raises:
             UnknownAgent: no such subagent.
-            LimitExceeded: `limits.max_concurrent_runs` runs are running.
+            LimitExceeded: `limits.max_concurrent_runs` runs are running, or the
+                principal's own limit of runs.
+            StorageUnavailable: journal writes are failing (read-only).
         """
         orch = self.orchestrator
         if agent_id not in orch.specs:
             raise UnknownAgent(agent_id, sorted(orch.specs))
+        if not self.journal.healthy:
+            raise StorageUnavailable(
+                "storage is failing: the server is read-only until it recovers (see /healthz)"
+            )
         if len(self.active) >= self.max_concurrent:
             raise LimitExceeded(
                 f"{len(self.active)} runs are running (limits.max_concurrent_runs "
                 f"is {self.max_concurrent})"
             )
+        owner = principal.name if principal is not None else None
+        if principal is not None and principal.name is not None:
+            mine = sum(1 for o in self._owners.values() if o == owner)
+            if mine >= principal.max_runs:
+                raise LimitExceeded(
+                    f"token {owner!r} already has {mine} runs running (its limit is "
+                    f"{principal.max_runs})"
+                )
         run_id, root_session = new_run_id(), new_session_id(root=True)
         self.journal.create_run(
             RunRecord(
@@ -60,11 +98,13 @@ class ServerRuns:
                 status="running",
                 created_at=time.time(),
                 root_session_id=root_session,
+                owner=owner,
             )
         )
         sink = RunSink(run_id, root_session, self.journal.outlet(run_id)) if stream else None
         run = Run(orch, agent_id, input, limits=orch.default_limits(), sink=sink, run_id=run_id)
         self.active[run_id] = run
+        self._owners[run_id] = owner
         self._done[run_id] = trio.Event()
         self._nursery.start_soon(self._execute, run)
         return run
@@ -76,6 +116,7 @@ class ServerRuns:
                 self.journal.end_call_run(run.run_id, result.status)
         finally:
             self.active.pop(run.run_id, None)
+            self._owners.pop(run.run_id, None)
             self._done.pop(run.run_id).set()
 
     async def wait(self, run: Run) -> RunResult:
@@ -85,6 +126,14 @@ class ServerRuns:
             await done.wait()
         assert run.result is not None
         return run.result
+
+    def fail_unstorable(self, run_ids: list[str], reason: str) -> None:
+        """The journal could not store these runs' events for too long: fail them."""
+        for run_id in run_ids:
+            run = self.active.get(run_id)
+            if run is not None:
+                logger.error("failing run %s: its events cannot be stored (%s)", run_id, reason)
+                run.fail(f"storage_unavailable: events could not be stored ({reason})")
 
     def cancel(self, run_id: str) -> None:
         """Cancel a running run (a finished one is left as it is).

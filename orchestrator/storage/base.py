@@ -6,7 +6,11 @@ from typing import Protocol
 
 import msgspec
 
-__all__ = ["RunRecord", "Storage"]
+__all__ = ["RunRecord", "Storage", "StorageError"]
+
+
+class StorageError(Exception):
+    """A storage backend cannot be opened (bad path, unreachable, refused settings)."""
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
@@ -21,16 +25,33 @@ class RunRecord(msgspec.Struct, kw_only=True):
     root_session_id: str
     last_seq: int = 0
     finished_at: float | None = None
+    owner: str | None = None
+    """The name of the token that started the run (None: no auth configured)."""
+    first_seq: int = 1
+    """The oldest seq still kept (retention trims older events; a resume below gets `gap`)."""
+
+    def sort_key(self) -> tuple[float, str]:
+        """Creation order; ties (same clock reading) broken by runId, never by a store's hash."""
+        return (self.created_at, self.run_id)
 
 
 class Storage(Protocol):
-    """A durable (or not) home for run records and encoded events."""
+    """A durable (or not) home for run records and encoded events.
+
+    Every method but `open` is called from the journal's writer task or a feed;
+    a failure raises any exception, and the journal retries (it never loses what
+    it has not written).
+    """
 
     durable: bool
     """False: the journal must keep every event in memory (nothing to read back)."""
 
     async def open(self) -> list[RunRecord]:
-        """Open the store; return every run it holds."""
+        """Open the store; return every run it holds, in `RunRecord.sort_key` order.
+
+        Raises:
+            StorageError: the store cannot be used; the message names it and why.
+        """
         ...
 
     async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
@@ -39,6 +60,14 @@ class Storage(Protocol):
 
     async def read(self, run_id: str, after_seq: int, limit: int) -> list[bytes]:
         """Encoded events of `run_id` with seq > after_seq, in seq order, at most `limit`."""
+        ...
+
+    async def trim(self, run_id: str, first_seq: int) -> None:
+        """Forget the events of `run_id` below `first_seq` (retention)."""
+        ...
+
+    async def delete_runs(self, run_ids: list[str]) -> None:
+        """Forget whole runs: their records and events (retention)."""
         ...
 
     async def aclose(self) -> None:

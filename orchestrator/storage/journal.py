@@ -4,9 +4,21 @@ Runs publish into a `RunOutlet` (the bus's outlet). Events wait in the run's
 `pending` list until the writer task has written them to storage in one batch;
 then they are *committed*: they join the run's in-memory tail and feeds are woken.
 Feeds only ever read committed events, so a client never sees an event that a
-restart could lose. Memory stays bounded: a run whose pending list is full makes
-its producers wait (`over_capacity`), and a durable backend keeps only the last
-`tail` events of a run in memory (older ones are read back from storage).
+restart could lose.
+
+Memory stays bounded: a run whose pending list is full makes its producers wait
+(`over_capacity`); a durable backend keeps only the last `tail` events of a running
+run in memory and none of a finished one (they are read back from storage); the
+retention policy forgets old runs and the oldest events of huge runs.
+
+A failed write never loses a batch and never stops the server: the batch goes back
+in front of the pending events and is retried with backoff (0.05 s doubling to
+5 s). Meanwhile runs wait as they do when the writer is behind, the journal reports
+itself unhealthy (`/healthz`, `/metrics`), and runs that could not be stored for
+`fail_runs_after` seconds are handed to `on_stalled` (the server fails them). A
+storage that fails from the start (a full disk) leaves the server read-only: old
+runs can be replayed, new ones are refused, and the pending `interrupted` markers
+are written once it recovers.
 """
 
 from __future__ import annotations
@@ -18,13 +30,15 @@ from collections.abc import Callable
 import msgspec
 import trio
 
+from orchestrator.core.capping import cap_event
 from orchestrator.core.events import Event, EventType, decode_event
 from orchestrator.storage.base import RunRecord, Storage
 
-__all__ = ["Entry", "Journal", "RunLog", "UnknownRun"]
+__all__ = ["Entry", "Journal", "RunLog", "RunOutlet", "UnknownRun"]
 
 logger = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 5.0
 
 
 class UnknownRun(LookupError):
@@ -52,8 +66,8 @@ class RunLog:
     def __init__(self, record: RunRecord) -> None:
         self.record = record
         self.entries: list[Entry] = []
-        """Committed events: all of them (memory) or the newest (durable)."""
-        self.first_seq = record.last_seq + 1
+        """Committed events held in memory: all kept ones (memory), or a recent tail."""
+        self.tail_first = record.last_seq + 1
         """The seq of entries[0] (or of the next event when entries is empty)."""
         self.committed = record.last_seq
         self.pending: list[Entry] = []
@@ -62,6 +76,7 @@ class RunLog:
         self.writers = trio.lowlevel.ParkingLot()
         self.finished_status: str | None = None if record.status == "running" else record.status
         """Set once RUN_FINISHED (or a call run's end) is committed."""
+        self.stalled_reported = False
 
     @property
     def finished(self) -> bool:
@@ -72,16 +87,21 @@ class RunLog:
 class RunOutlet:
     """The bus outlet of one run: events go to the journal."""
 
-    __slots__ = ("_journal", "_log")
+    __slots__ = ("_journal", "_log", "_max_bytes")
 
     def __init__(self, journal: Journal, log: RunLog) -> None:
         self._journal = journal
         self._log = log
+        self._max_bytes = journal.max_event_bytes
 
     def put_nowait(self, event: Event) -> None:
-        """Queue the event for the next write batch."""
+        """Queue the event for the next write batch (cut to `max_event_bytes`)."""
         log = self._log
-        log.pending.append(Entry(event, _encode(event)))
+        raw = _encode(event)
+        if len(raw) > self._max_bytes:
+            event, raw = cap_event(event, raw, self._max_bytes)
+            self._journal.events_truncated += 1
+        log.pending.append(Entry(event, raw))
         if event.type is EventType.RUN_FINISHED:
             log.record.status = str(event.data.get("status", "completed"))
             log.record.finished_at = event.ts
@@ -106,25 +126,42 @@ class Journal:
         *,
         tail: int = 8192,
         max_pending: int = 8192,
+        max_event_bytes: int = 256 * 1024,
+        fail_runs_after: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.storage = storage
         self.tail = tail
         self.max_pending = max_pending
+        self.max_event_bytes = max_event_bytes
+        self.fail_runs_after = fail_runs_after
         self._clock = clock
         self._logs: dict[str, RunLog] = {}
         self._dirty: dict[str, RunLog] = {}
         self._work = trio.lowlevel.ParkingLot()
         self._idle = trio.lowlevel.ParkingLot()
         self.events_written = 0
+        self.events_truncated = 0
+        self.write_failures = 0
+        self.runs_deleted = 0
+        self.last_error: str | None = None
+        """The newest write error while storage is failing; None when healthy."""
+        self._failing_since: float | None = None
         self._writing = False
+        self.on_stalled: Callable[[list[str], str], None] | None = None
+        """Called with runs whose events could not be stored for `fail_runs_after` s."""
 
     # -- lifecycle -------------------------------------------------------------
 
     async def open(self) -> list[str]:
         """Load every stored run; end the ones a previous server left `running`.
 
+        The `interrupted` markers are queued, not written here: a storage that is
+        full or failing still lets the server start (read-only until it recovers).
         Returns the ids of the runs it marked `interrupted`.
+
+        Raises:
+            StorageError: the storage cannot be opened at all.
         """
         interrupted = []
         for record in await self.storage.open():
@@ -133,8 +170,6 @@ class Journal:
             if record.status == "running":
                 interrupted.append(record.run_id)
                 self._finish_interrupted(log)
-        if interrupted:
-            await self._write_batch()
         return interrupted
 
     def _finish_interrupted(self, log: RunLog) -> None:
@@ -149,19 +184,79 @@ class Journal:
         )
         self.outlet(log.record.run_id).put_nowait(event)
 
+    @property
+    def healthy(self) -> bool:
+        """False while writes are failing (the server is read-only then)."""
+        return self.last_error is None
+
+    @property
+    def pending_events(self) -> int:
+        """Events waiting to be written, over every run."""
+        return sum(len(log.pending) for log in self._dirty.values())
+
     async def run_writer(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        *,
+        final_flush_timeout: float = 10.0,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Write batches until cancelled; then write what is left and close storage."""
+        """Write batches until cancelled, retrying failures; then try a last flush."""
         task_status.started()
+        backoff = _BACKOFF_FIRST
         try:
             while True:
                 if not self._dirty:
                     await self._work.park()
-                await self._write_batch()
+                if await self._try_write():
+                    backoff = _BACKOFF_FIRST
+                else:
+                    await trio.sleep(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_MAX)
         finally:
-            with trio.CancelScope(shield=True):
-                await self._write_batch()
+            # Bounded: a dead storage must not hold shutdown forever.
+            with trio.CancelScope(shield=True) as scope:
+                scope.relative_deadline = final_flush_timeout
+                while self._dirty and await self._try_write():
+                    pass
+            if self._dirty:
+                logger.error(
+                    "journal closed with %d events not stored: %s",
+                    self.pending_events,
+                    self.last_error,
+                )
+
+    async def _try_write(self) -> bool:
+        """Write one batch; on failure keep it, note the error, report stalled runs."""
+        try:
+            await self._write_batch()
+        except Exception as exc:
+            self.write_failures += 1
+            first = self.last_error is None
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            now = trio.current_time()
+            if self._failing_since is None:
+                self._failing_since = now
+            if first:
+                logger.error("journal write failed, retrying: %s", self.last_error)
+            if now - self._failing_since >= self.fail_runs_after:
+                self._report_stalled()
+            return False
+        if self.last_error is not None:
+            logger.warning("journal writes recovered after %d failures", self.write_failures)
+            self.last_error = None
+            self._failing_since = None
+            for log in self._logs.values():
+                log.stalled_reported = False
+        return True
+
+    def _report_stalled(self) -> None:
+        stalled = []
+        for log in self._dirty.values():
+            if log.record.status == "running" and not log.stalled_reported:
+                log.stalled_reported = True
+                stalled.append(log.record.run_id)
+        if stalled and self.on_stalled is not None:
+            self.on_stalled(stalled, self.last_error or "storage unavailable")
 
     async def aclose(self) -> None:
         """Close the storage; call it from the task that called `open()`, after the writer."""
@@ -207,6 +302,32 @@ class Journal:
         """Every run, oldest first."""
         return [log.record for log in self._logs.values()]
 
+    def page(
+        self, *, limit: int, before: str | None = None, owner: str | None = None
+    ) -> tuple[list[RunRecord], bool]:
+        """Up to `limit` runs, newest first, older than run `before`, of `owner` if given.
+
+        Returns the runs and whether older ones remain.
+
+        Raises:
+            UnknownRun: `before` names no run.
+        """
+        if before is not None:
+            self.get(before)
+        found: list[RunRecord] = []
+        started = before is None
+        for log in reversed(self._logs.values()):
+            record = log.record
+            if not started:
+                started = record.run_id == before
+                continue
+            if owner is not None and record.owner != owner:
+                continue
+            if len(found) == limit:
+                return found, True
+            found.append(record)
+        return found, False
+
     def mark(self, log: RunLog) -> None:
         """The run has something to write: queue it for the next batch."""
         self._dirty[log.record.run_id] = log
@@ -221,61 +342,146 @@ class Journal:
         dirty, self._dirty = self._dirty, {}
         batches: list[tuple[RunLog, list[Entry]]] = []
         rows: list[tuple[str, int, bytes]] = []
+        durable = self.storage.durable
         for log in dirty.values():
             batch, log.pending = log.pending, []
             log.writing = len(batch)
-            if batch:
-                log.record.last_seq = batch[-1].seq
-                if self.storage.durable:
-                    run_id = log.record.run_id
-                    rows.extend((run_id, e.seq, e.raw) for e in batch)
+            if batch and durable:
+                run_id = log.record.run_id
+                rows.extend((run_id, e.seq, e.raw) for e in batch)
             batches.append((log, batch))
-            if log.writers:
+            if log.writers:  # producers may fill `pending` again while this batch is written
                 log.writers.unpark_all()
-        records = [msgspec.structs.replace(log.record) for log in dirty.values()]
+        records = [
+            msgspec.structs.replace(log.record, last_seq=batch[-1].seq if batch else log.committed)
+            for log, batch in batches
+        ]
         self._writing = True
         try:
             await self.storage.write(records, rows)
-        except Exception:
-            logger.exception("journal write failed; %d events not stored", len(rows))
+        except BaseException:
+            # Keep everything for the next try, in order, ahead of newer events.
+            for log, batch in batches:
+                log.pending[:0] = batch
+                log.writing = 0
+            self._dirty = {**dirty, **self._dirty}
             raise
         finally:
             self._writing = False
         for log, batch in batches:
             log.writing = 0
             if batch:
+                log.record.last_seq = batch[-1].seq
                 log.entries.extend(batch)
                 log.committed = batch[-1].seq
                 self.events_written += len(batch)
-                if self.storage.durable and len(log.entries) > 2 * self.tail:
-                    drop = len(log.entries) - self.tail
-                    del log.entries[:drop]
-                    log.first_seq += drop
             if log.record.status != "running":
                 log.finished_status = log.record.status
+            if durable:
+                self._evict(log)
             if log.readers:
                 log.readers.unpark_all()
         if not self._dirty and self._idle:
             self._idle.unpark_all()
 
+    def _evict(self, log: RunLog) -> None:
+        """Durable storage has every committed event: keep little of it in memory."""
+        keep = 0 if log.finished_status is not None else self.tail
+        if len(log.entries) > 2 * keep or (keep == 0 and log.entries):
+            drop = len(log.entries) - keep
+            del log.entries[:drop]
+            log.tail_first += drop
+
+    # -- retention -------------------------------------------------------------
+
+    async def apply_retention(
+        self,
+        *,
+        max_age: float | None,
+        max_runs: int | None,
+        max_run_events: int | None,
+    ) -> None:
+        """Forget finished runs past `max_age`/`max_runs`, and events past `max_run_events`.
+
+        Call it from one task at a time; storage failures propagate (try again later).
+        """
+        if max_run_events is not None:
+            for log in list(self._logs.values()):
+                first = log.committed - max_run_events + 1
+                if first > log.record.first_seq:
+                    await self.storage.trim(log.record.run_id, first)
+                    log.record.first_seq = first
+                    if log.tail_first < first:
+                        drop = min(first - log.tail_first, len(log.entries))
+                        del log.entries[:drop]
+                        log.tail_first += drop
+        finished = [
+            log
+            for log in self._logs.values()
+            if log.finished and log.record.run_id not in self._dirty
+        ]
+        doomed: list[RunLog] = []
+        if max_age is not None:
+            horizon = self._clock() - max_age
+            doomed += [log for log in finished if (log.record.finished_at or 0.0) < horizon]
+        if max_runs is not None and len(finished) > max_runs:
+            doomed += finished[: len(finished) - max_runs]
+        ids = list(dict.fromkeys(log.record.run_id for log in doomed))
+        if ids:
+            await self.storage.delete_runs(ids)
+            for run_id in ids:
+                log = self._logs.pop(run_id)
+                log.readers.unpark_all()  # feeds still on it learn it is gone
+            self.runs_deleted += len(ids)
+
+    async def run_retention(
+        self,
+        *,
+        max_age: float | None,
+        max_runs: int | None,
+        max_run_events: int | None,
+        interval: float = 30.0,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Apply the retention policy every `interval` seconds, until cancelled."""
+        task_status.started()
+        if max_age is None and max_runs is None and max_run_events is None:
+            await trio.sleep_forever()
+        while True:
+            try:
+                await self.apply_retention(
+                    max_age=max_age, max_runs=max_runs, max_run_events=max_run_events
+                )
+            except Exception as exc:  # storage trouble: the writer reports it; retry later
+                logger.warning("retention pass failed: %s: %s", type(exc).__name__, exc)
+            await trio.sleep(interval)
+
     # -- reading ---------------------------------------------------------------
 
     async def read(self, run_id: str, after_seq: int, limit: int) -> list[Entry]:
-        """Committed events with seq > after_seq, oldest first, at most `limit`."""
+        """Committed events with seq > after_seq, oldest first, at most `limit`.
+
+        Events trimmed by retention are skipped: the first entry's seq may be more
+        than `after_seq + 1` (the caller reports the gap).
+        """
         log = self.get(run_id)
+        after_seq = max(after_seq, log.record.first_seq - 1)
         if after_seq >= log.committed:
             return []
-        if after_seq + 1 >= log.first_seq:
-            start = after_seq + 1 - log.first_seq
+        if after_seq + 1 >= log.tail_first or not self.storage.durable:
+            start = max(after_seq + 1 - log.tail_first, 0)
             return log.entries[start : start + limit]
-        if not self.storage.durable:  # pragma: no cover - memory keeps everything
-            return []
         count = min(limit, log.committed - after_seq)
         raws = await self.storage.read(run_id, after_seq, count)
         return [Entry(decode_event(raw), raw) for raw in raws]
 
     async def wait(self, run_id: str, after_seq: int) -> None:
-        """Return once the run has committed events past `after_seq`, or has finished."""
+        """Return once the run has committed events past `after_seq`, or has finished.
+
+        Raises:
+            UnknownRun: the run is (or became) unknown: retention deleted it.
+        """
         log = self.get(run_id)
         while log.committed <= after_seq and not log.finished:
             await log.readers.park()
+            self.get(run_id)

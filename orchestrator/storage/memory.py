@@ -23,5 +23,11 @@ class MemoryStorage:
         """Never called for a non-durable store."""
         raise RuntimeError("memory storage keeps no history outside the journal")
 
+    async def trim(self, run_id: str, first_seq: int) -> None:
+        """The journal trims its own memory."""
+
+    async def delete_runs(self, run_ids: list[str]) -> None:
+        """The journal forgets the runs itself."""
+
     async def aclose(self) -> None:
         """Nothing to close."""

@@ -9,22 +9,52 @@ in `aclose()`; both must run in the same task (the server's).
 Keys (prefix `aor:` unless the URL says `?prefix=…`): `<prefix>runs` (hash runId →
 record JSON) and `<prefix>run:{<runId>}:ev` (the stream; braces keep a run's keys in
 one cluster slot).
+
+Durability: the journal shows a client an event once Redis acknowledged it, so a
+Redis that can lose acknowledged writes on restart breaks "a client never sees an
+event a restart could lose". `open()` reads `appendonly` and `appendfsync`:
+`durability="strict"` (the default) refuses anything but `appendonly yes` with
+`appendfsync always` or `everysec` (the latter can lose up to a second of writes on
+a power loss, not on a Redis restart); `"relaxed"` logs a warning and goes on.
 """
 
 from __future__ import annotations
 
+import logging
 from contextlib import AsyncExitStack
+from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
 import coredis
+import coredis.exceptions
 import msgspec
+from coredis.tokens import PureToken
 
-from orchestrator.storage.base import RunRecord
+from orchestrator.storage.base import RunRecord, StorageError
 
-__all__ = ["RedisStorage"]
+__all__ = ["RedisStorage", "check_persistence"]
 
+logger = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 _decode_record = msgspec.json.Decoder(RunRecord).decode
+Durability = Literal["strict", "relaxed"]
+
+
+def check_persistence(settings: dict[str, str]) -> str | None:
+    """What is wrong with a Redis's persistence settings for the journal (None: fine)."""
+    appendonly = settings.get("appendonly", "?")
+    fsync = settings.get("appendfsync", "?")
+    if appendonly != "yes":
+        return (
+            f"appendonly is {appendonly!r}: a Redis restart can lose events clients already "
+            "saw (set `appendonly yes` and `appendfsync everysec` or `always`)"
+        )
+    if fsync not in ("always", "everysec"):
+        return (
+            f"appendfsync is {fsync!r}: writes may sit unsynced for long "
+            "(use `everysec` or `always`)"
+        )
+    return None
 
 
 class RedisStorage:
@@ -32,10 +62,11 @@ class RedisStorage:
 
     durable = True
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, durability: Durability = "strict") -> None:
         parts = urlsplit(url)
         self.url = parts._replace(query="").geturl()
         self.prefix = parse_qs(parts.query).get("prefix", ["aor:"])[0]
+        self.durability = durability
         self._client: coredis.Redis[bytes] | None = None
         self._stack = AsyncExitStack()
 
@@ -43,12 +74,36 @@ class RedisStorage:
         return f"{self.prefix}run:{{{run_id}}}:ev"
 
     async def open(self) -> list[RunRecord]:
-        """Connect and load every run record."""
+        """Connect, check persistence, and load every run record."""
         client: coredis.Redis[bytes] = coredis.Redis.from_url(self.url, decode_responses=False)
-        self._client = await self._stack.enter_async_context(client)
-        raw = await self._client.hgetall(self.prefix + "runs")
+        try:
+            self._client = await self._stack.enter_async_context(client)
+            await self._check_durability(self._client)
+            raw = await self._client.hgetall(self.prefix + "runs")
+        except StorageError:
+            await self.aclose()
+            raise
+        except (coredis.exceptions.RedisError, OSError) as exc:
+            await self.aclose()
+            raise StorageError(f"redis storage {self.url}: cannot connect: {exc}") from None
         records = [_decode_record(value) for value in raw.values()]
-        return sorted(records, key=lambda r: r.created_at)
+        return sorted(records, key=RunRecord.sort_key)
+
+    async def _check_durability(self, client: coredis.Redis[bytes]) -> None:
+        try:
+            raw = await client.config_get(["appendonly", "appendfsync"])
+            settings = {_text(k): _text(v) for k, v in raw.items()}
+            problem = check_persistence(settings)
+        except coredis.exceptions.ResponseError as exc:
+            problem = f"cannot read its persistence settings (CONFIG GET: {exc})"
+        if problem is None:
+            return
+        if self.durability == "strict":
+            raise StorageError(
+                f"redis storage {self.url}: {problem}; or accept the risk with "
+                "`storage: {url: …, durability: relaxed}`"
+            )
+        logger.warning("redis storage %s: %s (durability: relaxed)", self.url, problem)
 
     async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
         """One MULTI/EXEC: the events (XADD with id 0-seq) and the records."""
@@ -71,7 +126,26 @@ class RedisStorage:
             out.append(body if isinstance(body, bytes) else body.encode())
         return out
 
+    async def trim(self, run_id: str, first_seq: int) -> None:
+        """XTRIM MINID 0-<first_seq> (the record's first_seq is written with it)."""
+        assert self._client is not None, "storage is not open"
+        # coredis types the threshold as int, but MINID takes a stream id.
+        threshold: int = f"0-{first_seq}"  # type: ignore[assignment]
+        await self._client.xtrim(self._events_key(run_id), PureToken.MINID, threshold)
+
+    async def delete_runs(self, run_ids: list[str]) -> None:
+        """DEL the streams and HDEL the records, in one MULTI/EXEC."""
+        assert self._client is not None, "storage is not open"
+        async with self._client.pipeline(transaction=True) as pipe:
+            for run_id in run_ids:
+                pipe.delete([self._events_key(run_id)])
+            pipe.hdel(self.prefix + "runs", run_ids)
+
     async def aclose(self) -> None:
         """Disconnect."""
         await self._stack.aclose()
         self._client = None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

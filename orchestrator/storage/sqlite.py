@@ -2,6 +2,8 @@
 
 One connection writes (one transaction per batch), one reads; each is used by one
 worker thread at a time (a CapacityLimiter of 1), so sqlite3's threading rules hold.
+A failed write (a full disk, a locked file) rolls back and raises; the journal keeps
+the batch and retries it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import trio
 
-from orchestrator.storage.base import RunRecord
+from orchestrator.storage.base import RunRecord, StorageError
 
 __all__ = ["SqliteStorage"]
 
@@ -24,7 +26,9 @@ CREATE TABLE IF NOT EXISTS runs (
     created_at REAL NOT NULL,
     finished_at REAL,
     root_session_id TEXT NOT NULL,
-    last_seq INTEGER NOT NULL
+    last_seq INTEGER NOT NULL,
+    owner TEXT,
+    first_seq INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
@@ -33,6 +37,12 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
 """
+# Columns added after the first release: added in place to older files.
+_ADDED_COLUMNS = {"owner": "TEXT", "first_seq": "INTEGER NOT NULL DEFAULT 1"}
+_COLUMNS = (
+    "run_id, agent_id, input, status, created_at, finished_at, root_session_id, last_seq,"
+    " owner, first_seq"
+)
 
 
 class SqliteStorage:
@@ -49,20 +59,32 @@ class SqliteStorage:
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal":  # switching needs a write: skip it when already set (full disk)
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
     def _open(self) -> list[RunRecord]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = self._connect()
-        self._writer.executescript(_SCHEMA)
-        self._reader = self._connect()
-        rows = self._writer.execute(
-            "SELECT run_id, agent_id, input, status, created_at, finished_at, root_session_id,"
-            " last_seq FROM runs ORDER BY created_at"
-        ).fetchall()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = self._connect()
+            existing = {
+                row[1] for row in self._writer.execute("PRAGMA table_info(runs)").fetchall()
+            }
+            if not existing:
+                self._writer.executescript(_SCHEMA)
+            for column, decl in _ADDED_COLUMNS.items():
+                if existing and column not in existing:
+                    self._writer.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
+            self._reader = self._connect()
+            rows = self._writer.execute(
+                f"SELECT {_COLUMNS} FROM runs ORDER BY created_at, run_id"
+            ).fetchall()
+        except (OSError, sqlite3.Error) as exc:
+            self._close()
+            raise StorageError(f"sqlite storage {str(self.path)!r}: {exc}") from None
         return [
             RunRecord(
                 run_id=r[0],
@@ -73,6 +95,8 @@ class SqliteStorage:
                 finished_at=r[5],
                 root_session_id=r[6],
                 last_seq=r[7],
+                owner=r[8],
+                first_seq=r[9],
             )
             for r in rows
         ]
@@ -81,33 +105,14 @@ class SqliteStorage:
         """Create the schema if needed and load every run record."""
         return await trio.to_thread.run_sync(self._open, limiter=self._write_limiter)
 
-    def _write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
+    def _transaction(self, statements: list[tuple[str, list[tuple[object, ...]]]]) -> None:
         conn = self._writer
         assert conn is not None, "storage is not open"
         conn.execute("BEGIN")
         try:
-            if events:
-                conn.executemany("INSERT INTO events (run_id, seq, body) VALUES (?, ?, ?)", events)
-            if records:
-                conn.executemany(
-                    "INSERT INTO runs (run_id, agent_id, input, status, created_at, finished_at,"
-                    " root_session_id, last_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT(run_id) DO UPDATE SET status=excluded.status,"
-                    " finished_at=excluded.finished_at, last_seq=excluded.last_seq",
-                    [
-                        (
-                            r.run_id,
-                            r.agent_id,
-                            r.input,
-                            r.status,
-                            r.created_at,
-                            r.finished_at,
-                            r.root_session_id,
-                            r.last_seq,
-                        )
-                        for r in records
-                    ],
-                )
+            for sql, rows in statements:
+                if rows:
+                    conn.executemany(sql, rows)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -115,7 +120,31 @@ class SqliteStorage:
 
     async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
         """One transaction for the whole batch, in a worker thread."""
-        await trio.to_thread.run_sync(self._write, records, events, limiter=self._write_limiter)
+        statements: list[tuple[str, list[tuple[object, ...]]]] = [
+            ("INSERT INTO events (run_id, seq, body) VALUES (?, ?, ?)", list(events)),
+            (
+                f"INSERT INTO runs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(run_id) DO UPDATE SET status=excluded.status,"
+                " finished_at=excluded.finished_at, last_seq=excluded.last_seq,"
+                " first_seq=excluded.first_seq",
+                [
+                    (
+                        r.run_id,
+                        r.agent_id,
+                        r.input,
+                        r.status,
+                        r.created_at,
+                        r.finished_at,
+                        r.root_session_id,
+                        r.last_seq,
+                        r.owner,
+                        r.first_seq,
+                    )
+                    for r in records
+                ],
+            ),
+        ]
+        await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
 
     def _read(self, run_id: str, after_seq: int, limit: int) -> list[bytes]:
         conn = self._reader
@@ -131,6 +160,23 @@ class SqliteStorage:
         return await trio.to_thread.run_sync(
             self._read, run_id, after_seq, limit, limiter=self._read_limiter
         )
+
+    async def trim(self, run_id: str, first_seq: int) -> None:
+        """Delete the run's events below `first_seq`."""
+        statements: list[tuple[str, list[tuple[object, ...]]]] = [
+            ("DELETE FROM events WHERE run_id = ? AND seq < ?", [(run_id, first_seq)]),
+            ("UPDATE runs SET first_seq = ? WHERE run_id = ?", [(first_seq, run_id)]),
+        ]
+        await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
+
+    async def delete_runs(self, run_ids: list[str]) -> None:
+        """Delete whole runs, records and events, in one transaction."""
+        rows: list[tuple[object, ...]] = [(run_id,) for run_id in run_ids]
+        statements: list[tuple[str, list[tuple[object, ...]]]] = [
+            ("DELETE FROM events WHERE run_id = ?", rows),
+            ("DELETE FROM runs WHERE run_id = ?", rows),
+        ]
+        await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
 
     def _close(self) -> None:
         for conn in (self._reader, self._writer):

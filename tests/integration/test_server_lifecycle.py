@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +31,30 @@ from tests.server_helpers import (
 )
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
-async def test_history_survives_a_restart(tmp_path: Path, backend: str) -> None:
-    prefix = f"aor-test-{uuid.uuid4().hex[:12]}:"
-    storage = {
-        "sqlite": "sqlite:///data/journal.db",
-        "redis": f"redis://127.0.0.1:6379/0?prefix={prefix}",
-    }[backend]
-    config = demo_config(tmp_path, storage=storage)
+@pytest.fixture(params=["sqlite", "redis"])
+def durable_storage(request: pytest.FixtureRequest) -> str | dict[str, Any]:
+    if request.param == "redis":
+        return {"url": request.getfixturevalue("redis_url"), "durability": "relaxed"}
+    return "sqlite:///data/journal.db"
+
+
+async def test_history_survives_a_restart(
+    tmp_path: Path, durable_storage: str | dict[str, Any]
+) -> None:
+    config = demo_config(tmp_path, storage=durable_storage)
     async with running_server(config) as server:
         run_id, events, _ = await run_to_end(server.url)
         critic_id, critic_events, _ = await run_to_end(server.url, agent="critic")
-    if backend == "sqlite":
+    if durable_storage == "sqlite:///data/journal.db":
         assert (tmp_path / "data" / "journal.db").exists()
     async with running_server(config) as server:
         assert await replay(server.url, run_id) == events
         assert await replay(server.url, critic_id, after_seq=3) == critic_events[3:]
         async with connect(server.url) as ws:
             runs = await request(ws, op="runs")
-        assert [(r["runId"], r["status"]) for r in runs["runs"]] == [
-            (run_id, "completed"),
+        assert [(r["runId"], r["status"]) for r in runs["runs"]] == [  # newest first
             (critic_id, "completed"),
+            (run_id, "completed"),
         ]
 
 
@@ -243,8 +245,3 @@ async def test_serve_command_shuts_down_gracefully_on_sigterm(tmp_path: Path) ->
 async def _runs(url: str) -> dict[str, Any]:
     async with connect(url) as ws:
         return await request(ws, op="runs")
-
-
-@pytest.fixture(autouse=True)
-def _clean_redis(drop_redis_keys: None) -> None:
-    """Drop the Redis keys this module's tests created."""

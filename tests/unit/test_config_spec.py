@@ -107,7 +107,25 @@ def test_config_relative_paths_resolve_against_its_dir(tmp_path: Path) -> None:
             "limits: {max_depth: -1}\n",
             "server.yaml: limits.max_depth: Input should be greater than or equal to 0",
         ),
-        ("storage: postgres://x\n", "server.yaml: storage: Value error, must start with"),
+        ("storage: postgres://x\n", "server.yaml: storage.url: Value error, must start with"),
+        ("storage: 'sqlite:///'\n", "server.yaml: storage.url: Value error, sqlite:/// needs"),
+        (
+            "storage: {url: 'redis://h', durability: maybe}\n",
+            "server.yaml: storage.durability: Input should be 'strict' or 'relaxed'",
+        ),
+        ("server: {tokens: ['  ']}\n", "server.yaml: server.tokens.0.token: Value error, must not"),
+        (
+            "server: {tokens: ['']}\n",
+            "server.yaml: server.tokens.0.token: String should have at least 1 character",
+        ),
+        (
+            "server: {tokens: [{name: a, token: x1, role: root}]}\n",
+            "server.yaml: server.tokens.0.role: Input should be 'admin' or 'user'",
+        ),
+        (
+            "server: {tokens: [{name: a, token: x1}, {name: a, token: x2}]}\n",
+            "server.yaml: server: Value error, tokens: two tokens have the same name",
+        ),
         (
             "models: {m: {provider: gemini}}\n",
             "server.yaml: models.m.provider: Input should be 'openai', 'openai-responses', "

@@ -1,0 +1,122 @@
+"""Who a WebSocket client is, and whether its page may talk to us at all.
+
+Tokens have names and roles. An `admin` sees and controls every run; a `user`
+sees and controls only the runs its token started (others are `not_found`, so a
+user cannot even learn they exist). Without configured tokens there is no auth and
+every client is an anonymous admin. Tokens are compared in constant time and are
+never logged: only their names are.
+
+Browsers send `Origin` on every WebSocket upgrade, and a page on any site may try
+to open one, so the default is same-origin: an Origin whose host:port is the
+`Host` the request was sent to (the console served at `/`), plus whatever
+`server.allowed_origins` lists. Clients that send no Origin (the CLI, scripts,
+other servers) are not browsers and are let through; the token still applies.
+"""
+
+from __future__ import annotations
+
+import hmac
+from urllib.parse import parse_qs, urlsplit
+
+import msgspec
+from websockets.datastructures import Headers
+
+from orchestrator.config import ServerConfig
+
+__all__ = ["Auth", "Principal", "offered_tokens"]
+
+
+class Principal(msgspec.Struct, frozen=True, kw_only=True):
+    """The holder of a token (or anyone, without auth)."""
+
+    name: str | None
+    """The token's name, recorded as a run's owner; None without auth."""
+    admin: bool
+    max_runs: int
+    """Runs this principal may have running at once."""
+    max_subscriptions: int
+    """Subscriptions this principal may hold over all its connections."""
+
+    def may_see(self, owner: str | None) -> bool:
+        """May this principal see (and control) a run started by `owner`?"""
+        return self.admin or owner == self.name
+
+
+def offered_tokens(headers: Headers, query: str) -> list[str]:
+    """Tokens a request carries: `Authorization: Bearer …` and `?token=…`."""
+    offered = []
+    auth = headers.get("Authorization", "")
+    if auth[:7].lower() == "bearer ":
+        offered.append(auth[7:].strip())
+    offered += parse_qs(query).get("token", [])
+    return [t for t in offered if t]
+
+
+def _matches(offered: str, secret: str) -> bool:
+    return hmac.compare_digest(offered.encode(), secret.encode())
+
+
+class Auth:
+    """Resolves requests to principals; checks origins and the metrics token."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        server = config.server
+        self._tokens = server.tokens
+        self._metrics_token = server.metrics_token
+        self._origins = {o.rstrip("/").lower() for o in server.allowed_origins or ()}
+        per_connection = server.max_subscriptions
+        self._anonymous = Principal(
+            name=None,
+            admin=True,
+            max_runs=config.limits.max_concurrent_runs,
+            max_subscriptions=1 << 30,
+        )
+        self._principals = {
+            t.name: Principal(
+                name=t.name,
+                admin=t.role == "admin",
+                max_runs=t.max_concurrent_runs or config.limits.max_runs_per_token,
+                max_subscriptions=t.max_subscriptions or 4 * per_connection,
+            )
+            for t in server.tokens
+        }
+
+    @property
+    def enabled(self) -> bool:
+        """True when tokens are configured."""
+        return bool(self._tokens)
+
+    def identify(self, headers: Headers, query: str) -> Principal | None:
+        """The principal of a request, or None when it carries no valid token."""
+        if not self._tokens:
+            return self._anonymous
+        found = None
+        for offered in offered_tokens(headers, query):
+            for token in self._tokens:  # check them all: timing does not tell which
+                if _matches(offered, token.token) and found is None:
+                    found = self._principals[token.name]
+        return found
+
+    def may_read_metrics(self, headers: Headers, query: str) -> bool:
+        """`/metrics`: open without tokens; else an admin token or `metrics_token`."""
+        if not self._tokens and self._metrics_token is None:
+            return True
+        principal = self.identify(headers, query) if self._tokens else None
+        if principal is not None and principal.admin:
+            return True
+        secret = self._metrics_token
+        return secret is not None and any(
+            _matches(t, secret) for t in offered_tokens(headers, query)
+        )
+
+    def origin_allowed(self, headers: Headers) -> bool:
+        """No Origin (not a browser), the server's own origin, or a listed one."""
+        origin = headers.get("Origin")
+        if origin is None:
+            return True
+        origin = origin.rstrip("/").lower()
+        if origin in self._origins:
+            return True
+        host = headers.get("Host", "").lower()
+        parts = urlsplit(origin)
+        return bool(host) and parts.scheme in ("http", "https") and parts.netloc == host
