@@ -2,8 +2,10 @@
 
 Feed it the fragments of a tool call's arguments as the model streams them; it
 reports the values at the paths you subscribed to as soon as they are known —
-strings while they grow, numbers/booleans/null once complete. Paths use a small
-JSONPath subset: `$.task`, `$.nodes[*].title`, `$.items[0]`, `$.*.name`.
+strings while they grow, as the *new piece* only (so the bytes reported over a
+whole value are linear in its size, not quadratic), numbers/booleans/null once
+complete. Paths use a small JSONPath subset: `$.task`, `$.nodes[*].title`,
+`$.items[0]`, `$.*.name`.
 
 It never raises: on input that is not JSON it stops reporting (the final parse of
 the whole arguments names the problem).
@@ -80,7 +82,9 @@ class PartialJson:
         self._high_surrogate: int | None = None
         self._literal: list[str] | None = None
         self.values: dict[str, Any] = {}
-        """Latest value per concrete subscribed path."""
+        """Complete value per concrete subscribed path (strings once they are closed)."""
+        self._sent: dict[str, int] = {}
+        """Characters of a growing string already reported, per path."""
 
     @property
     def broken(self) -> bool:
@@ -108,10 +112,28 @@ class PartialJson:
                 self.values[name] = value
                 updates[name] = value
 
+    def _report_string(self, updates: dict[str, Any], *, done: bool) -> None:
+        """Report what a watched string gained since it was last reported."""
+        path = self._path()
+        if not self._watched(path):
+            return
+        name = format_path(path)
+        sent = self._sent.get(name, 0)
+        if len(self._buf) > sent or (done and name not in self._sent):
+            piece = "".join(self._buf[sent:])
+            updates[name] = piece
+            self._sent[name] = len(self._buf)
+        if done:
+            self.values[name] = "".join(self._buf)
+
     # -- feeding ---------------------------------------------------------------
 
     def feed(self, text: str) -> dict[str, Any]:
-        """Consume a fragment; return the subscribed values it changed."""
+        """Consume a fragment; return what it added at subscribed paths.
+
+        A string value's entry is the text it gained in this fragment (concatenate
+        the pieces); any other value's entry is the value, once complete.
+        """
         updates: dict[str, Any] = {}
         if self._broken:
             return updates
@@ -121,7 +143,7 @@ class PartialJson:
         except ValueError:
             self._broken = True
         if self._in_string and not self._string_is_key and not self._broken:
-            self._report("".join(self._buf), updates)
+            self._report_string(updates, done=False)
         return updates
 
     def _char(self, ch: str, updates: dict[str, Any]) -> None:
@@ -253,7 +275,7 @@ class PartialJson:
                 frame.key = text
                 frame.state = "colon"
             else:
-                self._report(text, updates)
+                self._report_string(updates, done=True)
                 self._value_done()
         else:
             self._buf.append(ch)

@@ -145,11 +145,14 @@ class TreeView:
             node.text = ""
         elif kind is EventType.TOOL_CALL_DELTA:
             fields = data.get("fields")
-            if fields:
-                node.pending[str(data.get("toolCallId"))] = {
-                    **node.pending.get(str(data.get("toolCallId")), {}),
-                    **fields,
-                }
+            if fields:  # string fields arrive as pieces: concatenate them
+                shown = node.pending.setdefault(str(data.get("toolCallId")), {})
+                for path, piece in fields.items():
+                    old = shown.get(path)
+                    if isinstance(piece, str) and isinstance(old, str):
+                        shown[path] = (old + piece)[-_TAIL:]
+                    else:
+                        shown[path] = piece
         elif kind is EventType.TOOL_CALL:
             node.pending.pop(str(data.get("toolCallId")), None)
             node.tools_running.append(str(data.get("name", "?")))
