@@ -40,9 +40,20 @@ from agents.tools.base import InstanceState, Tool, ToolContext
 from orchestrator.core.bus import Bus
 from orchestrator.core.events import EventType, Usage
 
-__all__ = ["AgentOutcome", "AgentRunner", "is_cancellation"]
+__all__ = ["AgentOutcome", "AgentRunner", "TurnLimits", "is_cancellation"]
 
 _REASONING = EventType.REASONING
+
+
+class TurnLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Bounds on one model turn: a provider that streams forever must not run forever."""
+
+    max_parts: int = 200_000
+    """Stream parts (text, reasoning and argument deltas) in one turn."""
+    max_bytes: int = 8 * 1024 * 1024
+    """Characters of text, reasoning and tool arguments in one turn."""
+    timeout: float = 600.0
+    """Seconds one turn may stream, start to end (tools it started are not counted)."""
 
 
 class AgentOutcome(msgspec.Struct, frozen=True):
@@ -66,6 +77,7 @@ class AgentRunner:
             the one that fired, the instance reports `timeout`, else `cancelled`.
         usage: this instance's usage node (its parent's node above it); a budget
             on it that trips cancels this instance with AGENT_ERROR `budget`.
+        turn_limits: bounds on each model turn (`output_limit`, `turn_timeout`).
     """
 
     def __init__(
@@ -78,8 +90,10 @@ class AgentRunner:
         depth: int = 0,
         timeout_scope: trio.CancelScope | None = None,
         usage: UsageNode | None = None,
+        turn_limits: TurnLimits | None = None,
     ) -> None:
         self.spec = spec
+        self.turn_limits = turn_limits or TurnLimits()
         self.depth = depth
         self.provider = provider
         self.bus = bus
@@ -317,45 +331,65 @@ class AgentRunner:
         failure: Exception | None = None
         bus = self.bus
         turn_usage: UsageReport | None = None
+        limits = self.turn_limits
+        budget_parts, budget_chars = limits.max_parts, limits.max_bytes
         async with trio.open_nursery() as nursery:
             try:
-                async with aclosing(self.provider.stream(request)) as parts:
-                    async for part in parts:
-                        if isinstance(part, TextDelta):
-                            turn.text_parts.append(part.text)
-                            if bus is not None:
-                                await bus.emit(_REASONING, {"delta": part.text})
-                        elif isinstance(part, ThinkingDelta):
-                            turn.add_thinking(part.text)
-                            if bus is not None:
-                                await bus.emit(_REASONING, {"thinkingDelta": part.text})
-                        elif isinstance(part, ToolCallStart):
-                            turn.start_call(part.key, part.id, part.name)
-                            paths = getattr(self._tools.get(part.name), "stream_paths", ())
-                            if paths and bus is not None:
-                                readers[part.key] = PartialJson(paths)
-                        elif isinstance(part, ToolCallArgs):
-                            ready = turn.add_args(part.key, part.delta)
-                            if bus is not None:
-                                call_id, name = turn.call_name(part.key)
-                                data: dict[str, Any] = {
-                                    "toolCallId": call_id,
-                                    "name": name,
-                                    "argsDelta": part.delta,
-                                }
-                                reader = readers.get(part.key)
-                                if reader is not None:
-                                    fields = reader.feed(part.delta)
-                                    if fields:
-                                        data["fields"] = fields
-                                await bus.emit(EventType.TOOL_CALL_DELTA, data)
-                            if ready is not None:
-                                await self._start_tool(nursery, ready, results)
-                        elif isinstance(part, UsageReport):
-                            turn_usage = part
-                        else:  # ThinkingEnd, ToolCallEnd, Finish: the assembler decides
-                            for ready in turn.apply(part):
-                                await self._start_tool(nursery, ready, results)
+                with trio.CancelScope(relative_deadline=limits.timeout) as deadline:
+                    async with aclosing(self.provider.stream(request)) as parts:
+                        async for part in parts:
+                            budget_parts -= 1
+                            if budget_parts < 0 or budget_chars < 0:
+                                raise AgentFailed(
+                                    f"agent {self.spec.id!r}: one model turn produced more "
+                                    f"than {limits.max_parts} parts or {limits.max_bytes} "
+                                    "characters (limits.max_turn_events/max_turn_bytes)",
+                                    error_type="output_limit",
+                                )
+                            if isinstance(part, TextDelta):
+                                budget_chars -= len(part.text)
+                                turn.text_parts.append(part.text)
+                                if bus is not None:
+                                    await bus.emit(_REASONING, {"delta": part.text})
+                            elif isinstance(part, ThinkingDelta):
+                                budget_chars -= len(part.text)
+                                turn.add_thinking(part.text)
+                                if bus is not None:
+                                    await bus.emit(_REASONING, {"thinkingDelta": part.text})
+                            elif isinstance(part, ToolCallStart):
+                                turn.start_call(part.key, part.id, part.name)
+                                paths = getattr(self._tools.get(part.name), "stream_paths", ())
+                                if paths and bus is not None:
+                                    readers[part.key] = PartialJson(paths)
+                            elif isinstance(part, ToolCallArgs):
+                                budget_chars -= len(part.delta)
+                                ready = turn.add_args(part.key, part.delta)
+                                if bus is not None:
+                                    call_id, name = turn.call_name(part.key)
+                                    data: dict[str, Any] = {
+                                        "toolCallId": call_id,
+                                        "name": name,
+                                        "argsDelta": part.delta,
+                                    }
+                                    reader = readers.get(part.key)
+                                    if reader is not None:
+                                        fields = reader.feed(part.delta)
+                                        if fields:
+                                            data["fields"] = fields
+                                    await bus.emit(EventType.TOOL_CALL_DELTA, data)
+                                if ready is not None:
+                                    await self._start_tool(nursery, ready, results)
+                            elif isinstance(part, UsageReport):
+                                turn_usage = part
+                            else:  # ThinkingEnd, ToolCallEnd, Finish: the assembler decides
+                                for ready in turn.apply(part):
+                                    await self._start_tool(nursery, ready, results)
+                if deadline.cancelled_caught:
+                    raise AgentFailed(
+                        f"agent {self.spec.id!r}: a model turn streamed for over "
+                        f"{limits.timeout:g} s (limits.turn_timeout_seconds)",
+                        error_type="turn_timeout",
+                    )
                 for ready in turn.finish("unknown"):
                     await self._start_tool(nursery, ready, results)
             except Exception as exc:  # raised bare after the nursery, not as a group

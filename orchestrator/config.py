@@ -133,7 +133,7 @@ class LimitsConfig(BaseModel):
     """Most agent instances one run may create (the root included); more spawns are refused."""
     max_runs_per_token: int = Field(default=8, ge=1)
     """Runs one token may have running at once (when tokens are configured)."""
-    max_turn_events: int = Field(default=50_000, ge=100)
+    max_turn_events: int = Field(default=200_000, ge=100)
     """Most stream parts one model turn may produce; past it the agent fails `output_limit`."""
     max_turn_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     """Most bytes of text, reasoning and arguments one model turn may produce."""

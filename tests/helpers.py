@@ -21,6 +21,7 @@ def write_config(
     *,
     models: dict[str, Any] | None = None,
     limits: dict[str, Any] | None = None,
+    tools: dict[str, Any] | None = None,
 ) -> ServerConfig:
     """Write server.yaml and one YAML per agent under tmp_path, then load them."""
     sub = tmp_path / "subagents"
@@ -37,6 +38,7 @@ def write_config(
             "run_timeout_seconds": 900,
             **(limits or {}),
         },
+        "tools": tools or {},
     }
     path = tmp_path / "server.yaml"
     path.write_text(yaml.safe_dump(server), encoding="utf-8")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import email.utils
 import time
+import zlib
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -17,7 +18,35 @@ import httpx
 from agents.core.sse import SseDecoder, SseError, SseEvent
 from agents.errors import ProviderError
 
-__all__ = ["classify_status", "parse_retry_after", "post_sse"]
+__all__ = ["ERROR_BODY_BYTES", "classify_status", "parse_retry_after", "post_sse", "read_body"]
+
+ERROR_BODY_BYTES = 64 * 1024
+"""How much of a provider's error body is read (it may be huge, or compressed)."""
+
+
+async def read_body(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """At most `limit` bytes of a streamed response body, decoded; and whether it was cut.
+
+    Decompression is bounded too: httpx would inflate a whole compressed chunk at
+    once (a 64 KiB gzip bomb chunk is 64 MB), so the raw bytes are inflated here
+    with `max_length`. Encodings other than gzip and deflate come back raw.
+    """
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    inflater = None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        inflater = zlib.decompressobj(wbits=47)  # 32 + 15: gzip or zlib, detected
+    out = bytearray()
+    async for raw in response.aiter_raw():
+        if inflater is None:
+            out += raw
+        else:
+            try:
+                out += inflater.decompress(raw, limit + 1 - len(out))
+            except zlib.error:
+                break
+        if len(out) > limit:
+            return bytes(out[:limit]), True
+    return bytes(out), False
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -61,7 +90,8 @@ async def post_sse(
             "POST", url, json=body, headers=headers, timeout=limits
         ) as response:
             if response.status_code != 200:
-                detail = (await response.aread())[:500].decode("utf-8", "replace")
+                error_body, _ = await read_body(response, ERROR_BODY_BYTES)
+                detail = error_body[:500].decode("utf-8", "replace")
                 raise ProviderError(
                     f"{provider}: HTTP {response.status_code} from {url}: {detail}",
                     provider=provider,

@@ -3,13 +3,26 @@
 Each declares its arguments as a pydantic model (the JSON schema models see comes
 from it) and a `concurrency_safe` flag: safe tools run in parallel with the other
 calls of a turn; unsafe ones (`write_file`) run one at a time, in call order.
-Files are confined to one configured root directory.
+
+Everything a model controls is bounded. Files are confined to one configured root
+and must be regular files (a FIFO or a device would block or never end); reads
+stop at `max_bytes`. `http_get` has one deadline for the whole request, reads and
+inflates at most `max_bytes`, follows no redirects, and by default refuses hosts
+that resolve to loopback, private, link-local or other non-public addresses (the
+server's own `/metrics`, a cloud metadata endpoint, the LAN). The address check
+resolves the name before the request; a name that resolves differently a moment
+later (DNS rebinding) is not caught: deny such hosts at the network too.
 """
 
 from __future__ import annotations
 
+import errno
+import ipaddress
+import os
+import stat
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import httpx
 import pydantic
@@ -17,6 +30,7 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.errors import ToolError
+from agents.providers.http import read_body
 from agents.tools.base import ToolContext
 
 __all__ = ["HttpGetTool", "ReadFileTool", "WaitTool", "WriteFileTool", "builtin_tools"]
@@ -80,11 +94,54 @@ class ReadFileTool(_PydanticTool, _Root):
         parsed: ReadFileArgs = self.parse(args)
         path = self.resolve(self.name, parsed.path)
         try:
-            data = await trio.Path(path).read_bytes()
+            data = await trio.to_thread.run_sync(
+                _read_regular, path, parsed.max_bytes + 1, abandon_on_cancel=True
+            )
         except OSError as exc:
-            raise ToolError(f"read_file: cannot read {parsed.path!r}: {exc.strerror}") from None
+            raise ToolError(f"read_file: cannot read {parsed.path!r}: {_why(exc)}") from None
         text = data[: parsed.max_bytes].decode("utf-8", "replace")
         return text + ("\n[truncated]" if len(data) > parsed.max_bytes else "")
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _open_regular(path: Path, flags: int) -> int:
+    """Open without blocking (a FIFO would) or following a last-moment symlink; regular only."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes of a regular file (never the whole of a huge one)."""
+    fd = _open_regular(path, os.O_RDONLY)
+    try:
+        chunks, size = [], 0
+        while size < limit:
+            chunk = os.read(fd, min(limit - size, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _write_regular(path: Path, content: str, append: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    fd = _open_regular(path, flags)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(content)
 
 
 class WriteFileArgs(_Args):
@@ -105,11 +162,10 @@ class WriteFileTool(_PydanticTool, _Root):
         """Write and say how many characters went where."""
         parsed: WriteFileArgs = self.parse(args)
         path = self.resolve(self.name, parsed.path)
-        target = trio.Path(path)
-        await target.parent.mkdir(parents=True, exist_ok=True)
-        mode = "a" if parsed.append else "w"
-        async with await target.open(mode, encoding="utf-8") as handle:
-            await handle.write(parsed.content)
+        try:
+            await trio.to_thread.run_sync(_write_regular, path, parsed.content, parsed.append)
+        except OSError as exc:
+            raise ToolError(f"write_file: cannot write {parsed.path!r}: {_why(exc)}") from None
         return f"wrote {len(parsed.content)} characters to {parsed.path}"
 
 
@@ -125,24 +181,62 @@ class HttpGetTool(_PydanticTool):
     description = "Fetch a URL with HTTP GET; returns the status and the body text."
     args_model = HttpGetArgs
 
-    def __init__(self, client: httpx.AsyncClient, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        timeout: float = 10.0,
+        allow_private: bool = False,
+        allowed_hosts: list[str] | None = None,
+    ) -> None:
         self._client = client
         self._timeout = timeout
+        self._allow_private = allow_private
+        self._allowed_hosts = {h.lower() for h in allowed_hosts or ()}
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         """`HTTP <status>` then the body (cut at max_bytes)."""
         parsed: HttpGetArgs = self.parse(args)
+        with trio.move_on_after(self._timeout) as deadline:
+            await self._check_host(parsed.url)
+            try:
+                async with self._client.stream(
+                    "GET",
+                    parsed.url,
+                    timeout=self._timeout,
+                    headers={"Accept-Encoding": "gzip, deflate"},
+                ) as response:
+                    body, cut = await read_body(response, parsed.max_bytes)
+            except httpx.HTTPError as exc:
+                raise ToolError(f"http_get {parsed.url}: {type(exc).__name__}: {exc}") from None
+        if deadline.cancelled_caught:
+            raise ToolError(f"http_get {parsed.url}: no complete answer in {self._timeout:g} s")
+        text = body.decode(response.encoding or "utf-8", "replace")
+        return f"HTTP {response.status_code}\n{text}" + ("\n[truncated]" if cut else "")
+
+    async def _check_host(self, url: str) -> None:
+        """Refuse hosts that are, or resolve to, non-public addresses (unless allowed)."""
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        if not host:
+            raise ToolError(f"http_get {url}: no host in the URL")
+        if self._allow_private or host in self._allowed_hosts:
+            return
         try:
-            async with self._client.stream("GET", parsed.url, timeout=self._timeout) as response:
-                body = b""
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) >= parsed.max_bytes:
-                        break
-        except httpx.HTTPError as exc:
-            raise ToolError(f"http_get {parsed.url}: {type(exc).__name__}: {exc}") from None
-        text = body[: parsed.max_bytes].decode(response.encoding or "utf-8", "replace")
-        return f"HTTP {response.status_code}\n{text}"
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise ToolError(f"http_get {url}: bad port") from None
+        try:
+            infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+        except OSError as exc:
+            raise ToolError(f"http_get {url}: cannot resolve {host!r}: {_why(exc)}") from None
+        for info in infos:
+            address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+            if not address.is_global:
+                raise ToolError(
+                    f"http_get {url}: {host!r} is a non-public address ({address}); "
+                    "allow it with tools.http_allowed_hosts or tools.http_allow_private"
+                )
 
 
 class WaitArgs(_Args):
@@ -163,12 +257,24 @@ class WaitTool(_PydanticTool):
         return f"waited {parsed.seconds:g} s"
 
 
-def builtin_tools(root: Path, client: httpx.AsyncClient, *, http_timeout: float) -> dict[str, Any]:
+def builtin_tools(
+    root: Path,
+    client: httpx.AsyncClient,
+    *,
+    http_timeout: float,
+    http_allow_private: bool = False,
+    http_allowed_hosts: list[str] | None = None,
+) -> dict[str, Any]:
     """Every built-in tool by name."""
     tools: list[Any] = [
         ReadFileTool(root),
         WriteFileTool(root),
-        HttpGetTool(client, timeout=http_timeout),
+        HttpGetTool(
+            client,
+            timeout=http_timeout,
+            allow_private=http_allow_private,
+            allowed_hosts=http_allowed_hosts,
+        ),
         WaitTool(),
     ]
     return {tool.name: tool for tool in tools}

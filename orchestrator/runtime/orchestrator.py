@@ -17,6 +17,7 @@ import trio
 
 from agents.errors import SpecError
 from agents.providers.factory import ProviderFactory
+from agents.runner import TurnLimits
 from agents.spec import AgentSpec, load_specs
 from agents.tools.base import Tool
 from agents.tools.builtin import builtin_tools
@@ -128,7 +129,13 @@ class Orchestrator:
         self.tools: dict[str, Tool] = {
             "agent_spawn": AgentSpawnTool(self),
             "agent_send": AgentSendTool(),
-            **builtin_tools(config.tools_root, client, http_timeout=config.tools.http_timeout),
+            **builtin_tools(
+                config.tools_root,
+                client,
+                http_timeout=config.tools.http_timeout,
+                http_allow_private=config.tools.http_allow_private,
+                http_allowed_hosts=config.tools.http_allowed_hosts,
+            ),
         }
 
     @classmethod
@@ -157,6 +164,12 @@ class Orchestrator:
         return RunLimits(
             max_depth=limits.max_depth if max_depth is None else max_depth,
             max_children=limits.max_children,
+            max_agents=limits.max_agents,
+            turn=TurnLimits(
+                max_parts=limits.max_turn_events,
+                max_bytes=limits.max_turn_bytes,
+                timeout=limits.turn_timeout_seconds,
+            ),
         )
 
     def _check_agent(self, agent_id: str) -> None:

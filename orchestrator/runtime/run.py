@@ -118,6 +118,7 @@ class Run:
             depth=0,
             timeout_scope=deadline,
             usage=UsageNode(budget=budget, budget_source=source),
+            turn_limits=self.limits.turn,
         )
         self.root = runner
         try:

@@ -20,7 +20,7 @@ import trio
 
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed, ToolError
-from agents.runner import AgentRunner
+from agents.runner import AgentRunner, TurnLimits
 from agents.tools.base import ToolContext
 from orchestrator.core.bus import current_bus, new_agent_key
 from orchestrator.core.events import EventType
@@ -44,6 +44,9 @@ class RunLimits(msgspec.Struct, frozen=True):
 
     max_depth: int
     max_children: int
+    max_agents: int = 256
+    """Agent instances one run may create, the root included."""
+    turn: TurnLimits = msgspec.field(default_factory=TurnLimits)
 
 
 run_limits: contextvars.ContextVar[RunLimits | None] = contextvars.ContextVar(
@@ -129,6 +132,12 @@ class AgentSpawnTool:
                 f"agent_spawn: depth limit reached: {spawn.agent_id!r} would run at depth "
                 f"{depth}, max_depth is {limits.max_depth}"
             )
+        registry = run_agents.get()
+        if registry is not None and len(registry) + 1 >= limits.max_agents:
+            raise ToolError(
+                f"agent_spawn: max_agents reached: this run already created "
+                f"{len(registry) + 1} agents (limits.max_agents is {limits.max_agents})"
+            )
         if ctx.instance.running_children >= limits.max_children:
             raise ToolError(
                 f"agent_spawn: max_children reached: {ctx.agent_id!r} already has "
@@ -167,8 +176,8 @@ class AgentSpawnTool:
             depth=depth,
             timeout_scope=scope,
             usage=UsageNode(ctx.usage, budget=spec.budget_tokens),
+            turn_limits=limits.turn,
         )
-        registry = run_agents.get()
         if registry is not None:
             registry[key] = runner  # stays valid for agent_send until the run ends
         ctx.instance.running_children += 1

@@ -299,8 +299,8 @@ class RunningServer:
             )
         if graceful.cancelled_caught:
             logger.warning("shutdown took over %g s: dropping every connection", budget)
-            for connection in list(self.ws_server.all_connections):
-                await trio.aclose_forcefully(connection.stream)
+            for ws in list(self.ws_server.all_connections):
+                await trio.aclose_forcefully(ws.stream)
         self._stop.cancel()
 
 

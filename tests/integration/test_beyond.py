@@ -274,14 +274,19 @@ async def test_http_get_and_schemas(tmp_path: Path) -> None:
             {"name": "http_get", "args": {"url": f"http://127.0.0.1:{port}/x"}},
             {"name": "http_get", "args": {"url": "ftp://nope"}},
         ]
-        config = write_config(
-            tmp_path, {"boss": agent([{"calls": calls}, {"say": "ok"}], tools=["http_get"])}
-        )
+        agents = {"boss": agent([{"calls": calls}, {"say": "ok"}], tools=["http_get"])}
+        config = write_config(tmp_path, agents)
         async with Orchestrator.open(config) as orch:
             schema = orch.tools["http_get"].parameters()
+            refused = await collect(orch, "boss", "go")
+        config = write_config(tmp_path, agents, tools={"http_allowed_hosts": ["127.0.0.1"]})
+        async with Orchestrator.open(config) as orch:
             events = await collect(orch, "boss", "go")
         nursery.cancel_scope.cancel()
     assert schema["required"] == ["url"] and schema["additionalProperties"] is False
+    # Loopback (the server's own /metrics, say) is refused unless allowed.
+    blocked = next(e.data for e in of_type(refused, EventType.TOOL_RESULT) if "127" in str(e.data))
+    assert blocked["isError"] and "non-public address (127.0.0.1)" in blocked["content"]
     results = {e.data["toolCallId"]: e.data for e in of_type(events, EventType.TOOL_RESULT)}
     assert results["call_0"]["content"] == "HTTP 200\nhowdy"
     assert results["call_1"]["isError"] and "url" in results["call_1"]["content"]
