@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import logging
 import os
@@ -19,7 +20,7 @@ from rich.table import Table
 from agents.errors import SpecError
 from agents.spec import load_specs
 from orchestrator.cli.render import render_tree
-from orchestrator.cli.watch import watch_main
+from orchestrator.cli.watch import check_url, watch_main
 from orchestrator.config import ConfigError, ServerConfig, load_config
 from orchestrator.core.events import encode_event
 from orchestrator.core.tree import TreeView
@@ -30,6 +31,7 @@ from orchestrator.runtime.orchestrator import (
     builtin_tool_names,
 )
 from orchestrator.server.app import open_storage, serve
+from orchestrator.storage.base import StorageError
 
 __all__ = ["main"]
 
@@ -63,8 +65,18 @@ def _parser() -> argparse.ArgumentParser:
 
     watch = sub.add_parser("watch", help="follow a run on a server, live")
     watch.add_argument("run_id", help="the run to follow")
-    watch.add_argument("--url", default="ws://127.0.0.1:8765/ws", help="the server's /ws URL")
-    watch.add_argument("--token", default=None, help="bearer token")
+    watch.add_argument(
+        "--url", default=None, help="the server's /ws URL (default: server.host/port of --config)"
+    )
+    watch.add_argument("--config", type=Path, default=None, help="server config (YAML)")
+    watch.add_argument("--token", default=None, help="bearer token (default: $ORCHESTRATOR_TOKEN)")
+    watch.add_argument("--origin", default=None, help="send this Origin header")
+    watch.add_argument(
+        "--give-up-after",
+        type=float,
+        default=60.0,
+        help="seconds without a working connection before giving up (default 60)",
+    )
     watch.add_argument("--max-depth", type=int, default=None, help="only events up to this depth")
     watch.add_argument("--path-prefix", default=None, help="only this subtree (whole segments)")
     watch.add_argument("--after-seq", type=int, default=0, help="start after this seq")
@@ -160,7 +172,7 @@ def _agents(config: ServerConfig) -> int:
 async def _serve(config: ServerConfig, host: str | None, port: int | None) -> int:
     async with trio.open_nursery() as nursery:
         server = await nursery.start(functools.partial(serve, config, host=host, port=port))
-        print(f"orchestrator listening on {server.url} (storage: {config.storage})", flush=True)
+        print(f"orchestrator listening on {server.url} (storage: {config.storage.url})", flush=True)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 print(f"{signal.Signals(signum).name}: shutting down…", file=sys.stderr, flush=True)
@@ -169,7 +181,27 @@ async def _serve(config: ServerConfig, host: str | None, port: int | None) -> in
     return 0
 
 
+def _watch_url(args: argparse.Namespace) -> str:
+    """`--url`, else the server address of the config (when there is one)."""
+    if args.url is not None:
+        problem = check_url(args.url)
+        if problem is not None:
+            raise ConfigError(problem)
+        return str(args.url)
+    path = args.config or DEFAULT_CONFIG
+    if args.config is None and not path.exists():
+        return "ws://127.0.0.1:8765/ws"
+    server = _load(args.config).server
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(server.host, server.host)
+    if ":" in host:
+        host = f"[{host}]"
+    return f"ws://{host}:{server.port}/ws"
+
+
 def _watch(args: argparse.Namespace) -> int:
+    url = _watch_url(args)
+    if args.give_up_after <= 0:
+        raise ConfigError("--give-up-after must be more than 0")
     flt: dict[str, object] = {}
     if args.max_depth is not None:
         flt["maxDepth"] = args.max_depth
@@ -178,40 +210,70 @@ def _watch(args: argparse.Namespace) -> int:
     return trio.run(
         functools.partial(
             watch_main,
-            args.url,
+            url,
             args.run_id,
-            token=args.token,
+            token=args.token or os.environ.get("ORCHESTRATOR_TOKEN") or None,
+            origin=args.origin,
             filter=flt or None,
             after_seq=args.after_seq,
             json_lines=args.json,
+            give_up_after=args.give_up_after,
         )
     )
+
+
+_USAGE_ERRORS = (ConfigError, SpecError, StorageError, UnknownAgent)
+
+
+def _usage_error(exc: BaseException) -> BaseException | None:
+    """The configuration/start-up error inside `exc` (trio wraps it in groups), if any."""
+    if isinstance(exc, _USAGE_ERRORS):
+        return exc
+    if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _usage_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError):  # trio's message names the address
+        return f"cannot listen: {exc}"
+    return str(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `orchestrator` console script."""
     args = _parser().parse_args(argv)
     try:
-        if args.command == "watch":
-            return _watch(args)
-        config = _load(args.config)
-        if args.command == "serve":
-            logging.basicConfig(
-                level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-            )
-            open_storage(config)  # an unsupported storage URL fails here, in one line
-            return trio.run(_serve, config, args.host, args.port)
-        if args.command == "agents":
-            return _agents(config)
-        if args.max_depth is not None and args.max_depth < 0:
-            raise ConfigError("--max-depth must be 0 or more")
-        return trio.run(_run, args, config)
-    except (ConfigError, SpecError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        return _main(args)
+    except BaseException as exc:
+        found = _usage_error(exc)
+        if found is None:
+            raise
+        print(f"error: {_describe(found)}", file=sys.stderr)
         return EXIT_USAGE
-    except UnknownAgent as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.command == "watch":
+        return _watch(args)
+    config = _load(args.config)
+    if args.command == "serve":
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        logging.getLogger("coredis").setLevel(logging.WARNING)  # one line per retry
+        open_storage(config)  # an unsupported storage URL fails here, in one line
+        return trio.run(_serve, config, args.host, args.port)
+    if args.command == "agents":
+        return _agents(config)
+    if args.max_depth is not None and args.max_depth < 0:
+        raise ConfigError("--max-depth must be 0 or more")
+    return trio.run(_run, args, config)
 
 
 if __name__ == "__main__":

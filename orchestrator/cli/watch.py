@@ -10,14 +10,14 @@ import msgspec
 import trio
 from rich.console import Console
 from rich.live import Live
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.trio.client import connect
 
 from orchestrator.cli.render import render_tree
 from orchestrator.core.events import Event, encode_event
 from orchestrator.core.tree import TreeView
 
-__all__ = ["WatchResult", "follow", "watch_main"]
+__all__ = ["WatchResult", "check_url", "follow", "watch_main"]
 
 
 class _Events(msgspec.Struct, tag_field="op", tag="events"):
@@ -59,34 +59,55 @@ class WatchResult(msgspec.Struct):
     reconnects: int = 0
 
 
+def check_url(url: str) -> str | None:
+    """What is wrong with a `--url` (None: fine)."""
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme in ("ws", "wss"):
+        return None
+    if scheme in ("http", "https"):
+        fixed = "ws" + url[4:] if scheme == "http" else "wss" + url[5:]
+        return f"--url must be a WebSocket URL, not {scheme}:// (try {fixed})"
+    return f"--url must look like ws://HOST:PORT/ws (got {url!r})"
+
+
 async def follow(
     url: str,
     run_id: str,
     on_events: Callable[[list[Event]], None],
     *,
     token: str | None = None,
+    origin: str | None = None,
     filter: dict[str, Any] | None = None,
     after_seq: int = 0,
-    max_reconnects: int = 20,
-    on_reconnect: Callable[[int, BaseException], None] | None = None,
+    give_up_after: float = 60.0,
+    on_reconnect: Callable[[int, BaseException, bool], None] | None = None,
 ) -> WatchResult:
     """Subscribe to a run and feed its events to `on_events` until its `end`.
 
     A dropped connection is retried with backoff; the new subscription asks for
-    `afterSeq` = the last seq received, so nothing is lost or repeated.
+    `afterSeq` = the last seq received, so nothing is lost or repeated. After
+    `give_up_after` seconds without a working connection it gives up.
+    `on_reconnect(attempt, error, ever_connected)` is told about each retry.
     """
     cursor = after_seq
     reconnects = 0
-    headers = {"Authorization": f"Bearer {token}"} if token else None
+    connected = False
+    last_ok = trio.current_time()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if origin:
+        headers["Origin"] = origin
     request: dict[str, Any] = {"op": "subscribe", "id": 1, "runId": run_id}
     if filter:
         request["filter"] = filter
     while True:
         try:
-            async with connect(url, additional_headers=headers, max_size=None) as ws:
+            async with connect(url, additional_headers=headers or None, max_size=None) as ws:
+                connected = True
+                last_ok = trio.current_time()
                 await ws.send(msgspec.json.encode({**request, "afterSeq": cursor}).decode())
                 while True:  # recv(), not `async for`: leaving early needs no cleanup
                     frame = _decode_frame(await ws.recv())
+                    last_ok = trio.current_time()
                     if isinstance(frame, _Events):
                         if frame.events:
                             cursor = frame.events[-1].seq
@@ -102,16 +123,26 @@ async def follow(
         except InvalidStatus as exc:
             status = exc.response.status_code
             if status in (401, 403, 404):
-                return WatchResult(error=f"HTTP {status} from {url}", reconnects=reconnects)
+                why = {401: "a valid --token is needed", 403: "this origin is refused"}
+                return WatchResult(
+                    error=f"HTTP {status} from {url}: {why.get(status, 'not found')}",
+                    reconnects=reconnects,
+                )
             failure: BaseException = exc
-        except (ConnectionClosed, OSError) as exc:
+        except (ConnectionClosed, OSError, InvalidURI, InvalidHandshake) as exc:
             failure = exc
+        waited = trio.current_time() - last_ok
+        if waited >= give_up_after:
+            what = "connection lost" if connected else "could not connect"
+            return WatchResult(
+                error=f"{what}: {url}: {failure} (gave up after {give_up_after:g} s)",
+                reconnects=reconnects,
+            )
         reconnects += 1
-        if reconnects > max_reconnects:
-            return WatchResult(error=f"gave up after {max_reconnects} reconnects: {failure}")
         if on_reconnect is not None:
-            on_reconnect(reconnects, failure)
-        await trio.sleep(min(10.0, 0.25 * 2 ** min(reconnects, 6)))
+            on_reconnect(reconnects, failure, connected)
+        delay = min(10.0, 0.25 * 2 ** min(reconnects, 6), give_up_after - waited)
+        await trio.sleep(max(delay, 0.0))
 
 
 async def watch_main(
@@ -122,12 +153,24 @@ async def watch_main(
     filter: dict[str, Any] | None,
     after_seq: int,
     json_lines: bool,
+    origin: str | None = None,
+    give_up_after: float = 60.0,
 ) -> int:
     """The `watch` command: draw the live tree (or print JSON lines); exit by the run's status."""
     console = Console()
 
-    def note(n: int, exc: BaseException) -> None:
-        print(f"connection lost ({exc}); reconnecting (attempt {n})…", file=sys.stderr)
+    def note(n: int, exc: BaseException, ever_connected: bool) -> None:
+        what = "connection lost" if ever_connected else "could not connect"
+        print(f"{what} ({exc}); retrying (attempt {n})…", file=sys.stderr)
+
+    common: dict[str, Any] = {
+        "token": token,
+        "origin": origin,
+        "filter": filter,
+        "after_seq": after_seq,
+        "give_up_after": give_up_after,
+        "on_reconnect": note,
+    }
 
     if json_lines:
         out = sys.stdout.buffer
@@ -136,15 +179,7 @@ async def watch_main(
             out.write(b"".join(encode_event(e) + b"\n" for e in events))
             out.flush()
 
-        result = await follow(
-            url,
-            run_id,
-            print_events,
-            token=token,
-            filter=filter,
-            after_seq=after_seq,
-            on_reconnect=note,
-        )
+        result = await follow(url, run_id, print_events, **common)
     else:
         view = TreeView()
         with Live(render_tree(view, console.width), console=console, refresh_per_second=12) as live:
@@ -154,15 +189,7 @@ async def watch_main(
                     view.apply(event)
                 live.update(render_tree(view, console.width))
 
-            result = await follow(
-                url,
-                run_id,
-                draw,
-                token=token,
-                filter=filter,
-                after_seq=after_seq,
-                on_reconnect=note,
-            )
+            result = await follow(url, run_id, draw, **common)
         if result.status is not None and view.result:
             console.print()
             console.print(view.result, markup=False, highlight=False)

@@ -123,7 +123,7 @@ async def test_follow_reconnects_and_resumes_by_seq(tmp_path: Path) -> None:
                 ack = await request(ws, op="run", id=2, agent="planner", input="q", stream=False)
             async with connect(server.url) as ws:
                 ack = await request(ws, op="run", id=2, agent="planner", input="q")
-            result = await follow(server.url, ack["runId"], on_events, max_reconnects=10)
+            result = await follow(server.url, ack["runId"], on_events, give_up_after=30)
         assert result.status == "completed" and result.reconnects == 2
         full = await replay(server.url, ack["runId"])
         assert [e.seq for e in received] == [e["seq"] for e in full]
