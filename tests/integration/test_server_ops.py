@@ -115,6 +115,52 @@ async def test_cancel_reaches_every_agent_and_ends_the_run(tmp_path: Path) -> No
             "not_found",
             "unknown run",
         ),
+        # Regressions from the hardening review (issue 8): each must stay a precise error.
+        ("[" * 100_000 + "]" * 100_000, "bad_request", "nested too deeply"),
+        (
+            '{"op": "subscribe", "id": 7, "runId": "r", "filter": {"pathGlob": "'
+            + "*/" * 70
+            + 'Z"}}',
+            "bad_request",
+            "more than 64 segments",
+        ),
+        (
+            '{"op": "subscribe", "id": 7, "runId": "r", "filter": {"pathGlob": "'
+            + "a" * 600
+            + '"}}',
+            "bad_request",
+            "longer than 512 characters",
+        ),
+        (
+            '{"op": "subscribe", "id": 7, "runId": "r", "filter": {"pathGlob": "/"}}',
+            "bad_request",
+            "pathGlob must not be empty",
+        ),
+        (
+            '{"op": "subscribe", "id": 7, "runId": "r", "filter": {"agentIds": ['
+            + ",".join(['"a"'] * 300)
+            + "]}}",
+            "bad_request",
+            "agentIds has more than 256",
+        ),
+        ('{"op": "subscribe", "id": 7, "runId": "r", "detail": "all"}', "bad_request", "detail"),
+        ('{"op": "subscribe", "id": 7, "runId": "r", "filter": []}', "bad_request", "filter"),
+        ('{"op": "runs", "id": 7, "limit": 0}', "bad_request", "limit must be 1 to 1000"),
+        ('{"op": "runs", "id": 7, "limit": "all"}', "bad_request", "at `$.limit`"),
+        ('{"op": "runs", "id": 7, "before": "run-nope"}', "not_found", "unknown run"),
+        ('{"op": "run", "id": 7, "agent": "critic", "input": 5}', "bad_request", "$.input"),
+        (
+            '{"op": "run", "id": 7, "agent": "critic", "input": "x", "stream": "yes"}',
+            "bad_request",
+            "$.stream",
+        ),
+        ('{"op": "ping", "id": 7, "extra": 1}', "bad_request", "unknown field `extra`"),
+        ('{"op": "send", "id": 7, "runId": "r"}', "bad_request", "missing required field"),
+        ('{"op": "unsubscribe", "id": 7}', "bad_request", "missing required field `sub`"),
+        ('{"op": null, "id": 7}', "bad_request", "missing field `op`"),
+        ('"just a string"', "bad_request", "got str"),
+        ("", "bad_request", "malformed JSON"),
+        ('{"op": "ping", "id":7} trailing', "bad_request", "trailing characters"),
     ],
 )
 async def test_bad_input_gets_an_error_and_the_connection_stays_usable(
