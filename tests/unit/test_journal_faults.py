@@ -1,0 +1,205 @@
+"""The journal under storage faults, and its retention policy (gaps included)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from orchestrator.core.bus import Bus, RunSink
+from orchestrator.core.events import EventType
+from orchestrator.server.feed import Feed
+from orchestrator.storage.base import RunRecord, Storage
+from orchestrator.storage.journal import Journal, UnknownRun
+from orchestrator.storage.memory import MemoryStorage
+from orchestrator.storage.sqlite import SqliteStorage
+
+
+class FlakyStorage(SqliteStorage):
+    """SQLite whose writes fail while `failing` is set (a full disk, a dead server)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.failing = False
+        self.attempts = 0
+
+    async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
+        self.attempts += 1
+        if self.failing:
+            raise OSError(28, "No space left on device")
+        await super().write(records, events)
+
+
+def record(run_id: str, created_at: float = 1.0, status: str = "running") -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        agent_id="planner",
+        input="q",
+        status=status,
+        created_at=created_at,
+        root_session_id="sess-1",
+    )
+
+
+@asynccontextmanager
+async def writer(journal: Journal) -> AsyncIterator[trio.Nursery]:
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(journal.run_writer)
+            yield nursery
+            nursery.cancel_scope.cancel()
+    finally:
+        await journal.aclose()
+
+
+async def test_failed_writes_are_retried_without_loss(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    storage = FlakyStorage(tmp_path / "j.db")
+    journal = Journal(storage, max_pending=16)
+    await journal.open()
+    async with writer(journal):
+        journal.create_run(record("run-1"))
+        bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
+        bus.emit_nowait(EventType.RUN_STARTED, {})
+        await journal.flush()
+        storage.failing = True
+        produced = 0
+
+        async def produce() -> None:
+            nonlocal produced
+            for _ in range(40):  # more than max_pending: the producer waits, memory stays bounded
+                await bus.emit(EventType.REASONING, {"delta": "x"})
+                produced += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(produce)
+            await trio.sleep(2)
+            assert not journal.healthy and "No space left" in (journal.last_error or "")
+            assert journal.write_failures >= 3 and produced < 40
+            assert journal.pending_events <= 2 * 16 + 1
+            assert journal.get("run-1").committed == 1  # nothing uncommitted is visible
+            storage.failing = False
+        await journal.flush()
+        assert journal.healthy and journal.last_error is None
+        entries = await journal.read("run-1", 0, 100)
+        assert [e.seq for e in entries] == list(range(1, 42))
+
+
+async def test_runs_that_cannot_be_stored_are_reported_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    storage = FlakyStorage(tmp_path / "j.db")
+    journal = Journal(storage, fail_runs_after=10)
+    stalled: list[tuple[list[str], str]] = []
+    journal.on_stalled = lambda runs, why: stalled.append((runs, why))
+    await journal.open()
+    async with writer(journal):
+        journal.create_run(record("run-1"))
+        await journal.flush()
+        storage.failing = True
+        Bus(RunSink("run-1", "sess-1", journal.outlet("run-1"))).emit_nowait(
+            EventType.RUN_STARTED, {}
+        )
+        await trio.sleep(9)
+        assert stalled == []
+        await trio.sleep(20)
+        assert stalled == [(["run-1"], "OSError: [Errno 28] No space left on device")]
+        storage.failing = False
+        await journal.flush()
+        assert journal.get("run-1").committed == 1
+
+
+async def test_start_on_a_failing_store_is_read_only_until_it_recovers(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    path = tmp_path / "j.db"
+    first = Journal(SqliteStorage(path))
+    await first.open()
+    async with writer(first):
+        first.create_run(record("run-old"))
+        Bus(RunSink("run-old", "sess-1", first.outlet("run-old"))).emit_nowait(
+            EventType.RUN_STARTED, {}
+        )
+        await first.flush()
+    storage = FlakyStorage(path)
+    storage.failing = True
+    journal = Journal(storage)
+    assert await journal.open() == ["run-old"]  # opening writes nothing: it works
+    async with writer(journal):
+        await trio.sleep(1)
+        assert not journal.healthy
+        assert [e.seq for e in await journal.read("run-old", 0, 10)] == [1]  # still readable
+        storage.failing = False
+        await journal.flush()
+        assert journal.healthy and journal.get("run-old").finished_status == "interrupted"
+
+
+async def test_the_final_flush_of_a_dead_store_is_bounded(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    storage = FlakyStorage(tmp_path / "j.db")
+    journal = Journal(storage)
+    await journal.open()
+    storage.failing = True
+    journal.create_run(record("run-1"))
+    start = trio.current_time()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(journal.run_writer)
+            await trio.sleep(1)
+            nursery.cancel_scope.cancel()
+    finally:
+        await journal.aclose()
+    assert trio.current_time() - start < 13  # 1 s, then at most the 10 s final flush
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_retention_trims_runs_and_events_and_feeds_see_a_gap(
+    tmp_path: Path, backend: str
+) -> None:
+    storage: Storage = MemoryStorage() if backend == "memory" else SqliteStorage(tmp_path / "r.db")
+    journal = Journal(storage, tail=50)
+    await journal.open()
+    async with writer(journal):
+        for n in range(4):
+            run_id = f"run-{n}"
+            journal.create_run(record(run_id, created_at=float(n)))
+            bus = Bus(RunSink(run_id, "sess-1", journal.outlet(run_id)))
+            bus.emit_nowait(EventType.RUN_STARTED, {})
+            for _ in range(300 if n == 3 else 2):
+                bus.emit_nowait(EventType.REASONING, {"delta": "x"})
+            if n < 3:
+                bus.emit_nowait(EventType.RUN_FINISHED, {"status": "completed"}, last=True)
+        await journal.flush()
+        await journal.apply_retention(max_age=None, max_runs=2, max_run_events=100)
+        assert [r.run_id for r in journal.records()] == ["run-1", "run-2", "run-3"]
+        with pytest.raises(UnknownRun):
+            journal.get("run-0")
+        assert journal.runs_deleted == 1
+        log = journal.get("run-3")  # still running: never deleted, but trimmed
+        assert log.record.first_seq == 202 and log.committed == 301
+        frames: list[bytes] = []
+
+        async def send(frame: bytes) -> None:
+            frames.append(frame)
+
+        feed = Feed(journal, "s1", "run-3", after_seq=10, batch_events=64)
+        with trio.move_on_after(1):
+            await feed.run(send)
+        assert frames[0] == b'{"op":"gap","sub":"s1","fromSeq":11,"toSeq":201}'
+        assert b'"seq":202,' in frames[1] and feed.cursor == 301
+        await journal.apply_retention(max_age=0.001, max_runs=None, max_run_events=None)
+        assert [r.run_id for r in journal.records()] == ["run-3"]
+    if backend == "sqlite":  # the deletes reached the file
+        again = Journal(SqliteStorage(tmp_path / "r.db"))
+        await again.open()
+        try:
+            assert [r.run_id for r in again.records()] == ["run-3"]
+            assert again.get("run-3").record.first_seq == 202
+        finally:
+            await again.aclose()
