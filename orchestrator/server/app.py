@@ -27,7 +27,7 @@ from websockets.trio.server import serve as ws_serve
 
 from orchestrator.config import ConfigError, ServerConfig
 from orchestrator.runtime.orchestrator import Orchestrator
-from orchestrator.server.auth import Auth, Principal
+from orchestrator.server.auth import Auth, Principal, RedactTokens
 from orchestrator.server.connection import Connection, release
 from orchestrator.server.runs import ServerRuns
 from orchestrator.storage.base import Storage
@@ -39,6 +39,9 @@ from orchestrator.storage.sqlite import SqliteStorage
 __all__ = ["RunningServer", "ServerApp", "open_storage", "serve"]
 
 logger = logging.getLogger(__name__)
+ws_logger = logging.getLogger("orchestrator.server.websockets")
+"""websockets' own log lines (request lines at DEBUG), with tokens blanked."""
+ws_logger.addFilter(RedactTokens())
 RUN_STATUSES = ("running", "completed", "failed", "cancelled", "interrupted")
 
 
@@ -361,6 +364,7 @@ async def _serve(
                         process_request=app.process_request,
                         max_size=config.server.max_frame_bytes,
                         max_queue=8,
+                        logger=ws_logger,
                     )
                 )
                 task_status.started(RunningServer(app, ws_server, stop))

@@ -16,6 +16,8 @@ other servers) are not browsers and are let through; the token still applies.
 from __future__ import annotations
 
 import hmac
+import logging
+import re
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
@@ -23,7 +25,23 @@ from websockets.datastructures import Headers
 
 from orchestrator.config import ServerConfig
 
-__all__ = ["Auth", "Principal", "offered_tokens"]
+__all__ = ["Auth", "Principal", "RedactTokens", "offered_tokens"]
+
+_SECRET_IN_TEXT = re.compile(r"((?:[?&]token=)|(?:authorization: *bearer +))[^\s&]+", re.I)
+
+
+class RedactTokens(logging.Filter):
+    """Blanks `?token=…` and `Authorization: Bearer …` in log records.
+
+    websockets logs each request line at DEBUG, query string included.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = _SECRET_IN_TEXT.sub(r"\1[redacted]", message)
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        return True
 
 
 class Principal(msgspec.Struct, frozen=True, kw_only=True):

@@ -42,11 +42,12 @@ SLOW_CLIENT_CLOSE = 4000
 async def release(ws: ServerConnection) -> None:
     """Make sure a connection whose handler is done really ends.
 
-    websockets 17.4's trio receive task waits on its flow-control event before it
-    notices a closed socket; when the handler stopped reading with a full receive
-    queue (a client that sends and never reads), nothing ever sets that event and
-    the task, its nursery and the connection live forever. Close the socket, then
-    set the event so the task sees the closed socket and ends.
+    websockets' trio receive task waits on its flow-control event before it reads
+    again; when the handler stopped reading with a full receive queue (a client
+    that sends and never reads), only a reader draining the queue sets that event.
+    A review saw such tasks outlive their connections (and block shutdown); the
+    scenario did not reproduce here on websockets 17.4, so this is defensive:
+    close the socket, then set the event so the task sees the closed socket.
     """
     if ws.state.name != "CLOSED":
         with trio.move_on_after(1):
