@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import trio
 import yaml
 
 from orchestrator.config import ServerConfig, load_config
@@ -60,3 +62,10 @@ async def collect(orch: Orchestrator, agent: str, task: str, **kw: Any) -> list[
 
 def of_type(events: list[Event], kind: str) -> list[Event]:
     return [e for e in events if e.type == kind]
+
+
+async def eventually(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    """Wait until `condition()` holds (state another task or process changes), or fail."""
+    with trio.fail_after(timeout):
+        while not condition():  # noqa: ASYNC110 - polling state nobody signals
+            await trio.sleep(0.05)

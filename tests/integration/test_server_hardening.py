@@ -17,6 +17,7 @@ import orchestrator.server.app as app_module
 from orchestrator.config import ServerConfig
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.memory import MemoryStorage
+from tests.helpers import eventually
 from tests.raw_client import raw_client
 from tests.server_helpers import (
     demo_config,
@@ -53,9 +54,9 @@ async def test_a_client_that_never_reads_leaves_no_task_behind(tmp_path: Path) -
         async with raw_client(server.url) as client:
             for n in range(40):
                 await client.send_text(json.dumps({"op": "subscribe", "id": n, "runId": run_id}))
-            with trio.fail_after(20):
-                while handlers.child_tasks or server.app.connections:
-                    await trio.sleep(0.05)
+            await eventually(
+                lambda: not handlers.child_tasks and not server.app.connections, timeout=20
+            )
         assert not server.ws_server.all_connections
 
 
@@ -144,7 +145,7 @@ async def test_cross_site_pages_metrics_and_tokens_in_logs(
 ) -> None:
     tokens = [{"name": "ann", "token": "ann-secret-123", "role": "user"}]
     config = demo_config(
-        tmp_path, server={"tokens": tokens + ["root-secret-456"], "metrics_token": "scrape-789"}
+        tmp_path, server={"tokens": [*tokens, "root-secret-456"], "metrics_token": "scrape-789"}
     )
     caplog.set_level(logging.DEBUG)
     async with running_server(config) as server:
@@ -216,9 +217,7 @@ async def test_storage_failure_degrades_runs_not_the_server(
                 frame = await recv(ws)
                 seen += frame.get("events", [])
             SwitchableStorage.failing = True
-            with trio.fail_after(10):
-                while server.app.journal.healthy:
-                    await trio.sleep(0.05)
+            await eventually(lambda: not server.app.journal.healthy)
             health = await http.get(f"{base}/healthz")
             assert health.status_code == 503 and health.json()["storage"] == "failing"
             refused = await request(ws, op="run", id=2, agent="critic", input="y")
@@ -253,16 +252,15 @@ async def test_huge_tool_arguments_are_cut_for_clients_but_not_for_the_tool(
         },
     }
     config = demo_config(tmp_path, extra_agents={"writer": writer})
-    async with running_server(config) as server:
-        # A client with websockets' default 1 MiB frame limit gets the whole run.
-        async with connect(server.url) as ws:
-            ack = await request(ws, op="run", id=1, agent="writer", input="x")
-            events, end = await read_until_end(ws, ack["sub"])
+    # A client with websockets' default 1 MiB frame limit gets the whole run.
+    async with running_server(config) as server, connect(server.url) as ws:
+        ack = await request(ws, op="run", id=1, agent="writer", input="x")
+        events, end = await read_until_end(ws, ack["sub"])
     assert end["status"] == "completed"
     assert all(len(json.dumps(e)) <= 256 * 1024 for e in events)
     call = next(e for e in events if e["type"] == "TOOL_CALL")
     assert call["data"]["truncated"] is True and call["data"]["name"] == "write_file"
-    assert (tmp_path / "workspace" / "big.txt").read_text() == content
+    assert (tmp_path / "workspace" / "f.txt").read_text() == content
 
 
 async def test_runs_are_listed_in_pages(tmp_path: Path) -> None:
@@ -282,9 +280,7 @@ async def test_a_blocking_run_ends_when_its_client_leaves(tmp_path: Path) -> Non
     async with running_server(demo_config(tmp_path, token_delay=0.05)) as server:
         async with connect(server.url) as ws:
             ack = await request(ws, op="run", id=1, agent="planner", input="x", stream=False)
-        with trio.fail_after(10):
-            while server.app.runs.active:
-                await trio.sleep(0.05)
+        await eventually(lambda: not server.app.runs.active)
         log = server.app.journal.get(ack["runId"])
         assert log.record.status == "cancelled"
 
