@@ -64,8 +64,8 @@ def of_type(events: list[Event], kind: str) -> list[Event]:
     return [e for e in events if e.type == kind]
 
 
-async def eventually(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
+async def eventually(condition: Callable[[], bool], *, within: float = 10.0) -> None:
     """Wait until `condition()` holds (state another task or process changes), or fail."""
-    with trio.fail_after(timeout):
+    with trio.fail_after(within):
         while not condition():  # noqa: ASYNC110 - polling state nobody signals
             await trio.sleep(0.05)

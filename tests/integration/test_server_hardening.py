@@ -55,7 +55,7 @@ async def test_a_client_that_never_reads_leaves_no_task_behind(tmp_path: Path) -
             for n in range(40):
                 await client.send_text(json.dumps({"op": "subscribe", "id": n, "runId": run_id}))
             await eventually(
-                lambda: not handlers.child_tasks and not server.app.connections, timeout=20
+                lambda: not handlers.child_tasks and not server.app.connections, within=20
             )
         assert not server.ws_server.all_connections
 
@@ -260,7 +260,7 @@ async def test_huge_tool_arguments_are_cut_for_clients_but_not_for_the_tool(
     assert all(len(json.dumps(e)) <= 256 * 1024 for e in events)
     call = next(e for e in events if e["type"] == "TOOL_CALL")
     assert call["data"]["truncated"] is True and call["data"]["name"] == "write_file"
-    assert (tmp_path / "workspace" / "f.txt").read_text() == content
+    assert (tmp_path / "workspace" / "big.txt").read_text() == content
 
 
 async def test_runs_are_listed_in_pages(tmp_path: Path) -> None:
