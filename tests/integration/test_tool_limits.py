@@ -26,7 +26,9 @@ async def test_read_file_refuses_fifos_and_reads_only_what_it_returns(tmp_path: 
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     os.mkfifo(workspace / "pipe")  # opening it for reading would block forever
-    os.truncate(os.open(workspace / "huge.bin", os.O_CREAT | os.O_WRONLY), 1 << 30)  # sparse
+    fd = os.open(workspace / "huge.bin", os.O_CREAT | os.O_WRONLY)
+    os.ftruncate(fd, 1 << 30)  # 1 GiB, sparse: costs no disk
+    os.close(fd)
     calls = [
         {"name": "read_file", "args": {"path": "pipe"}},
         {"name": "read_file", "args": {"path": "huge.bin", "max_bytes": 300}},

@@ -7,7 +7,15 @@ from pydantic import BaseModel
 
 from agents.config import ModelConfig
 from agents.spec import AgentSpec, ScriptSpec, ScriptStep
-from orchestrator.config import LimitsConfig, ServerConfig, ServerSection, ToolsConfig
+from orchestrator.config import (
+    LimitsConfig,
+    RetentionConfig,
+    ServerConfig,
+    ServerSection,
+    StorageConfig,
+    TokenConfig,
+    ToolsConfig,
+)
 from orchestrator.core.events import EventType
 from tests.helpers import REPO
 
@@ -19,6 +27,9 @@ from tests.helpers import REPO
         (ServerSection, "server."),
         (LimitsConfig, "limits."),
         (ToolsConfig, "tools."),
+        (StorageConfig, "storage."),
+        (RetentionConfig, "storage.retention."),
+        (TokenConfig, ""),
         (ModelConfig, ""),
         (AgentSpec, ""),
         (ScriptSpec, ""),

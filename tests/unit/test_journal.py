@@ -12,7 +12,7 @@ import trio.testing
 
 from orchestrator.core.bus import Bus, RunSink
 from orchestrator.core.events import EventType
-from orchestrator.storage.base import RunRecord, Storage
+from orchestrator.storage.base import RunRecord, Storage, StorageError
 from orchestrator.storage.journal import Journal, UnknownRun
 from orchestrator.storage.memory import MemoryStorage
 from orchestrator.storage.redis import RedisStorage
@@ -197,3 +197,21 @@ async def test_flush_waits_for_a_write_in_progress() -> None:
             assert not flushed and journal.get("run-1").committed == 0
             gate.set()
         assert flushed and journal.get("run-1").committed == 1
+
+
+async def test_strict_durability_refuses_a_redis_that_forgets(redis_url: str) -> None:
+    """The machine's Redis keeps nothing on disk: strict mode must refuse it (issue 8.8)."""
+    import coredis
+
+    async with coredis.Redis.from_url(redis_url.split("?")[0]) as client:
+        settings = await client.config_get(["appendonly"])
+    if settings.get(b"appendonly") == b"yes":
+        pytest.skip("this Redis has appendonly yes: nothing to refuse")
+    storage = RedisStorage(redis_url)  # durability="strict" is the default
+    with pytest.raises(StorageError, match="appendonly is 'no'.*durability: relaxed"):
+        await storage.open()
+    relaxed = RedisStorage(redis_url, durability="relaxed")
+    try:
+        assert await relaxed.open() == []
+    finally:
+        await relaxed.aclose()
