@@ -43,6 +43,9 @@ from orchestrator.core.events import EventType, Usage
 __all__ = ["AgentOutcome", "AgentRunner", "TurnLimits", "is_cancellation"]
 
 _REASONING = EventType.REASONING
+_CHECK_EVERY = 256
+"""A turn's size is checked every this-many stream parts (so a limit may be passed by
+up to this many parts; the check costs nothing per delta)."""
 
 
 class TurnLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -332,27 +335,21 @@ class AgentRunner:
         bus = self.bus
         turn_usage: UsageReport | None = None
         limits = self.turn_limits
-        budget_parts, budget_chars = limits.max_parts, limits.max_bytes
+        parts_seen, check_at = 0, _CHECK_EVERY
         async with trio.open_nursery() as nursery:
             try:
                 with trio.CancelScope(relative_deadline=limits.timeout) as deadline:
                     async with aclosing(self.provider.stream(request)) as parts:
                         async for part in parts:
-                            budget_parts -= 1
-                            if budget_parts < 0 or budget_chars < 0:
-                                raise AgentFailed(
-                                    f"agent {self.spec.id!r}: one model turn produced more "
-                                    f"than {limits.max_parts} parts or {limits.max_bytes} "
-                                    "characters (limits.max_turn_events/max_turn_bytes)",
-                                    error_type="output_limit",
-                                )
+                            parts_seen += 1
+                            if parts_seen >= check_at:  # every 256 parts: cheap per delta
+                                check_at += _CHECK_EVERY
+                                self._check_turn_size(turn, parts_seen)
                             if isinstance(part, TextDelta):
-                                budget_chars -= len(part.text)
                                 turn.text_parts.append(part.text)
                                 if bus is not None:
                                     await bus.emit(_REASONING, {"delta": part.text})
                             elif isinstance(part, ThinkingDelta):
-                                budget_chars -= len(part.text)
                                 turn.add_thinking(part.text)
                                 if bus is not None:
                                     await bus.emit(_REASONING, {"thinkingDelta": part.text})
@@ -362,7 +359,6 @@ class AgentRunner:
                                 if paths and bus is not None:
                                     readers[part.key] = PartialJson(paths)
                             elif isinstance(part, ToolCallArgs):
-                                budget_chars -= len(part.delta)
                                 ready = turn.add_args(part.key, part.delta)
                                 if bus is not None:
                                     call_id, name = turn.call_name(part.key)
@@ -413,6 +409,16 @@ class AgentRunner:
         if failure is not None:
             raise failure
         return message, [results[call.id] for call in message.tool_calls]
+
+    def _check_turn_size(self, turn: TurnAssembler, parts: int) -> None:
+        limits = self.turn_limits
+        if parts > limits.max_parts or turn.output_chars() > limits.max_bytes:
+            raise AgentFailed(
+                f"agent {self.spec.id!r}: one model turn produced more than "
+                f"{limits.max_parts} parts or {limits.max_bytes} characters "
+                "(limits.max_turn_events/max_turn_bytes)",
+                error_type="output_limit",
+            )
 
     async def _start_tool(
         self,

@@ -26,7 +26,8 @@ class SseEvent(msgspec.Struct, frozen=True):
 
 
 class SseError(ValueError):
-    """The stream broke a limit (an event larger than `max_event_bytes`)."""
+    """The stream broke a limit (an event larger than `max_event_bytes`, or endless
+    lines that make no event)."""
 
 
 class SseDecoder:
@@ -37,7 +38,9 @@ class SseDecoder:
     the end of the stream is discarded (`close()` says whether one was pending).
     """
 
-    def __init__(self, *, max_event_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(
+        self, *, max_event_bytes: int = 16 * 1024 * 1024, max_ignored_bytes: int = 1024 * 1024
+    ) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._buf = ""
         self._skip_lf = False
@@ -48,6 +51,10 @@ class SseDecoder:
         self._retry: int | None = None
         self._pending_size = 0
         self._max = max_event_bytes
+        self._ignored = 0
+        self._max_ignored = max_ignored_bytes
+        """Lines with no effect (comments, unknown fields) allowed between two events:
+        past it the stream is not an event stream (garbage that never ends)."""
 
     @property
     def last_event_id(self) -> str:
@@ -108,7 +115,7 @@ class SseDecoder:
         if not line:
             return self._dispatch()
         if line[0] == ":":
-            return None
+            return self._ignore(line)
         name, colon, value = line.partition(":")
         if colon and value[:1] == " ":
             value = value[1:]
@@ -123,7 +130,17 @@ class SseDecoder:
             self._last_id = value
         elif name == "retry" and value.isascii() and value.isdigit():
             self._retry = int(value)
+        else:
+            return self._ignore(line)
         return None
+
+    def _ignore(self, line: str) -> None:
+        self._ignored += len(line) + 1
+        if self._ignored > self._max_ignored:
+            raise SseError(
+                f"{self._max_ignored} bytes without an SSE event (comments or unknown "
+                "fields only): not an event stream"
+            )
 
     def _dispatch(self) -> SseEvent | None:
         if not self._data:
@@ -138,4 +155,5 @@ class SseDecoder:
         self._data = []
         self._event = ""
         self._pending_size = 0
+        self._ignored = 0
         return event

@@ -65,10 +65,14 @@ class TurnAssembler:
     """Collects a turn's text, thinking and tool calls, in the order they started."""
 
     __slots__ = (
+        "_args_chars",
         "_block_start",
         "_blocks",
         "_calls",
+        "_chars",
         "_keys",
+        "_seen_text",
+        "_seen_thinking",
         "_thinking",
         "_used_ids",
         "finish_reason",
@@ -84,6 +88,15 @@ class TurnAssembler:
         self._keys: dict[int, _Call] = {}
         self._used_ids: set[str] = set()
         self.finish_reason: str | None = None
+        self._chars = self._args_chars = self._seen_text = self._seen_thinking = 0
+
+    def output_chars(self) -> int:
+        """Characters of text, thinking and arguments so far (incremental: cheap to poll)."""
+        text, thinking = self.text_parts, self._thinking
+        self._chars += sum(map(len, text[self._seen_text :]))
+        self._chars += sum(map(len, thinking[self._seen_thinking :]))
+        self._seen_text, self._seen_thinking = len(text), len(thinking)
+        return self._chars + self._args_chars
 
     @property
     def text(self) -> str:
@@ -120,6 +133,7 @@ class TurnAssembler:
 
     def add_args(self, key: int, delta: str) -> ToolCall | None:
         """Append an argument fragment; returns the call if that made it complete."""
+        self._args_chars += len(delta)
         call = self._keys.get(key)
         if call is None or call.ready:
             return None  # fragments after completion cannot change a started call

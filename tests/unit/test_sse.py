@@ -109,3 +109,12 @@ def test_arbitrary_streams_any_line_ends_any_chunks(
     normalized = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     expected = [e.data for e in decode(normalized.encode())]
     assert got == expected
+
+
+def test_endless_lines_without_events_are_an_error() -> None:
+    """A provider that sends garbage forever: lines that make no event are bounded."""
+    decoder = SseDecoder(max_ignored_bytes=1000)
+    decoder.feed(b": keepalive\n" * 50 + b"data: x\n\n")  # 600 bytes, then an event resets
+    decoder.feed(b": keepalive\n" * 50)
+    with pytest.raises(SseError, match="without an SSE event"):
+        decoder.feed(b"junk line\n" * 100)
