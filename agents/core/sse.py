@@ -115,7 +115,8 @@ class SseDecoder:
         if not line:
             return self._dispatch()
         if line[0] == ":":
-            return self._ignore(line)
+            self._ignore(line)
+            return None
         name, colon, value = line.partition(":")
         if colon and value[:1] == " ":
             value = value[1:]
@@ -131,7 +132,7 @@ class SseDecoder:
         elif name == "retry" and value.isascii() and value.isdigit():
             self._retry = int(value)
         else:
-            return self._ignore(line)
+            self._ignore(line)
         return None
 
     def _ignore(self, line: str) -> None:

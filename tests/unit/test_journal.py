@@ -208,7 +208,7 @@ async def test_strict_durability_refuses_a_redis_that_forgets(redis_url: str) ->
     if settings.get(b"appendonly") == b"yes":
         pytest.skip("this Redis has appendonly yes: nothing to refuse")
     storage = RedisStorage(redis_url)  # durability="strict" is the default
-    with pytest.raises(StorageError, match="appendonly is 'no'.*durability: relaxed"):
+    with pytest.raises(StorageError, match=r"appendonly is 'no'.*durability: relaxed"):
         await storage.open()
     relaxed = RedisStorage(redis_url, durability="relaxed")
     try:
