@@ -32,10 +32,8 @@ async def main(cycles: int = 1000, seed: int = 7) -> list[str]:
     started = time.perf_counter()
     async with running(config) as server:
         while done < cycles:
-            async with connect(server.url) as ws:
-                run_id = (await request(ws, op="run", agent="talker", input="x", stream=False))[
-                    "runId"
-                ]
+            async with connect(server.url) as ws:  # start it, then leave: it goes on
+                run_id = (await request(ws, op="run", agent="talker", input="x"))["runId"]
             runs += 1
             got: list[dict[str, Any]] = []
             finished = False

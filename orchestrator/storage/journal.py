@@ -232,7 +232,8 @@ class Journal:
         except Exception as exc:
             self.write_failures += 1
             first = self.last_error is None
-            self.last_error = f"{type(exc).__name__}: {exc}"
+            # Some clients put whole commands (user data) in their messages: keep it short.
+            self.last_error = f"{type(exc).__name__}: {str(exc)[:300]}"
             now = trio.current_time()
             if self._failing_since is None:
                 self._failing_since = now
