@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import coredis
 import coredis.exceptions
 import msgspec
+import trio
 from coredis.tokens import PureToken
 
 from orchestrator.storage.base import RunRecord, StorageError
@@ -73,8 +74,22 @@ class RedisStorage:
     def _events_key(self, run_id: str) -> str:
         return f"{self.prefix}run:{{{run_id}}}:ev"
 
+    async def _probe(self) -> None:
+        """Fail fast and cleanly when nothing listens (coredis leaks its internal
+        streams when its first connection fails inside `__aenter__`)."""
+        parts = urlsplit(self.url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+        try:
+            with trio.fail_after(5):
+                stream = await trio.open_tcp_stream(host, port)
+        except (OSError, trio.TooSlowError) as exc:
+            why = "timed out" if isinstance(exc, trio.TooSlowError) else exc.strerror or exc
+            raise StorageError(f"redis storage {self.url}: cannot connect: {why}") from None
+        await stream.aclose()
+
     async def open(self) -> list[RunRecord]:
         """Connect, check persistence, and load every run record."""
+        await self._probe()
         client: coredis.Redis[bytes] = coredis.Redis.from_url(self.url, decode_responses=False)
         try:
             self._client = await self._stack.enter_async_context(client)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -196,35 +197,32 @@ async def test_stalled_client_is_closed_and_the_server_forgets_it(tmp_path: Path
         assert rest[0]["seq"] == received + 1 and rest[-1]["type"] == "RUN_FINISHED"
 
 
+async def start_serve_process(nursery: trio.Nursery, config_path: Path) -> tuple[trio.Process, str]:
+    """`python -m orchestrator serve` on a free port; returns the process and its URL."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "orchestrator", "serve", "--config", str(config_path)]
+    proc: trio.Process = await nursery.start(
+        functools.partial(
+            trio.run_process,
+            [*command, "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            check=False,
+        )
+    )
+    assert proc.stdout is not None
+    line = b""
+    with trio.fail_after(20):
+        while b"\n" not in line:
+            line += await proc.stdout.receive_some(1000)
+    return proc, line.decode().split("listening on ")[1].split()[0]
+
+
 async def test_serve_command_shuts_down_gracefully_on_sigterm(tmp_path: Path) -> None:
     config = demo_config(tmp_path, token_delay=0.02, storage="sqlite:///j.db")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     async with trio.open_nursery() as nursery:
-        proc = await nursery.start(
-            functools.partial(
-                trio.run_process,
-                [
-                    sys.executable,
-                    "-m",
-                    "orchestrator",
-                    "serve",
-                    "--config",
-                    str(tmp_path / "server.yaml"),
-                    "--port",
-                    "0",
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                check=False,
-            )
-        )
-        assert proc.stdout is not None
-        line = b""
-        with trio.fail_after(20):
-            while b"\n" not in line:
-                line += await proc.stdout.receive_some(1000)
-        url = line.decode().split("listening on ")[1].split()[0]
+        proc, url = await start_serve_process(nursery, tmp_path / "server.yaml")
         async with connect(url, max_size=None) as ws:
             ack = await request(ws, op="run", id=1, agent="planner", input="q")
             assert (await recv(ws))["op"] == "events"
@@ -240,6 +238,36 @@ async def test_serve_command_shuts_down_gracefully_on_sigterm(tmp_path: Path) ->
     async with running_server(config) as server:
         (listed,) = (await _runs(server.url))["runs"]
         assert listed["status"] == "interrupted"
+
+
+async def test_kill_9_loses_none_of_the_events_a_client_saw(
+    tmp_path: Path, durable_storage: str | dict[str, Any]
+) -> None:
+    talker = {
+        "description": "talks",
+        "instructions": "i",
+        "script": {"token_delay": 0.001, "turns": [{"say": "w " * 20000}]},
+    }
+    config = demo_config(tmp_path, storage=durable_storage, extra_agents={"talker": talker})
+    seen: list[dict[str, Any]] = []
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, tmp_path / "server.yaml")
+        async with connect(url, max_size=None) as ws:
+            ack = await request(ws, op="run", id=1, agent="talker", input="q")
+            while len(seen) < 1000:
+                frame = await recv(ws)
+                seen += frame.get("events", [])
+            proc.send_signal(signal.SIGKILL)
+            with contextlib.suppress(ConnectionClosed):  # what was already on the socket
+                while True:
+                    frame = await recv(ws)
+                    seen += frame.get("events", [])
+    assert proc.returncode == -signal.SIGKILL
+    async with running_server(config) as server:
+        replayed = await replay(server.url, ack["runId"])
+    assert replayed[: len(seen)] == seen  # every event a client saw survived
+    assert [e["seq"] for e in replayed] == list(range(1, len(replayed) + 1))
+    assert replayed[-1]["data"]["status"] == "interrupted"
 
 
 async def _runs(url: str) -> dict[str, Any]:

@@ -117,3 +117,29 @@ async def test_a_huge_provider_error_body_is_read_only_in_part(tmp_path: Path) -
     (error,) = of_type(events, EventType.AGENT_ERROR)
     assert error.data["errorType"] == "provider_error"
     assert "HTTP 400" in error.data["message"] and len(error.data["message"]) < 1000
+
+
+async def test_file_tools_stay_inside_the_root(tmp_path: Path) -> None:
+    """What held under attack (issue 8): every way out of tools.root is refused."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (tmp_path / "secret.txt").write_text("top secret")
+    os.symlink(tmp_path / "secret.txt", workspace / "link.txt")
+    os.symlink(tmp_path, workspace / "up")
+    paths = [
+        "../secret.txt",
+        str(tmp_path / "secret.txt"),
+        "/proc/self/environ",
+        "link.txt",
+        "up/secret.txt",
+        "a\0b",
+    ]
+    calls = [{"name": "read_file", "args": {"path": p}} for p in paths]
+    calls.append({"name": "write_file", "args": {"path": "../escape.txt", "content": "x"}})
+    boss = agent([{"calls": calls}, {"say": "ok"}], tools=["read_file", "write_file"])
+    found = results(await run(tmp_path, {"boss": boss}))
+    assert len(found) == len(calls)
+    for result in found.values():
+        assert result["isError"], result
+        assert "top secret" not in result["content"]
+    assert not (tmp_path / "escape.txt").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,50 @@ def test_missing_config_hint(
         "config file not found (run from the project root or pass --config)"
         in capsys.readouterr().err
     )
+
+
+def _serve_error(conf: Path, server_yaml: str, capsys: pytest.CaptureFixture[str]) -> str:
+    (conf / "server.yaml").write_text(server_yaml)
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in "\n".join(err), err
+    return errors[0]
+
+
+def test_serve_start_up_failures_are_one_line(
+    _fast_demo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: 37–80-line ExceptionGroups instead of one line and exit 2 (issue 8.11)."""
+    conf = _fast_demo
+    (conf / "subagents" / "critic.yaml").write_text(
+        "description: d\ninstructions: i\nmax_turns: x\n"
+    )
+    line = _serve_error(conf, "storage: memory://\n", capsys)
+    assert "critic.yaml: max_turns" in line
+    (conf / "subagents" / "critic.yaml").unlink()
+    line = _serve_error(conf, "storage: 'redis://127.0.0.1:1/0'\n", capsys)
+    assert "redis storage redis://127.0.0.1:1/0: cannot connect" in line
+    line = _serve_error(conf, "storage: 'sqlite:///'\n", capsys)
+    assert "storage.url" in line and "needs a file path" in line
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = _serve_error(conf, f"server: {{port: {port}}}\nstorage: memory://\n", capsys)
+    assert line.startswith("error: cannot listen:") and "in use" in line
+
+
+def test_watch_urls_and_unreachable_servers(
+    _fast_demo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["watch", "run-x", "--url", "http://127.0.0.1:8765/ws"]) == 2
+    assert "try ws://127.0.0.1:8765/ws" in capsys.readouterr().err
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    (_fast_demo / "server.yaml").write_text(f"server: {{host: 0.0.0.0, port: {port}}}\n")
+    assert main(["watch", "run-x", "--give-up-after", "0.5", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: could not connect: ws://127.0.0.1:{port}/ws" in err  # from the config
+    assert "connection lost" not in err
