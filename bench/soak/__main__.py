@@ -6,7 +6,8 @@
 Scenarios: resume (1,000 disconnect/resume cycles), slow (stalled and slow clients
 vs run time and memory), storage (Redis killed and restarted under a run),
 provider (a provider that hangs, floods or sends garbage), fuzz (hypothesis-made
-frames). Everything runs on loopback and stops by itself.
+frames), runs (3,000 small runs vs memory). Everything runs on loopback and stops
+by itself.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from bench.soak import fuzz_frames, provider_faults, resume, slow_clients, storage_outage
+from bench.soak import (
+    fuzz_frames,
+    many_runs,
+    provider_faults,
+    resume,
+    slow_clients,
+    storage_outage,
+)
 
 SCENARIOS: dict[str, Callable[[], Awaitable[list[str]]]] = {
     "resume": resume.main,
@@ -24,6 +32,7 @@ SCENARIOS: dict[str, Callable[[], Awaitable[list[str]]]] = {
     "storage": storage_outage.main,
     "provider": provider_faults.main,
     "fuzz": fuzz_frames.main,
+    "runs": many_runs.main,
 }
 
 

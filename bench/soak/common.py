@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import trio
 import yaml
 from websockets.trio.client import ClientConnection
 
 from orchestrator.config import ServerConfig, load_config
-from orchestrator.server.app import RunningServer, serve
+from tests.server_helpers import read_until_end, replay, running_server
+
+__all__ = [
+    "read_until_end",
+    "replay",
+    "request",
+    "row",
+    "rss_mib",
+    "running_server",
+    "talker",
+    "write_config",
+]
 
 
 def rss_mib() -> float:
@@ -55,17 +62,6 @@ def write_config(
     }
     (root / "server.yaml").write_text(yaml.safe_dump(data))
     return load_config(root / "server.yaml")
-
-
-@asynccontextmanager
-async def running(config: ServerConfig) -> AsyncIterator[RunningServer]:
-    async with trio.open_nursery() as nursery:
-        server: RunningServer = await nursery.start(functools.partial(serve, config, port=0))
-        try:
-            yield server
-        finally:
-            with trio.CancelScope(shield=True):
-                await server.shutdown()
 
 
 async def request(ws: ClientConnection, **message: Any) -> dict[str, Any]:

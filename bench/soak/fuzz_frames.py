@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.trio.client import connect
 
-from bench.soak.common import row, running, talker, write_config
+from bench.soak.common import row, running_server, talker, write_config
 
 OPS = ["run", "subscribe", "unsubscribe", "cancel", "send", "runs", "agents", "ping", "fly"]
 FIELDS = [
@@ -86,7 +86,7 @@ async def main(count: int = 3000) -> list[str]:
     config = write_config(root, {"talker": talker(50)})
     replies: dict[str, int] = {}
     started = time.perf_counter()
-    async with running(config) as server, httpx.AsyncClient() as http:
+    async with running_server(config) as server, httpx.AsyncClient() as http:
         async with connect(server.url, max_size=None) as ws:
             for n, item in enumerate(frames):
                 await ws.send(item)

@@ -22,7 +22,7 @@ import trio
 import trio.lowlevel
 from websockets.trio.client import connect
 
-from bench.soak.common import request, row, rss_mib, running, write_config
+from bench.soak.common import request, row, rss_mib, running_server, write_config
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 DELTA = (
@@ -72,7 +72,7 @@ async def one(mode: str) -> list[object]:
             models={"default": {"provider": "scripted"}, "remote": model},
             limits={"turn_timeout_seconds": 20},
         )
-        async with running(config) as server, httpx.AsyncClient() as http:
+        async with running_server(config) as server, httpx.AsyncClient() as http:
             before = rss_mib()
             started = time.perf_counter()
             async with connect(server.url, max_size=None) as ws:

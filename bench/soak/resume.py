@@ -19,7 +19,7 @@ import trio
 from websockets.exceptions import ConnectionClosed
 from websockets.trio.client import connect
 
-from bench.soak.common import request, row, running, talker, write_config
+from bench.soak.common import replay, request, row, running_server, talker, write_config
 
 
 async def main(cycles: int = 1000, seed: int = 7) -> list[str]:
@@ -30,7 +30,7 @@ async def main(cycles: int = 1000, seed: int = 7) -> list[str]:
     )
     done = lost = duplicated = runs = events_total = 0
     started = time.perf_counter()
-    async with running(config) as server:
+    async with running_server(config) as server:
         while done < cycles:
             async with connect(server.url) as ws:  # start it, then leave: it goes on
                 run_id = (await request(ws, op="run", agent="talker", input="x"))["runId"]
@@ -54,15 +54,7 @@ async def main(cycles: int = 1000, seed: int = 7) -> list[str]:
                 except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
                     pass
                 done += 1
-            async with connect(server.url, max_size=None) as ws:
-                await ws.send(json.dumps({"op": "subscribe", "runId": run_id}))
-                reference: list[dict[str, Any]] = []
-                while True:
-                    frame = json.loads(await ws.recv())
-                    if frame["op"] == "events":
-                        reference += frame["events"]
-                    elif frame["op"] == "end":
-                        break
+            reference = await replay(server.url, run_id)
             seqs = [e["seq"] for e in got]
             duplicated += len(seqs) - len(set(seqs))
             lost += len({e["seq"] for e in reference} - set(seqs))

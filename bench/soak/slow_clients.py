@@ -11,12 +11,19 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import trio
 from websockets.trio.client import connect
 
-from bench.soak.common import request, row, rss_mib, running, talker, write_config
+from bench.soak.common import (
+    read_until_end,
+    request,
+    row,
+    rss_mib,
+    running_server,
+    talker,
+    write_config,
+)
 from tests.raw_client import raw_client
 
 
@@ -27,7 +34,7 @@ async def one(stalled: int) -> list[object]:
         {"talker": talker(40_000, delay=0.00005)},
         server={"slow_client_timeout": 600, "max_connections": 2000},
     )
-    async with running(config) as server:
+    async with running_server(config) as server:
         before = rss_mib()
         async with trio.open_nursery() as nursery, connect(server.url, max_size=None) as ws:
             ack = await request(ws, op="run", agent="talker", input="x")
@@ -40,13 +47,7 @@ async def one(stalled: int) -> list[object]:
 
             for _ in range(stalled):
                 nursery.start_soon(stall)
-            events: list[dict[str, Any]] = []
-            while True:
-                frame = json.loads(await ws.recv())
-                if frame["op"] == "events":
-                    events += frame["events"]
-                elif frame["op"] == "end":
-                    break
+            events, _ = await read_until_end(ws, ack["sub"])
             grown = rss_mib() - before
             nursery.cancel_scope.cancel()
         complete = [e["seq"] for e in events] == list(range(1, len(events) + 1))

@@ -25,7 +25,7 @@ import httpx
 import trio
 from websockets.trio.client import connect
 
-from bench.soak.common import request, row, running, talker, write_config
+from bench.soak.common import replay, request, row, running_server, talker, write_config
 from tests.helpers import eventually
 
 
@@ -74,7 +74,7 @@ async def one(outage: float, fail_after: float) -> list[object]:
     )
     health_during = refused = "?"
     try:
-        async with running(config) as server, httpx.AsyncClient() as http:
+        async with running_server(config) as server, httpx.AsyncClient() as http:
             base = f"http://127.0.0.1:{server.port}"
             async with connect(server.url, max_size=None) as ws:
                 ack = await request(ws, op="run", agent="talker", input="x")
@@ -109,20 +109,12 @@ async def one(outage: float, fail_after: float) -> list[object]:
                     back_at = time.perf_counter()
                     await eventually(lambda: server.app.journal.healthy, within=60)
                     recovered = time.perf_counter() - back_at
-            async with connect(server.url, max_size=None) as ws:
-                await ws.send(json.dumps({"op": "subscribe", "runId": ack["runId"]}))
-                replay: list[dict[str, Any]] = []
-                while True:
-                    frame = json.loads(await ws.recv())
-                    if frame["op"] == "events":
-                        replay += frame["events"]
-                    elif frame["op"] == "end":
-                        break
+            replayed = await replay(server.url, ack["runId"])
             health_after = (await http.get(f"{base}/healthz")).status_code
-        seqs = [e["seq"] for e in replay]
+        seqs = [e["seq"] for e in replayed]
         gap_free = seqs == list(range(1, len(seqs) + 1))
-        same = replay == live
-        last = replay[-1]["data"]
+        same = replayed == live
+        last = replayed[-1]["data"]
         outcome = last["status"] + (f" ({last['error'].split(':')[0]})" if "error" in last else "")
     finally:
         redis.send_signal(signal.SIGKILL)
@@ -136,7 +128,7 @@ async def one(outage: float, fail_after: float) -> list[object]:
         f"{recovered:.2f} s",
         health_after,
         outcome,
-        f"{len(replay):,}",
+        f"{len(replayed):,}",
         "yes" if gap_free and same else "NO",
     ]
 
