@@ -150,3 +150,22 @@ def test_same_origin_by_default(
 def test_redis_persistence_settings(settings: dict[str, str], problem: str | None) -> None:
     found = check_persistence(settings)
     assert found == problem if problem is None else problem in (found or "")
+
+
+def test_tokens_are_compared_in_constant_time_against_every_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What held (issue 8): hmac.compare_digest, and no early exit that timing would show."""
+    import hmac
+
+    compared: list[bytes] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        compared.append(b)
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    auth = Auth(_config(tmp_path, "{tokens: [first-secret, second-secret, third-secret]}"))
+    assert auth.identify(Headers({"Authorization": "Bearer first-secret"}), "") is not None
+    assert compared == [b"first-secret", b"second-secret", b"third-secret"]
