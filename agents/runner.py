@@ -20,6 +20,8 @@ from agents.core.messages import (
     AssistantMessage,
     Message,
     ModelRequest,
+    ServerToolCall,
+    ServerToolResult,
     TextDelta,
     ThinkingDelta,
     ToolCall,
@@ -229,11 +231,13 @@ class AgentRunner:
                 )
             self._take_inbox()
             turns += 1
-            message, results = await self._turn()
+            message, results, reason = await self._turn()
             self.messages.append(message)
             if message.tool_calls:
                 self.messages.extend(results)
                 continue
+            if reason == "pause_turn":  # the provider paused a long server-tool turn
+                continue  # sending the conversation back lets it go on
             # A final answer is final only once nothing more can reach the agent:
             # background children still running wake it for another turn.
             while not self.inbox and self._background_running:
@@ -323,7 +327,7 @@ class AgentRunner:
             )
         return outcome
 
-    async def _turn(self) -> tuple[AssistantMessage, list[ToolResultMessage]]:
+    async def _turn(self) -> tuple[AssistantMessage, list[ToolResultMessage], str]:
         """One streamed model turn, with its tool calls run as they become ready."""
         request = ModelRequest(
             system=self.spec.instructions, messages=tuple(self.messages), tools=self._tool_specs
@@ -377,6 +381,10 @@ class AgentRunner:
                                     await self._start_tool(nursery, ready, results)
                             elif isinstance(part, UsageReport):
                                 turn_usage = part
+                            elif isinstance(part, (ServerToolCall, ServerToolResult)):
+                                turn.add_server(part)  # the provider ran it: show, never run
+                                if bus is not None:
+                                    await bus.emit(*_server_event(part))
                             else:  # ThinkingEnd, ToolCallEnd, Finish: the assembler decides
                                 for ready in turn.apply(part):
                                     await self._start_tool(nursery, ready, results)
@@ -399,6 +407,7 @@ class AgentRunner:
                         {
                             "text": message.text,
                             "toolCalls": [_call_json(call) for call in message.tool_calls],
+                            "finishReason": turn.finish_reason or "unknown",
                         },
                         last=True,
                     )
@@ -408,7 +417,8 @@ class AgentRunner:
             )
         if failure is not None:
             raise failure
-        return message, [results[call.id] for call in message.tool_calls]
+        reason = turn.finish_reason or "unknown"
+        return message, [results[call.id] for call in message.tool_calls], reason
 
     def _check_turn_size(self, turn: TurnAssembler, parts: int) -> None:
         limits = self.turn_limits
@@ -511,6 +521,27 @@ def is_cancellation(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return exc.split(trio.Cancelled)[1] is None
     return False
+
+
+def _server_event(part: ServerToolCall | ServerToolResult) -> tuple[EventType, dict[str, Any]]:
+    """TOOL_CALL / TOOL_RESULT with `server: true` for a tool the provider ran."""
+    if isinstance(part, ServerToolCall):
+        return EventType.TOOL_CALL, {
+            "toolCallId": part.id,
+            "name": part.name,
+            "args": part.input,
+            "server": True,
+        }
+    content = part.content
+    if not isinstance(content, str):
+        content = msgspec.json.encode(content).decode()
+    return EventType.TOOL_RESULT, {
+        "toolCallId": part.tool_call_id,
+        "name": part.name,
+        "content": content,
+        "isError": part.is_error,
+        "server": True,
+    }
 
 
 def _shown_args(call: ToolCall, args: dict[str, Any] | None) -> Any:

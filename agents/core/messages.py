@@ -16,6 +16,8 @@ __all__ = [
     "Finish",
     "Message",
     "ModelRequest",
+    "ServerToolCall",
+    "ServerToolResult",
     "StreamPart",
     "TextDelta",
     "ThinkingBlock",
@@ -66,6 +68,9 @@ class AssistantMessage(msgspec.Struct, frozen=True, kw_only=True, tag="assistant
     thinking: str = ""
     thinking_blocks: tuple[ThinkingBlock, ...] = ()
     """Provider thinking blocks with their signatures (Anthropic), in order."""
+    server_blocks: tuple[dict[str, Any], ...] = ()
+    """Server-side tool calls and results (run by the provider) exactly as the provider
+    sent them, in order: sent back verbatim, as the provider requires."""
 
 
 class ToolResultMessage(msgspec.Struct, frozen=True, kw_only=True, tag="tool"):
@@ -146,6 +151,26 @@ class UsageReport(msgspec.Struct, frozen=True):
     output_tokens: int
 
 
+class ServerToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool the provider runs itself (web search, code execution): shown, never run here."""
+
+    id: str
+    name: str
+    input: Any
+    raw: dict[str, Any] | None = None
+    """The provider's block or item, kept for the conversation (None: sent with the result)."""
+
+
+class ServerToolResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a provider-run tool returned."""
+
+    tool_call_id: str
+    name: str
+    content: Any
+    is_error: bool = False
+    raw: dict[str, Any] | None = None
+
+
 class Finish(msgspec.Struct, frozen=True):
     """The turn ended; `reason` as the provider named it (`unknown` if it did not)."""
 
@@ -160,5 +185,7 @@ StreamPart = (
     | ToolCallArgs
     | ToolCallEnd
     | UsageReport
+    | ServerToolCall
+    | ServerToolResult
     | Finish
 )

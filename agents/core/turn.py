@@ -10,11 +10,15 @@ still be streaming the rest of its turn.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from agents.core.messages import (
     AssistantMessage,
     Finish,
+    ServerToolCall,
+    ServerToolResult,
     StreamPart,
     TextDelta,
     ThinkingBlock,
@@ -73,6 +77,7 @@ class TurnAssembler:
         "_keys",
         "_seen_text",
         "_seen_thinking",
+        "_server_blocks",
         "_thinking",
         "_used_ids",
         "finish_reason",
@@ -89,6 +94,7 @@ class TurnAssembler:
         self._used_ids: set[str] = set()
         self.finish_reason: str | None = None
         self._chars = self._args_chars = self._seen_text = self._seen_thinking = 0
+        self._server_blocks: list[dict[str, Any]] = []
 
     def output_chars(self) -> int:
         """Characters of text, thinking and arguments so far (incremental: cheap to poll)."""
@@ -184,9 +190,16 @@ class TurnAssembler:
         elif isinstance(part, ToolCallEnd):
             ready = self.end_call(part.key)
             return [ready] if ready is not None else []
+        elif isinstance(part, (ServerToolCall, ServerToolResult)):
+            self.add_server(part)
         elif isinstance(part, Finish):
             return self.finish(part.reason)
         return []
+
+    def add_server(self, part: ServerToolCall | ServerToolResult) -> None:
+        """Keep a provider-run tool's block for the conversation (it is never run here)."""
+        if part.raw is not None:
+            self._server_blocks.append(part.raw)
 
     def message(self) -> AssistantMessage:
         """The finished turn as a conversation message."""
@@ -195,4 +208,5 @@ class TurnAssembler:
             tool_calls=tuple(call.tool_call() for call in self._calls),
             thinking="".join(self._thinking),
             thinking_blocks=tuple(self._blocks),
+            server_blocks=tuple(self._server_blocks),
         )

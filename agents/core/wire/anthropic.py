@@ -4,7 +4,11 @@
 user `tool_result` blocks, signed thinking blocks sent back verbatim);
 `AnthropicNormalizer` turns the streamed events into `StreamPart`s: text_delta,
 input_json_delta, thinking_delta and signature_delta, cumulative usage, `ping`,
-mid-stream `error` events, `message_stop` as the terminal event.
+mid-stream `error` events, `message_stop` as the terminal event. Server tools
+(`server_tool_use`, `mcp_tool_use` and every `*_tool_result` block: web search,
+web fetch, code execution, run by Anthropic) become `ServerToolCall` and
+`ServerToolResult` parts — shown, kept verbatim for the conversation, never run
+here. Stop reasons pass through (`pause_turn`: the runner asks Claude to go on).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from agents.core.messages import (
     AssistantMessage,
     Finish,
     ModelRequest,
+    ServerToolCall,
+    ServerToolResult,
     StreamPart,
     TextDelta,
     ThinkingDelta,
@@ -78,6 +84,7 @@ def encode_request(
                             "signature": block.signature,
                         }
                     )
+            blocks.extend(msg.server_blocks)  # server tool blocks go back as they came
             if msg.text:
                 blocks.append({"type": "text", "text": msg.text})
             for call in msg.tool_calls:
@@ -118,6 +125,19 @@ class _Block(msgspec.Struct):
     text: str = ""
     thinking: str = ""
     data: str = ""
+    tool_use_id: str = ""
+
+
+_SERVER_CALLS = frozenset({"server_tool_use", "mcp_tool_use"})
+_KNOWN_BLOCKS = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
+_KNOWN_DELTAS = frozenset(
+    {"text_delta", "input_json_delta", "thinking_delta", "signature_delta", "citations_delta"}
+)
+
+
+def is_server_result(kind: str) -> bool:
+    """`web_search_tool_result`, `code_execution_tool_result`, `mcp_tool_result`, …"""
+    return kind.endswith("_tool_result")
 
 
 class _Delta(msgspec.Struct):
@@ -146,7 +166,7 @@ class _Error(msgspec.Struct):
 class _Event(msgspec.Struct):
     type: str
     index: int = 0
-    content_block: _Block | None = None
+    content_block: msgspec.Raw = msgspec.Raw()  # kept raw: server blocks go back verbatim
     delta: _Delta | None = None
     usage: _Usage | None = None
     message: _Message | None = None
@@ -154,12 +174,18 @@ class _Event(msgspec.Struct):
 
 
 _decode_event = msgspec.json.Decoder(_Event).decode
+_decode_block = msgspec.json.Decoder(_Block).decode
+_decode_any = msgspec.json.Decoder().decode
 
 
 class AnthropicNormalizer:
     """Turns one streamed Messages response into `StreamPart`s."""
 
     def __init__(self) -> None:
+        self.ignored: dict[str, int] = {}
+        """Block and delta types with no meaning here, by kind (the provider logs them)."""
+        self._server: dict[int, tuple[dict[str, Any], list[str]]] = {}
+        """Open server tool calls: the block as started, and its input JSON pieces."""
         self._blocks: dict[int, _Block] = {}
         self._signatures: dict[int, str] = {}
         self._text: dict[int, MonotonicText] = {}
@@ -187,7 +213,7 @@ class AnthropicNormalizer:
         kind = event.type
         if kind == "content_block_delta" and event.delta is not None:
             return self._delta(event.index, event.delta)
-        if kind == "content_block_start" and event.content_block is not None:
+        if kind == "content_block_start" and event.content_block:
             return self._start(event.index, event.content_block)
         if kind == "content_block_stop":
             return self._stop(event.index)
@@ -231,9 +257,31 @@ class AnthropicNormalizer:
         if usage.output_tokens is not None:
             self._output_tokens = usage.output_tokens
 
-    def _start(self, index: int, block: _Block) -> list[StreamPart]:
+    def _start(self, index: int, raw: msgspec.Raw) -> list[StreamPart]:
+        block = _decode_block(raw)
         self._blocks[index] = block
-        if block.type == "tool_use" or block.type == "server_tool_use":
+        if block.type in _SERVER_CALLS:
+            self._output = True
+            self._server[index] = (_decode_any(raw), [])
+            return []
+        if is_server_result(block.type):
+            self._output = True
+            whole: dict[str, Any] = _decode_any(raw)
+            content = whole.get("content")
+            failed = isinstance(content, dict) and str(content.get("type", "")).endswith("_error")
+            return [
+                ServerToolResult(
+                    tool_call_id=block.tool_use_id,
+                    name=block.type.removesuffix("_tool_result"),
+                    content=content,
+                    is_error=failed,
+                    raw=whole,
+                )
+            ]
+        if block.type not in _KNOWN_BLOCKS:
+            label = f"content block {block.type!r}"
+            self.ignored[label] = self.ignored.get(label, 0) + 1
+        if block.type == "tool_use":
             self._output = True
             return [ToolCallStart(index, block.id, block.name)]
         if block.type == "text":
@@ -248,12 +296,19 @@ class AnthropicNormalizer:
         if kind == "text_delta":
             return self._text_parts(index, delta.text, full=False)
         if kind == "input_json_delta":
+            server = self._server.get(index)
+            if server is not None:
+                server[1].append(delta.partial_json)
+                return []
             return [ToolCallArgs(index, delta.partial_json)] if delta.partial_json else []
         if kind == "thinking_delta":
             self._output = True
             return [ThinkingDelta(delta.thinking)] if delta.thinking else []
         if kind == "signature_delta":
             self._signatures[index] = self._signatures.get(index, "") + delta.signature
+        elif kind not in _KNOWN_DELTAS:  # citations_delta: metadata on text, dropped
+            label = f"delta {kind!r}"
+            self.ignored[label] = self.ignored.get(label, 0) + 1
         return []
 
     def _text_parts(self, index: int, text: str, *, full: bool) -> list[StreamPart]:
@@ -268,7 +323,17 @@ class AnthropicNormalizer:
         block = self._blocks.get(index)
         if block is None:
             return []
-        if block.type in ("tool_use", "server_tool_use"):
+        server = self._server.pop(index, None)
+        if server is not None:
+            whole, pieces = server
+            text = "".join(pieces)
+            try:
+                args = _decode_any(text) if text.strip() else whole.get("input", {})
+            except msgspec.DecodeError:
+                args = text
+            whole["input"] = args
+            return [ServerToolCall(id=block.id, name=block.name, input=args, raw=whole)]
+        if block.type == "tool_use":
             return [ToolCallEnd(index)]
         if block.type == "thinking":
             return [ThinkingEnd(signature=self._signatures.get(index, ""))]

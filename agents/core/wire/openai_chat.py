@@ -135,6 +135,57 @@ class _Slot(msgspec.Struct):
     pending_args: list[str]
 
 
+_TEXT_PARTS = frozenset({"text", "output_text", "refusal"})
+_THINKING_PARTS = frozenset({"thinking", "reasoning", "reasoning_text"})
+
+
+def _part_text(value: Any) -> str:
+    """The text of a part's payload: a string, or a list of `{type: text, text}` chunks."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(_part_text(item.get("text")) for item in value if isinstance(item, dict))
+    return ""
+
+
+def content_parts(content: Any, ignored: dict[str, int]) -> list[StreamPart]:
+    """`delta.content` as text and thinking deltas: a string, or a list of typed parts.
+
+    Mistral's reasoning models send `[{type: "thinking", thinking: [{type: "text",
+    text}]}, {type: "text", text}]`; others use `output_text`, `refusal` or
+    `reasoning` parts. A part of another type that carries a string `text` counts
+    as text; anything else is counted in `ignored` (the provider logs it), never
+    dropped without a trace.
+    """
+    if isinstance(content, str):
+        return [TextDelta(content)] if content else []
+    if not isinstance(content, list):
+        if content is not None:
+            label = f"content of type {type(content).__name__}"
+            ignored[label] = ignored.get(label, 0) + 1
+        return []
+    parts: list[StreamPart] = []
+    cls: type[TextDelta] | type[ThinkingDelta] | None
+    for item in content:
+        kind = item.get("type") if isinstance(item, dict) else None
+        if not isinstance(item, dict):
+            text, cls = "", None
+        elif kind in _THINKING_PARTS:
+            text = _part_text(item.get(kind) or item.get("text") or item.get("summary"))
+            cls = ThinkingDelta
+        elif kind in _TEXT_PARTS or isinstance(item.get("text"), str):
+            text = _part_text(item.get("text") if kind != "refusal" else item.get("refusal"))
+            cls = TextDelta
+        else:
+            text, cls = "", None
+        if cls is None:
+            label = f"content part {kind!r}"
+            ignored[label] = ignored.get(label, 0) + 1
+        elif text:
+            parts.append(cls(text))
+    return parts
+
+
 class OpenAIChatNormalizer:
     """Turns one streamed Chat Completions response into `StreamPart`s.
 
@@ -143,9 +194,12 @@ class OpenAIChatNormalizer:
     at an occupied index with a different non-empty id starts a new call; `""`
     ids count as no id; ids and names are never concatenated; missing ids are
     synthesized as `call_<n>`. Only choice 0 is read (we always ask for n=1).
+    `delta.content` may be a string or a list of typed parts (`content_parts`).
     """
 
     def __init__(self) -> None:
+        self.ignored: dict[str, int] = {}
+        """What the stream carried that has no meaning here, by kind (logged)."""
         self._slots: dict[int, _Slot] = {}
         self._by_id: dict[str, _Slot] = {}
         self._last: _Slot | None = None
@@ -223,9 +277,16 @@ class OpenAIChatNormalizer:
             if isinstance(value, str) and value:
                 self._saw_output = True
                 parts.append(cls(value))
-        for value in (delta.content, delta.refusal):
-            if not isinstance(value, str) or not value:
+        typed = content_parts(delta.content, self.ignored) if delta.content else []
+        if isinstance(delta.refusal, str) and delta.refusal:
+            typed.append(TextDelta(delta.refusal))
+        for part in typed:
+            if isinstance(part, ThinkingDelta):
+                self._saw_output = True
+                parts.append(part)
                 continue
+            assert isinstance(part, TextDelta)
+            value = part.text
             # Some proxies repeat the whole text on the finishing chunk: emit only
             # what is new (monotonic append), so the deltas still join to the text.
             if final and self._text.text and value.startswith(self._text.text):

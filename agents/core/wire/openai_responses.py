@@ -1,9 +1,15 @@
 """OpenAI Responses API wire format (`POST /responses`, streamed), both ways, no I/O.
 
-Semantic events keyed by `type`: text and reasoning deltas, function-call items
-whose argument deltas are mapped through `item_id`, `.done` events that resend
-full text (only the new suffix is emitted), and the terminal
-`response.completed` / `response.incomplete` / `response.failed`.
+Semantic events keyed by `type`: text and reasoning deltas, function-call items,
+`.done` events that resend full text (only the new suffix is emitted), and the
+terminal `response.completed` / `response.incomplete` / `response.failed`.
+
+Items are matched by `output_index` (text parts by `output_index` and
+`content_index`), not by `item_id`: some servers (GitHub Copilot) send a new id on
+every event, as the widely used clients allow. `error` events carry their details at
+the top level or nested under `error`. Server-side tool items (`web_search_call`,
+`file_search_call`, `code_interpreter_call`, `image_generation_call`, `mcp_call`)
+become `ServerToolCall` + `ServerToolResult` parts and go back verbatim.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from agents.core.messages import (
     AssistantMessage,
     Finish,
     ModelRequest,
+    ServerToolCall,
+    ServerToolResult,
     StreamPart,
     TextDelta,
     ThinkingDelta,
@@ -44,6 +52,7 @@ def encode_request(
         if isinstance(msg, UserMessage):
             items.append({"role": "user", "content": msg.text})
         elif isinstance(msg, AssistantMessage):
+            items.extend(msg.server_blocks)  # server tool items go back as they came
             if msg.text:
                 items.append({"role": "assistant", "content": msg.text})
             for call in msg.tool_calls:
@@ -101,6 +110,7 @@ class _IncompleteDetails(msgspec.Struct):
 class _ErrorBody(msgspec.Struct):
     code: str | None = None
     message: str = ""
+    type: str | None = None
 
 
 class _Response(msgspec.Struct):
@@ -113,28 +123,53 @@ class _Response(msgspec.Struct):
 class _Event(msgspec.Struct):
     type: str
     output_index: int = 0
+    content_index: int = 0
     item_id: str = ""
-    item: _Item | None = None
+    item: msgspec.Raw = msgspec.Raw()  # kept raw: server blocks go back verbatim
     delta: str = ""
     text: str = ""
+    refusal: str = ""
     arguments: str | None = None
     response: _Response | None = None
     code: str | None = None
     message: str = ""
+    error: _ErrorBody | None = None
 
 
 _decode_event = msgspec.json.Decoder(_Event).decode
-_RETRYABLE = frozenset({"server_error", "rate_limit_exceeded", "overloaded"})
+_decode_item = msgspec.json.Decoder(_Item).decode
+_decode_any = msgspec.json.Decoder().decode
+_RETRYABLE = frozenset(
+    {
+        "server_error",
+        "rate_limit_exceeded",
+        "rate_limit_error",
+        "overloaded",
+        "server_is_overloaded",
+    }
+)
+_SERVER_ITEMS = {
+    "web_search_call": "web_search",
+    "file_search_call": "file_search",
+    "code_interpreter_call": "code_interpreter",
+    "image_generation_call": "image_generation",
+    "mcp_call": "mcp",
+    "mcp_list_tools": "mcp_list_tools",
+}
+_IGNORED_ITEMS = frozenset({"message", "reasoning", "function_call"})
 
 
 class ResponsesNormalizer:
     """Turns one streamed Responses answer into `StreamPart`s."""
 
     def __init__(self) -> None:
-        self._keys: dict[str, int] = {}
+        self.ignored: dict[str, int] = {}
+        """Output item types with no meaning here, by kind (the provider logs them)."""
+        self._keys: dict[int, int] = {}
+        """Tool-call key by `output_index`."""
         self._args: dict[int, MonotonicText] = {}
         self._ended: set[int] = set()
-        self._texts: dict[str, MonotonicText] = {}
+        self._texts: dict[tuple[int, int], MonotonicText] = {}
         self._next_key = 0
         self._done = False
         self._output = False
@@ -154,28 +189,31 @@ class ResponsesNormalizer:
                 f"openai-responses: malformed event ({exc}): {data[:200]!r}", provider=PROVIDER
             ) from exc
         kind = event.type
+        where = (event.output_index, event.content_index)
         if kind == "response.output_text.delta" or kind == "response.refusal.delta":
-            return self._text(event.item_id, event.delta, full=False)
+            return self._text(where, event.delta, full=False)
         if kind == "response.output_text.done":
-            return self._text(event.item_id, event.text, full=True)
+            return self._text(where, event.text, full=True)
+        if kind == "response.refusal.done":
+            return self._text(where, event.refusal, full=True)
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             self._output = True
             return [ThinkingDelta(event.delta)] if event.delta else []
-        if kind == "response.output_item.added" and event.item is not None:
-            return self._item_added(event.item)
+        if kind == "response.output_item.added" and event.item:
+            return self._item_added(event.output_index, _decode_item(event.item))
         if kind == "response.function_call_arguments.delta":
-            key = self._keys.get(event.item_id)
+            key = self._keys.get(event.output_index)
             if key is None or not event.delta:
                 return []
             return [ToolCallArgs(key, self._args[key].append(event.delta))]
         if kind == "response.function_call_arguments.done":
-            key = self._keys.get(event.item_id)
+            key = self._keys.get(event.output_index)
             if key is None or event.arguments is None:
                 return []
             rest = self._args[key].full(event.arguments)
             return [ToolCallArgs(key, rest)] if rest else []
-        if kind == "response.output_item.done" and event.item is not None:
-            return self._item_done(event.item)
+        if kind == "response.output_item.done" and event.item:
+            return self._item_done(event.output_index, event.item)
         if kind == "response.completed":
             return self._finish(event.response, "stop")
         if kind == "response.incomplete":
@@ -189,12 +227,15 @@ class ResponsesNormalizer:
                 error_type=err.code,
                 retryable=(err.code or "") in _RETRYABLE and not self._output,
             )
-        if kind == "error":
+        if kind == "error":  # details at the top level, or nested under `error`
+            nested = event.error or _ErrorBody()
+            code = event.code or nested.code or nested.type
+            message = event.message or nested.message
             raise ProviderError(
-                f"openai-responses stream error ({event.code or 'error'}): {event.message}",
+                f"openai-responses stream error ({code or 'error'}): {message}",
                 provider=PROVIDER,
-                error_type=event.code,
-                retryable=(event.code or "") in _RETRYABLE,
+                error_type=code,
+                retryable=(code or "") in _RETRYABLE and not self._output,
             )
         return []  # lifecycle, content_part and other event types carry nothing we need
 
@@ -205,29 +246,35 @@ class ResponsesNormalizer:
         self._done = True
         raise StreamTruncated.at_eof(PROVIDER, "response.completed", after_output=self._output)
 
-    def _text(self, item_id: str, text: str, *, full: bool) -> list[StreamPart]:
-        tracker = self._texts.setdefault(item_id, MonotonicText())
+    def _text(self, where: tuple[int, int], text: str, *, full: bool) -> list[StreamPart]:
+        tracker = self._texts.setdefault(where, MonotonicText())
         new = tracker.full(text) if full else tracker.append(text)
         if not new:
             return []
         self._output = True
         return [TextDelta(new)]
 
-    def _item_added(self, item: _Item) -> list[StreamPart]:
+    def _item_added(self, index: int, item: _Item) -> list[StreamPart]:
         if item.type != "function_call":
             return []
         self._output = True
         key = self._next_key
         self._next_key += 1
-        self._keys[item.id or item.call_id] = key
+        self._keys[index] = key
         self._args[key] = MonotonicText()
         parts: list[StreamPart] = [ToolCallStart(key, item.call_id or item.id, item.name)]
         if item.arguments:
             parts.append(ToolCallArgs(key, self._args[key].append(item.arguments)))
         return parts
 
-    def _item_done(self, item: _Item) -> list[StreamPart]:
-        key = self._keys.get(item.id or item.call_id)
+    def _item_done(self, index: int, raw: msgspec.Raw) -> list[StreamPart]:
+        item = _decode_item(raw)
+        if item.type in _SERVER_ITEMS:
+            return self._server_item(item.type, _decode_any(raw))
+        if item.type not in _IGNORED_ITEMS:
+            label = f"output item {item.type!r}"
+            self.ignored[label] = self.ignored.get(label, 0) + 1
+        key = self._keys.get(index)
         if key is None or key in self._ended:
             return []
         self._ended.add(key)
@@ -237,6 +284,24 @@ class ResponsesNormalizer:
             parts.append(ToolCallArgs(key, rest))
         parts.append(ToolCallEnd(key))
         return parts
+
+    def _server_item(self, kind: str, whole: dict[str, Any]) -> list[StreamPart]:
+        """One server-run tool item: both its call and its outcome, sent back as it came."""
+        self._output = True
+        call_id = str(whole.get("id", ""))
+        name = _SERVER_ITEMS[kind]
+        shown = {k: v for k, v in whole.items() if k not in ("id", "type", "status", "output")}
+        status = str(whole.get("status", ""))
+        outcome = whole.get("output", whole.get("results", status))
+        return [
+            ServerToolCall(id=call_id, name=name, input=shown, raw=whole),
+            ServerToolResult(
+                tool_call_id=call_id,
+                name=name,
+                content=outcome,
+                is_error=status in ("failed", "incomplete"),
+            ),
+        ]
 
     def _finish(self, response: _Response | None, reason: str) -> list[StreamPart]:
         self._done = True
