@@ -7,6 +7,7 @@ the key from `api_key_env`, closing the stream — is here once.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
@@ -22,9 +23,14 @@ from agents.providers.http import post_sse
 
 __all__ = ["Normalizer", "SseProvider", "api_key", "timeout_of"]
 
+logger = logging.getLogger(__name__)
+
 
 class Normalizer(Protocol):
     """A wire format's stream normalizer (pure)."""
+
+    ignored: dict[str, int]
+    """What the stream carried that has no meaning here, by kind (logged per response)."""
 
     def feed_event(self, event: SseEvent) -> list[StreamPart]:
         """Parts for one SSE event."""
@@ -86,9 +92,14 @@ class SseProvider:
             headers.update(self.auth_headers(key))
         normalizer = self.normalizer()
         events = post_sse(self._client, self._url, body, headers, self._timeout, provider=self.kind)
-        async with aclosing(events):
-            async for event in events:
-                for part in normalizer.feed_event(event):
-                    yield part
-        for part in normalizer.end():
-            yield part
+        try:
+            async with aclosing(events):
+                async for event in events:
+                    for part in normalizer.feed_event(event):
+                        yield part
+            for part in normalizer.end():
+                yield part
+        finally:
+            if normalizer.ignored:  # never dropped without a trace
+                shown = ", ".join(f"{k} ×{n}" for k, n in sorted(normalizer.ignored.items()))
+                logger.warning("%s (%s): ignored %s", self.kind, self._config.model, shown)

@@ -68,6 +68,9 @@ class Observed:
         calls = [e.data for e in root if e.type is EventType.TOOL_CALL]
         self.tool_calls = [c for c in calls if not c.get("server")]
         self.server_calls = [c for c in calls if c.get("server")]
+        self.server_results = [
+            e.data for e in root if e.type is EventType.TOOL_RESULT and e.data.get("server")
+        ]
         ends = [e for e in root if e.type in (EventType.AGENT_RESULT, EventType.AGENT_ERROR)]
         self.end = ends[0] if ends else None
         self.usage = self.end.data.get("usage") if self.end else None
@@ -124,6 +127,12 @@ def check(name: str, observed: Observed) -> None:
         assert observed.usage == expected["usage"]
     if not expected["tool_calls"]:  # nothing to run: the turn is the agent's answer
         assert observed.end is not None and observed.end.type is EventType.AGENT_RESULT
+    if "server_tool_use" in expected["source"].get("note", "") or "server-side" in expected[
+        "source"
+    ].get("note", ""):  # the provider ran tools: shown as server calls with their results
+        assert observed.server_calls
+        results = {r["toolCallId"] for r in observed.server_results}
+        assert {c["toolCallId"] for c in observed.server_calls} <= results
 
 
 @pytest.mark.parametrize("cut", ["whole", "random"])
