@@ -200,3 +200,10 @@ def test_responses_server_items_refusals_and_incomplete(cuts: list[int]) -> None
     assert text_of(parts) == "I can't help with that."  # refusal delta, then its .done
     assert Finish("max_output_tokens") in parts and parts[-1] == UsageReport(30, 16)
     assert norm.ignored == {"output item 'shiny_new_item'": 1}
+
+
+def test_chat_refusal_field_is_the_text() -> None:
+    norm = openai_chat.OpenAIChatNormalizer()
+    chunk = '{"choices":[{"index":0,"delta":{"content":null,"refusal":"%s"},"finish_reason":%s}]}'
+    parts = norm.feed(chunk % ("I can't", "null")) + norm.feed(chunk % (" do that.", '"stop"'))
+    assert text_of(parts) == "I can't do that." and Finish("stop") in parts
