@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import trio
 
+from agents.core.events import EventType, Usage
 from agents.core.messages import (
     AssistantMessage,
     Message,
@@ -35,12 +36,11 @@ from agents.core.messages import (
 from agents.core.partial_json import PartialJson
 from agents.core.turn import TurnAssembler, parse_arguments
 from agents.core.usage import UsageNode
+from agents.emitter import NULL_EMITTER, Emitter
 from agents.errors import AgentFailed, ProviderError, ToolError
 from agents.providers.base import Provider
 from agents.spec import AgentSpec
 from agents.tools.base import InstanceState, Tool, ToolContext
-from orchestrator.core.bus import Bus
-from orchestrator.core.events import EventType, Usage
 
 __all__ = ["AgentOutcome", "AgentRunner", "TurnLimits", "is_cancellation"]
 
@@ -76,13 +76,14 @@ class AgentRunner:
         spec: the agent's definition.
         provider: streams its model turns.
         tools: every tool by name; the agent may call those its spec lists.
-        bus: where its events go (None: emit nothing).
+        bus: where its events go (`NULL_EMITTER`: nowhere, a non-streaming call).
         depth: the instance's depth in the tree (0 for the root).
         timeout_scope: the cancel scope that bounds this instance; when it is
             the one that fired, the instance reports `timeout`, else `cancelled`.
         usage: this instance's usage node (its parent's node above it); a budget
             on it that trips cancels this instance with AGENT_ERROR `budget`.
         turn_limits: bounds on each model turn (`output_limit`, `turn_timeout`).
+        run_context: what the runtime's tools need about the run (`ToolContext.run`).
     """
 
     def __init__(
@@ -90,14 +91,17 @@ class AgentRunner:
         spec: AgentSpec,
         provider: Provider,
         tools: dict[str, Tool],
-        bus: Bus | None,
+        bus: Emitter = NULL_EMITTER,
         *,
         depth: int = 0,
         timeout_scope: trio.CancelScope | None = None,
         usage: UsageNode | None = None,
         turn_limits: TurnLimits | None = None,
+        run_context: object = None,
     ) -> None:
         self.spec = spec
+        self.run_context = run_context
+        """Handed to every tool call as `ToolContext.run` (opaque to the runner)."""
         self.turn_limits = turn_limits or TurnLimits()
         self.depth = depth
         self.provider = provider
@@ -130,8 +134,8 @@ class AgentRunner:
 
     @property
     def agent_key(self) -> str | None:
-        """This instance's agentKey (None for the root agent or without a bus)."""
-        return self.bus.source.agent_key if self.bus is not None and self.bus.source else None
+        """This instance's agentKey (None for the root agent)."""
+        return self.bus.agent_key
 
     @property
     def usage(self) -> Usage:
@@ -170,8 +174,7 @@ class AgentRunner:
             raise RuntimeError(f"agent {self.spec.id!r} is running; deliver() instead")
         if timeout_scope is not None:
             self._timeout_scope = timeout_scope
-        if self.bus is not None:
-            self.bus.emit_nowait(EventType.USER_MESSAGE, {"text": message, "from": sender})
+        self.bus.emit_nowait(EventType.USER_MESSAGE, {"text": message, "from": sender})
         self.messages.append(UserMessage(text=message))
         return await self._run()
 
@@ -284,7 +287,7 @@ class AgentRunner:
         if not self.accepting:
             return False
         self.inbox.append((text, sender))
-        if self.bus is not None and not self.bus.sink.closed:
+        if not self.bus.closed:
             self.bus.emit_nowait(EventType.USER_MESSAGE, {"text": text, "from": sender})
         self._wake.unpark_all()
         return True
@@ -299,7 +302,7 @@ class AgentRunner:
         return f"agent {self.spec.id!r} was cancelled"
 
     def _error(self, error_type: str, message: str) -> None:
-        if self.bus is not None and not self.bus.sink.closed:
+        if not self.bus.closed:
             self.bus.emit_nowait(
                 EventType.AGENT_ERROR,
                 {
@@ -315,16 +318,15 @@ class AgentRunner:
         # A budget tripped by the last turn's usage cancels us here, before the result.
         await trio.lowlevel.checkpoint_if_cancelled()
         outcome = AgentOutcome(text, self.usage.copy(), self.subtree_usage.copy())
-        if self.bus is not None:
-            await self.bus.emit(
-                EventType.AGENT_RESULT,
-                {
-                    "text": text,
-                    "usage": outcome.usage.to_dict(),
-                    "subtreeUsage": outcome.subtree_usage.to_dict(),
-                },
-                last=True,
-            )
+        await self.bus.emit(
+            EventType.AGENT_RESULT,
+            {
+                "text": text,
+                "usage": outcome.usage.to_dict(),
+                "subtreeUsage": outcome.subtree_usage.to_dict(),
+            },
+            last=True,
+        )
         return outcome
 
     async def _turn(self) -> tuple[AssistantMessage, list[ToolResultMessage], str]:
@@ -351,40 +353,36 @@ class AgentRunner:
                                 self._check_turn_size(turn, parts_seen)
                             if isinstance(part, TextDelta):
                                 turn.text_parts.append(part.text)
-                                if bus is not None:
-                                    await bus.emit(_REASONING, {"delta": part.text})
+                                await bus.emit(_REASONING, {"delta": part.text})
                             elif isinstance(part, ThinkingDelta):
                                 turn.add_thinking(part.text)
-                                if bus is not None:
-                                    await bus.emit(_REASONING, {"thinkingDelta": part.text})
+                                await bus.emit(_REASONING, {"thinkingDelta": part.text})
                             elif isinstance(part, ToolCallStart):
                                 turn.start_call(part.key, part.id, part.name)
                                 paths = getattr(self._tools.get(part.name), "stream_paths", ())
-                                if paths and bus is not None:
+                                if paths:
                                     readers[part.key] = PartialJson(paths)
                             elif isinstance(part, ToolCallArgs):
                                 ready = turn.add_args(part.key, part.delta)
-                                if bus is not None:
-                                    call_id, name = turn.call_name(part.key)
-                                    data: dict[str, Any] = {
-                                        "toolCallId": call_id,
-                                        "name": name,
-                                        "argsDelta": part.delta,
-                                    }
-                                    reader = readers.get(part.key)
-                                    if reader is not None:
-                                        fields = reader.feed(part.delta)
-                                        if fields:
-                                            data["fields"] = fields
-                                    await bus.emit(EventType.TOOL_CALL_DELTA, data)
+                                call_id, name = turn.call_name(part.key)
+                                data: dict[str, Any] = {
+                                    "toolCallId": call_id,
+                                    "name": name,
+                                    "argsDelta": part.delta,
+                                }
+                                reader = readers.get(part.key)
+                                if reader is not None:
+                                    fields = reader.feed(part.delta)
+                                    if fields:
+                                        data["fields"] = fields
+                                await bus.emit(EventType.TOOL_CALL_DELTA, data)
                                 if ready is not None:
                                     await self._start_tool(nursery, ready, results)
                             elif isinstance(part, UsageReport):
                                 turn_usage = part
                             elif isinstance(part, (ServerToolCall, ServerToolResult)):
                                 turn.add_server(part)  # the provider ran it: show, never run
-                                if bus is not None:
-                                    await bus.emit(*_server_event(part))
+                                await bus.emit(*_server_event(part))
                             else:  # ThinkingEnd, ToolCallEnd, Finish: the assembler decides
                                 for ready in turn.apply(part):
                                     await self._start_tool(nursery, ready, results)
@@ -401,16 +399,15 @@ class AgentRunner:
                 nursery.cancel_scope.cancel()
             if failure is None:
                 message = turn.message()
-                if bus is not None:
-                    await bus.emit(
-                        _REASONING,
-                        {
-                            "text": message.text,
-                            "toolCalls": [_call_json(call) for call in message.tool_calls],
-                            "finishReason": turn.finish_reason or "unknown",
-                        },
-                        last=True,
-                    )
+                await bus.emit(
+                    _REASONING,
+                    {
+                        "text": message.text,
+                        "toolCalls": [_call_json(call) for call in message.tool_calls],
+                        "finishReason": turn.finish_reason or "unknown",
+                    },
+                    last=True,
+                )
         if turn_usage is not None:
             self.usage_node.charge(
                 Usage(input_tokens=turn_usage.input_tokens, output_tokens=turn_usage.output_tokens)
@@ -442,11 +439,10 @@ class AgentRunner:
             problem = None
         except ValueError as exc:
             args, problem = None, str(exc)
-        if self.bus is not None:
-            await self.bus.emit(
-                EventType.TOOL_CALL,
-                {"toolCallId": call.id, "name": call.name, "args": _shown_args(call, args)},
-            )
+        await self.bus.emit(
+            EventType.TOOL_CALL,
+            {"toolCallId": call.id, "name": call.name, "args": _shown_args(call, args)},
+        )
         wait_for = None
         tool = self._tools.get(call.name)
         if tool is not None and not getattr(tool, "concurrency_safe", True):
@@ -497,6 +493,7 @@ class AgentRunner:
                 usage=self.usage_node,
                 instance=self.state,
                 start_background=self.start_background,
+                run=self.run_context,
             )
             try:
                 content, is_error = await tool.run(args, ctx), False
@@ -507,11 +504,10 @@ class AgentRunner:
         results[call.id] = ToolResultMessage(
             tool_call_id=call.id, name=call.name, content=content, is_error=is_error
         )
-        if self.bus is not None:
-            await self.bus.emit(
-                EventType.TOOL_RESULT,
-                {"toolCallId": call.id, "name": call.name, "content": content, "isError": is_error},
-            )
+        await self.bus.emit(
+            EventType.TOOL_RESULT,
+            {"toolCallId": call.id, "name": call.name, "content": content, "isError": is_error},
+        )
 
 
 def is_cancellation(exc: BaseException) -> bool:

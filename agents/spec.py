@@ -12,11 +12,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.config import describe_validation_error, read_yaml_mapping
 from agents.errors import SpecError
+from agents.yaml_loader import load_yaml_model
 
 __all__ = ["AgentSpec", "ScriptSpec", "ScriptStep", "ScriptedCall", "load_spec", "load_specs"]
 
@@ -108,15 +107,9 @@ def load_spec(path: Path) -> AgentSpec:
             "(letters, digits, '_', '-', '.'; at most 64)"
         )
     try:
-        data = read_yaml_mapping(path)
+        spec = load_yaml_model(path, AgentSpec, reserved={"id": " (the agentId is the file name)"})
     except ValueError as exc:
         raise SpecError(str(exc)) from None
-    if "id" in data:
-        raise SpecError(f"{path}: id: unknown key (the agentId is the file name)")
-    try:
-        spec = AgentSpec.model_validate(data)
-    except pydantic.ValidationError as exc:
-        raise SpecError(describe_validation_error(path, exc)) from None
     return spec.model_copy(update={"id": agent_id})
 
 

@@ -23,7 +23,7 @@ import trio
 
 from agents.spec import AgentSpec, ScriptedCall, ScriptSpec, ScriptStep
 from orchestrator.config import LimitsConfig, ServerConfig
-from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.runtime.engine import Orchestrator
 
 
 def tree_specs(fanout: int, depth: int, deltas: int) -> dict[str, AgentSpec]:

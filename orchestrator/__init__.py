@@ -1,0 +1,43 @@
+"""Run trees of agents and watch every event of every agent live.
+
+    from orchestrator import Orchestrator, load_config
+
+    async with Orchestrator.open(load_config("configs/server.yaml")) as orch:
+        async with orch.stream("planner", "compare trio and asyncio") as run:
+            async for event in run:
+                ...
+
+The names below are the public face; everything else may move.
+"""
+
+from orchestrator.config import ConfigError as ConfigError
+from orchestrator.config import ServerConfig as ServerConfig
+from orchestrator.config import load_config as load_config
+from orchestrator.core.events import Event as Event
+from orchestrator.core.events import EventType as EventType
+from orchestrator.core.events import RunStatus as RunStatus
+from orchestrator.core.events import Source as Source
+from orchestrator.core.events import Usage as Usage
+from orchestrator.runtime.engine import Orchestrator as Orchestrator
+from orchestrator.runtime.engine import RunStream as RunStream
+from orchestrator.runtime.engine import UnknownAgent as UnknownAgent
+from orchestrator.runtime.run import RunResult as RunResult
+from orchestrator.server.app import RunningServer as RunningServer
+from orchestrator.server.app import serve as serve
+
+__all__ = [
+    "ConfigError",
+    "Event",
+    "EventType",
+    "Orchestrator",
+    "RunResult",
+    "RunStatus",
+    "RunStream",
+    "RunningServer",
+    "ServerConfig",
+    "Source",
+    "UnknownAgent",
+    "Usage",
+    "load_config",
+    "serve",
+]

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agents.config import ModelConfig, describe_validation_error, read_yaml_mapping
+from agents.model_config import ModelConfig
+from agents.yaml_loader import load_yaml_model
 
 __all__ = [
     "ConfigError",
@@ -254,13 +254,7 @@ def load_config(path: Path | str) -> ServerConfig:
     """
     path = Path(path)
     try:
-        data = read_yaml_mapping(path)
+        config = load_yaml_model(path, ServerConfig, reserved={"base_dir": ""})
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if "base_dir" in data:
-        raise ConfigError(f"{path}: base_dir: unknown key")
-    try:
-        config = ServerConfig.model_validate(data)
-    except pydantic.ValidationError as exc:
-        raise ConfigError(describe_validation_error(path, exc)) from None
     return config.model_copy(update={"base_dir": path.resolve().parent})

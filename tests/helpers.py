@@ -12,7 +12,7 @@ import yaml
 
 from orchestrator.config import ServerConfig, load_config
 from orchestrator.core.events import Event
-from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.runtime.engine import Orchestrator
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestrator.core.events import Usage
+from agents.core.events import Usage
 
 __all__ = ["UsageNode"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import httpx
 
-from agents.config import ModelConfig
+from agents.model_config import ModelConfig
 from agents.providers.anthropic import AnthropicProvider
 from agents.providers.base import Provider
-from agents.providers.openai import OpenAIProvider
+from agents.providers.openai_chat import OpenAIProvider
 from agents.providers.openai_responses import OpenAIResponsesProvider
 from agents.providers.retry import RetryingProvider
 from agents.providers.scripted import ScriptedProvider

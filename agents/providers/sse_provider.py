@@ -15,10 +15,10 @@ from typing import Any, ClassVar, Protocol
 
 import httpx
 
-from agents.config import ModelConfig
 from agents.core.messages import ModelRequest, StreamPart
 from agents.core.sse import SseEvent
 from agents.errors import ProviderError
+from agents.model_config import ModelConfig
 from agents.providers.http import post_sse
 
 __all__ = ["Normalizer", "SseProvider", "api_key", "timeout_of"]

@@ -35,6 +35,8 @@ class ToolContext:
             the child's usage counts for the caller's subtree (and budget) live.
         instance: counters shared by every call of the calling instance.
         start_background: runs work beside the caller (background spawns).
+        run: what the runtime gives its own tools about the run (the orchestrator's
+            `RunContext`: catalog, limits, live agents); None outside a runtime.
     """
 
     __slots__ = (
@@ -43,6 +45,7 @@ class ToolContext:
         "call_id",
         "depth",
         "instance",
+        "run",
         "start_background",
         "usage",
     )
@@ -57,6 +60,7 @@ class ToolContext:
         usage: UsageNode,
         instance: InstanceState,
         start_background: BackgroundStarter,
+        run: object = None,
     ) -> None:
         self.call_id = call_id
         self.agent_id = agent_id
@@ -65,6 +69,7 @@ class ToolContext:
         self.usage = usage
         self.instance = instance
         self.start_background = start_background
+        self.run = run
 
 
 class Tool(Protocol):

@@ -33,7 +33,14 @@ from agents.errors import ToolError
 from agents.providers.http import read_body
 from agents.tools.base import ToolContext
 
-__all__ = ["HttpGetTool", "ReadFileTool", "WaitTool", "WriteFileTool", "builtin_tools"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "HttpGetTool",
+    "ReadFileTool",
+    "WaitTool",
+    "WriteFileTool",
+    "builtin_tools",
+]
 
 
 class _Args(BaseModel):
@@ -255,6 +262,15 @@ class WaitTool(_PydanticTool):
         parsed: WaitArgs = self.parse(args)
         await trio.sleep(parsed.seconds)
         return f"waited {parsed.seconds:g} s"
+
+
+BUILTIN_TOOLS: tuple[type[_PydanticTool], ...] = (
+    ReadFileTool,
+    WriteFileTool,
+    HttpGetTool,
+    WaitTool,
+)
+"""Every built-in tool class: the registry that `tools:` in a subagent YAML may name."""
 
 
 def builtin_tools(

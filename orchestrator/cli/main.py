@@ -24,7 +24,7 @@ from orchestrator.cli.watch import check_url, watch_main
 from orchestrator.config import ConfigError, ServerConfig, load_config
 from orchestrator.core.events import encode_event
 from orchestrator.core.tree import TreeView
-from orchestrator.runtime.orchestrator import (
+from orchestrator.runtime.engine import (
     Orchestrator,
     RunStream,
     UnknownAgent,

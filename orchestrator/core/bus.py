@@ -6,8 +6,8 @@ bus level by level: it holds the run's `RunSink` directly and stamps its own
 one hop whatever the depth, so a depth-4 tree streams as fast as a depth-1 one.
 
 `current_bus` is how `agent_spawn` finds the bus of the agent that calls it. A
-non-streaming `call()` leaves it unset and `agent_spawn` falls back to a
-blocking child invocation.
+non-streaming `call()` runs on a `NullBus`, whose events go nowhere, and its
+children run blocking on null buses too. Both implement `agents.emitter.Emitter`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from typing import Any, Protocol
 from orchestrator.core.events import Event, EventType, Source
 
 __all__ = [
+    "AnyBus",
     "Bus",
+    "NullBus",
     "Outlet",
     "RunSink",
     "child_source",
@@ -31,10 +33,12 @@ __all__ = [
     "new_session_id",
 ]
 
-current_bus: contextvars.ContextVar[Bus | None] = contextvars.ContextVar(
+current_bus: contextvars.ContextVar[AnyBus | None] = contextvars.ContextVar(
     "current_bus", default=None
 )
-"""The bus of the agent running in this context; None in a non-streaming call."""
+"""The bus of the agent running in this context (a `NullBus` in a non-streaming
+call; None outside any run). The one context variable of the runtime, read by
+`agent_spawn`: everything else reaches tools through their `ToolContext`."""
 
 
 def new_run_id() -> str:
@@ -180,6 +184,21 @@ class Bus:
         self.source = source
 
     @property
+    def agent_key(self) -> str | None:
+        """The instance's agentKey (None for the root agent)."""
+        return self.source.agent_key if self.source is not None else None
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.sink.run_id
+
+    @property
+    def closed(self) -> bool:
+        """True once RUN_FINISHED went out."""
+        return self.sink.closed
+
+    @property
     def depth(self) -> int:
         """Depth of the agent that owns this bus (0 for the root)."""
         return 0 if self.source is None else self.source.depth
@@ -210,3 +229,59 @@ class Bus:
             parent_tool_call_id=parent_tool_call_id,
         )
         return Bus(self.sink, source)
+
+
+class NullBus:
+    """A bus whose events go nowhere: a non-streaming `call()`.
+
+    Children still get a Source (their agentKey stays valid for `agent_send`),
+    built the same way, but nothing is numbered or stored.
+    """
+
+    __slots__ = ("root_session_id", "run_id", "source")
+
+    closed = False
+
+    def __init__(self, run_id: str, root_session_id: str, source: Source | None = None) -> None:
+        self.run_id = run_id
+        self.root_session_id = root_session_id
+        self.source = source
+
+    @property
+    def agent_key(self) -> str | None:
+        """The instance's agentKey (None for the root agent)."""
+        return self.source.agent_key if self.source is not None else None
+
+    @property
+    def depth(self) -> int:
+        """Depth of the agent that owns this bus (0 for the root)."""
+        return 0 if self.source is None else self.source.depth
+
+    async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+        """Dropped."""
+
+    def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+        """Dropped."""
+
+    def child(
+        self,
+        *,
+        agent_id: str,
+        agent_name: str,
+        task_id: str | None = None,
+        parent_tool_call_id: str | None = None,
+    ) -> NullBus:
+        """A null bus for a new child instance."""
+        source = child_source(
+            parent=self.source,
+            root_session_id=self.root_session_id,
+            agent_id=agent_id,
+            agent_name=agent_name,
+            task_id=task_id,
+            parent_tool_call_id=parent_tool_call_id,
+        )
+        return NullBus(self.run_id, self.root_session_id, source)
+
+
+AnyBus = Bus | NullBus
+"""What `current_bus` holds during a run."""

@@ -8,34 +8,26 @@ reads anyway.
 
 from __future__ import annotations
 
-import enum
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
+from agents.core.events import EventType, Usage
+
 __all__ = [
+    "RUN_STATUSES",
     "Event",
     "EventType",
+    "RunStatus",
     "Source",
     "Usage",
     "decode_event",
     "encode_event",
 ]
 
-
-class EventType(enum.StrEnum):
-    """Every event type a run can carry (contract §2)."""
-
-    RUN_STARTED = "RUN_STARTED"
-    AGENT_STARTED = "AGENT_STARTED"
-    REASONING = "REASONING"
-    TOOL_CALL_DELTA = "TOOL_CALL_DELTA"
-    TOOL_CALL = "TOOL_CALL"
-    TOOL_RESULT = "TOOL_RESULT"
-    AGENT_RESULT = "AGENT_RESULT"
-    AGENT_ERROR = "AGENT_ERROR"
-    USER_MESSAGE = "USER_MESSAGE"
-    RUN_FINISHED = "RUN_FINISHED"
+RunStatus = Literal["running", "completed", "failed", "cancelled", "interrupted"]
+"""A run's status (contract §1); `RUN_FINISHED.data.status` is one of the last four."""
+RUN_STATUSES: tuple[RunStatus, ...] = ("running", "completed", "failed", "cancelled", "interrupted")
 
 
 class Source(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -63,26 +55,6 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """`task-<hex>` for background spawns, else None."""
     parent_tool_call_id: str | None = None
     """The id of the parent's `agent_spawn` call that created this instance."""
-
-
-class Usage(msgspec.Struct, kw_only=True, rename="camel"):
-    """Token counts of model calls; mutable so an agent can add up its turns."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    def add(self, other: Usage) -> None:
-        """Add `other` into this counter."""
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-
-    def copy(self) -> Usage:
-        """A snapshot that later `add` calls do not change."""
-        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
-
-    def to_dict(self) -> dict[str, int]:
-        """The JSON shape used inside event `data`."""
-        return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

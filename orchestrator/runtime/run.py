@@ -7,7 +7,6 @@ emits AGENT_ERROR `cancelled`) and one deadline (`run_timeout_seconds`).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Literal
 
 import msgspec
 import trio
@@ -15,18 +14,21 @@ import trio
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed
 from agents.runner import AgentRunner
-from orchestrator.core.bus import Bus, RunSink, current_bus, new_run_id
-from orchestrator.core.events import EventType, Usage
-from orchestrator.runtime.spawn import RunLimits, run_agents, run_limits
-
-if TYPE_CHECKING:
-    from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.core.bus import (
+    AnyBus,
+    Bus,
+    NullBus,
+    RunSink,
+    current_bus,
+    new_run_id,
+    new_session_id,
+)
+from orchestrator.core.events import EventType, RunStatus, Usage
+from orchestrator.runtime.context import AgentCatalog, RunContext, RunLimits
 
 __all__ = ["Run", "RunResult", "RunStatus"]
 
 logger = logging.getLogger(__name__)
-
-RunStatus = Literal["running", "completed", "failed", "cancelled", "interrupted"]
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,11 +43,11 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Run:
-    """Executes one run; `sink` is None for a non-streaming call."""
+    """Executes one run; `sink` is None for a non-streaming call (a `NullBus` run)."""
 
     def __init__(
         self,
-        orchestrator: Orchestrator,
+        catalog: AgentCatalog,
         agent_id: str,
         input: str,
         *,
@@ -53,7 +55,7 @@ class Run:
         sink: RunSink | None = None,
         run_id: str | None = None,
     ) -> None:
-        self.orchestrator = orchestrator
+        self.catalog = catalog
         self.agent_id = agent_id
         self.input = input
         self.limits = limits
@@ -61,8 +63,9 @@ class Run:
         self.run_id = sink.run_id if sink is not None else (run_id or new_run_id())
         self.scope = trio.CancelScope()
         self.result: RunResult | None = None
-        self.agents: dict[str, AgentRunner] = {}
-        """Running child instances by agentKey (streaming runs only)."""
+        self.context = RunContext(catalog, limits)
+        self.agents: dict[str, AgentRunner] = self.context.agents
+        """Child instances by agentKey (valid for `agent_send` until the run ends)."""
         self.root: AgentRunner | None = None
         self._interrupted = False
         self._failure: str | None = None
@@ -89,36 +92,34 @@ class Run:
 
     async def execute(self) -> RunResult:
         """Run the root agent to the end and emit RUN_FINISHED."""
-        orch = self.orchestrator
-        spec = orch.specs[self.agent_id]
-        bus = Bus(self.sink) if self.sink is not None else None
-        if bus is not None:
-            bus.emit_nowait(EventType.RUN_STARTED, {"agentId": spec.id, "input": self.input})
+        spec = self.catalog.spec(self.agent_id)
+        bus: AnyBus = (
+            Bus(self.sink)
+            if self.sink is not None
+            else NullBus(self.run_id, new_session_id(root=True))
+        )
+        bus.emit_nowait(EventType.RUN_STARTED, {"agentId": spec.id, "input": self.input})
         bus_token = current_bus.set(bus)
-        limits_token = run_limits.set(self.limits)
-        agents_token = run_agents.set(self.agents)
         status: RunStatus = "failed"
         text = error = None
-        timeout = orch.config.limits.run_timeout_seconds
+        timeout = self.limits.run_timeout
         deadline = trio.CancelScope(relative_deadline=timeout)
         budgets = [
             (b, src)
             for b, src in (
-                (orch.config.limits.max_tokens, "limits.max_tokens"),
+                (self.limits.max_tokens, "limits.max_tokens"),
                 (spec.budget_tokens, "budget_tokens"),
             )
             if b is not None
         ]
         budget, source = min(budgets) if budgets else (None, "budget_tokens")
-        runner = AgentRunner(
+        runner = self.catalog.runner(
             spec,
-            orch.providers.for_agent(spec),
-            orch.tools,
             bus,
+            self.context,
             depth=0,
             timeout_scope=deadline,
             usage=UsageNode(budget=budget, budget_source=source),
-            turn_limits=self.limits.turn,
         )
         self.root = runner
         try:
@@ -141,8 +142,6 @@ class Run:
                 status, error = "cancelled", "cancelled"
         finally:
             current_bus.reset(bus_token)
-            run_limits.reset(limits_token)
-            run_agents.reset(agents_token)
         self.result = RunResult(
             run_id=self.run_id,
             status=status,
@@ -150,12 +149,11 @@ class Run:
             error=error,
             usage=runner.subtree_usage.copy(),
         )
-        if bus is not None:
-            data: dict[str, object] = {"status": status}
-            if text is not None:
-                data["result"] = text
-            if error is not None:
-                data["error"] = error
-            data["usage"] = runner.subtree_usage.to_dict()
-            bus.emit_nowait(EventType.RUN_FINISHED, data, last=True)
+        data: dict[str, object] = {"status": status}
+        if text is not None:
+            data["result"] = text
+        if error is not None:
+            data["error"] = error
+        data["usage"] = runner.subtree_usage.to_dict()
+        bus.emit_nowait(EventType.RUN_FINISHED, data, last=True)
         return self.result

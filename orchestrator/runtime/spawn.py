@@ -1,61 +1,34 @@
 """`agent_spawn`: the tool through which a parent agent runs a child agent.
 
-The tool finds the caller's bus in `current_bus`. With a bus (a streaming run)
-the child gets a child bus that stamps its Source on every event and publishes
-straight into the run's sink, so its events reach the consumer live, at any
-depth. Without one (a `call()`), the child runs blocking and emits nothing.
-Either way a child that fails, times out or is refused becomes an error tool
-result (a `ToolError`), and the parent goes on.
+The tool finds the caller's bus in `current_bus` (the contract's one context
+variable). In a streaming run the child gets a child bus that stamps its Source
+on every event and publishes straight into the run's sink, so its events reach
+the consumer live, at any depth. In a `call()` the bus is a `NullBus`: the child
+runs blocking and emits nothing. Either way a child that fails, times out or is
+refused becomes an error tool result (a `ToolError`), and the parent goes on.
+The catalog, the run's limits and its live agents come from `ToolContext.run`.
 """
 
 from __future__ import annotations
 
-import contextvars
 import math
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 import trio
 
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed, ToolError
-from agents.runner import AgentRunner, TurnLimits
+from agents.runner import AgentRunner
+from agents.spec import AgentSpec
 from agents.tools.base import ToolContext
-from orchestrator.core.bus import current_bus, new_agent_key
+from orchestrator.core.bus import Bus, NullBus, current_bus
 from orchestrator.core.events import EventType
+from orchestrator.runtime.context import run_context_of
 
-if TYPE_CHECKING:
-    from orchestrator.runtime.orchestrator import Orchestrator
-
-__all__ = [
-    "AgentSendTool",
-    "AgentSpawnTool",
-    "RunLimits",
-    "failure_text",
-    "run_agents",
-    "run_limits",
-    "send_to",
-]
-
-
-class RunLimits(msgspec.Struct, frozen=True):
-    """The limits of the run in this context (the config's, or a per-run override)."""
-
-    max_depth: int
-    max_children: int
-    max_agents: int = 256
-    """Agent instances one run may create, the root included."""
-    turn: TurnLimits = msgspec.field(default_factory=TurnLimits)
-
-
-run_limits: contextvars.ContextVar[RunLimits | None] = contextvars.ContextVar(
-    "run_limits", default=None
-)
-run_agents: contextvars.ContextVar[dict[str, AgentRunner] | None] = contextvars.ContextVar(
-    "run_agents", default=None
-)
-"""The running agent instances of the run in this context, by agentKey (streaming runs)."""
+__all__ = ["AgentSendTool", "AgentSpawnTool", "failure_text", "send_to"]
 
 
 class SpawnArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -76,8 +49,8 @@ class AgentSpawnTool:
     stream_paths = ("$.agent_id", "$.task")
     """Argument paths reported while they stream (TOOL_CALL_DELTA `fields`)."""
 
-    def __init__(self, orchestrator: Orchestrator) -> None:
-        self._orch = orchestrator
+    def __init__(self, specs: Mapping[str, AgentSpec]) -> None:
+        self._specs = specs
 
     def description_for(self, agent_id: str) -> str:
         """Lists the subagents the calling agent may spawn, with their descriptions."""
@@ -85,7 +58,7 @@ class AgentSpawnTool:
             "Run a subagent on a task and get its final answer back. Several calls in "
             "one turn run in parallel. Available subagents:"
         ]
-        for spec in self._orch.specs.values():
+        for spec in self._specs.values():
             lines.append(f"- {spec.id}: {spec.description.strip()}")
         return "\n".join(lines)
 
@@ -96,7 +69,7 @@ class AgentSpawnTool:
             "properties": {
                 "agent_id": {
                     "type": "string",
-                    "enum": sorted(self._orch.specs),
+                    "enum": sorted(self._specs),
                     "description": "Which subagent to run.",
                 },
                 "task": {"type": "string", "description": "What the subagent should do."},
@@ -120,23 +93,22 @@ class AgentSpawnTool:
             spawn = _decode_args(args, SpawnArgs)
         except msgspec.ValidationError as exc:
             raise ToolError(f"agent_spawn: invalid arguments: {exc}") from None
-        orch = self._orch
-        spec = orch.specs.get(spawn.agent_id)
+        run = run_context_of(ctx, self.name)
+        spec = run.catalog.specs.get(spawn.agent_id)
         if spec is None:
-            known = ", ".join(sorted(orch.specs)) or "none"
+            known = ", ".join(sorted(run.catalog.specs)) or "none"
             raise ToolError(f"agent_spawn: unknown agent {spawn.agent_id!r} (known: {known})")
-        limits = run_limits.get() or orch.default_limits()
+        limits = run.limits
         depth = ctx.depth + 1
         if depth > limits.max_depth:
             raise ToolError(
                 f"agent_spawn: depth limit reached: {spawn.agent_id!r} would run at depth "
                 f"{depth}, max_depth is {limits.max_depth}"
             )
-        registry = run_agents.get()
-        if registry is not None and len(registry) + 1 >= limits.max_agents:
+        if len(run.agents) + 1 >= limits.max_agents:
             raise ToolError(
                 f"agent_spawn: max_agents reached: this run already created "
-                f"{len(registry) + 1} agents (limits.max_agents is {limits.max_agents})"
+                f"{len(run.agents) + 1} agents (limits.max_agents is {limits.max_agents})"
             )
         if ctx.instance.running_children >= limits.max_children:
             raise ToolError(
@@ -153,42 +125,35 @@ class AgentSpawnTool:
             )
         background = timeout == 0 and spawn.timeout_seconds == 0
         task_id = f"task-{uuid.uuid4().hex[:16]}" if background else None
-        parent_bus = current_bus.get()
-        child_bus = None
-        if parent_bus is not None:
-            child_bus = parent_bus.child(
-                agent_id=spec.id,
-                agent_name=spec.display_name,
-                task_id=task_id,
-                parent_tool_call_id=ctx.call_id,
-            )
-        key = (
-            child_bus.source.agent_key if child_bus and child_bus.source else new_agent_key(spec.id)
+        parent_bus = current_bus.get() or NullBus("", "")
+        child_bus = parent_bus.child(
+            agent_id=spec.id,
+            agent_name=spec.display_name,
+            task_id=task_id,
+            parent_tool_call_id=ctx.call_id,
         )
+        key = child_bus.agent_key
+        assert key is not None  # a child always has a Source
         scope = trio.CancelScope()
         if timeout:
             scope.relative_deadline = timeout
-        runner = AgentRunner(
+        runner = run.catalog.runner(
             spec,
-            orch.providers.for_agent(spec),
-            orch.tools,
             child_bus,
+            run,
             depth=depth,
             timeout_scope=scope,
             usage=UsageNode(ctx.usage, budget=spec.budget_tokens),
-            turn_limits=limits.turn,
         )
-        if registry is not None:
-            registry[key] = runner  # stays valid for agent_send until the run ends
+        run.agents[key] = runner  # stays valid for agent_send until the run ends
         ctx.instance.running_children += 1
 
         async def run_child() -> str:
             token = current_bus.set(child_bus)
             try:
-                if child_bus is not None:
-                    child_bus.emit_nowait(
-                        EventType.AGENT_STARTED, {"agentId": spec.id, "task": spawn.task}
-                    )
+                child_bus.emit_nowait(
+                    EventType.AGENT_STARTED, {"agentId": spec.id, "task": spawn.task}
+                )
                 with scope:
                     outcome = await runner.run(spawn.task)
             finally:
@@ -262,8 +227,7 @@ class AgentSendTool:
             send = _decode_args(args, SendArgs)
         except msgspec.ValidationError as exc:
             raise ToolError(f"agent_send: invalid arguments: {exc}") from None
-        registry = run_agents.get() or {}
-        runner = registry.get(send.agent_key)
+        runner = run_context_of(ctx, self.name).agents.get(send.agent_key)
         if runner is None:
             raise ToolError(f"agent_send: no agent {send.agent_key!r} in this run")
         sender = ctx.agent_key or "root"
@@ -287,7 +251,8 @@ async def send_to(
     scope = trio.CancelScope()
     if seconds:
         scope.relative_deadline = seconds
-    token = current_bus.set(runner.bus)
+    bus = runner.bus
+    token = current_bus.set(bus if isinstance(bus, (Bus, NullBus)) else None)
     try:
         with scope:
             outcome = await runner.resume(message, sender, timeout_scope=scope)

@@ -26,10 +26,11 @@ from websockets.trio.server import Server, ServerConnection
 from websockets.trio.server import serve as ws_serve
 
 from orchestrator.config import ConfigError, ServerConfig
-from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.core.events import RUN_STATUSES
+from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Auth, Principal, RedactTokens
 from orchestrator.server.connection import Connection, release
-from orchestrator.server.runs import ServerRuns
+from orchestrator.server.run_manager import RunManager
 from orchestrator.storage.base import Storage
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.memory import MemoryStorage
@@ -42,7 +43,6 @@ logger = logging.getLogger(__name__)
 ws_logger = logging.getLogger("orchestrator.server.websockets")
 """websockets' own log lines (request lines at DEBUG), with tokens blanked."""
 ws_logger.addFilter(RedactTokens())
-RUN_STATUSES = ("running", "completed", "failed", "cancelled", "interrupted")
 
 
 def open_storage(config: ServerConfig) -> Storage:
@@ -76,7 +76,7 @@ class ServerApp:
     """What every connection shares: config, agents, journal, runs, metrics."""
 
     def __init__(
-        self, config: ServerConfig, orchestrator: Orchestrator, journal: Journal, runs: ServerRuns
+        self, config: ServerConfig, orchestrator: Orchestrator, journal: Journal, runs: RunManager
     ) -> None:
         self.config = config
         self.orchestrator = orchestrator
@@ -205,7 +205,7 @@ class _AppCollector(Collector):
         runs = GaugeMetricFamily(
             "orchestrator_runs", "Runs known to the journal, by status", labels=["status"]
         )
-        counts = dict.fromkeys(RUN_STATUSES, 0)
+        counts: dict[str, int] = dict.fromkeys(RUN_STATUSES, 0)
         for record in app.journal.records():
             counts[record.status] = counts.get(record.status, 0) + 1
         for status, count in counts.items():
@@ -353,7 +353,7 @@ async def _serve(
                 )
             )
             async with trio.open_nursery() as run_nursery:
-                runs = ServerRuns(orch, journal, run_nursery)
+                runs = RunManager(orch, journal, run_nursery)
                 app = ServerApp(config, orch, journal, runs)
                 ws_server: Server = await nursery.start(
                     functools.partial(

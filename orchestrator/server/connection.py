@@ -21,13 +21,13 @@ from websockets.exceptions import ConnectionClosed
 from websockets.trio.server import ServerConnection
 
 from orchestrator.core.filters import FilterSpec
-from orchestrator.runtime.orchestrator import UnknownAgent
+from orchestrator.runtime.engine import UnknownAgent
 from orchestrator.runtime.run import Run
 from orchestrator.server import protocol
 from orchestrator.server.auth import Principal
 from orchestrator.server.feed import Feed
 from orchestrator.server.protocol import ProtocolError
-from orchestrator.server.runs import AgentNotRunning, LimitExceeded, StorageUnavailable
+from orchestrator.server.run_manager import AgentNotRunning, LimitExceeded, StorageUnavailable
 from orchestrator.storage.journal import RunLog, UnknownRun
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import trio.testing
 
 from agents.runner import AgentRunner
 from orchestrator.core.events import Event, EventType
-from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.runtime.engine import Orchestrator
 from orchestrator.runtime.spawn import send_to
 from tests.helpers import collect, of_type, write_config
 

@@ -13,7 +13,7 @@ import trio
 
 from orchestrator.config import ServerConfig
 from orchestrator.core.events import Event, EventType
-from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.runtime.engine import Orchestrator
 from tests.fakes.provider_server import Brain, FakeOpenAI, Reply, serve_fake_openai
 from tests.helpers import collect, of_type, write_config
 

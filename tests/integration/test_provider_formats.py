@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from orchestrator.core.events import Event, EventType
-from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.runtime.engine import Orchestrator
 from tests.fakes.provider_server import Brain, FakeOpenAI, Reply, serve_fake_openai
 from tests.helpers import collect, of_type, write_config
 from tests.integration.test_openai_tree import agents, tree_brain

@@ -8,7 +8,7 @@ from typing import Any
 import trio
 
 from orchestrator.core.events import Event, EventType
-from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.runtime.engine import Orchestrator
 from tests.fakes.provider_server import FakeOpenAI, Reply, serve_fake_openai
 from tests.helpers import collect, of_type, write_config
 

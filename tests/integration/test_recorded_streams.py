@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from orchestrator.core.events import Event, EventType
-from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.runtime.engine import Orchestrator
 from tests.fakes.provider_server import Reply, serve_fake_openai
 from tests.helpers import REPO, collect, write_config
 

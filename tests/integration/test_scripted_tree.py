@@ -14,7 +14,7 @@ from agents.core.messages import ModelRequest, StreamPart
 from agents.providers.scripted import ScriptedProvider
 from orchestrator.config import load_config
 from orchestrator.core.events import EventType
-from orchestrator.runtime.orchestrator import Orchestrator
+from orchestrator.runtime.engine import Orchestrator
 from tests.helpers import REPO, collect, of_type, write_config
 
 

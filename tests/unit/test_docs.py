@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from agents.config import ModelConfig
+from agents.model_config import ModelConfig
 from agents.spec import AgentSpec, ScriptSpec, ScriptStep
 from orchestrator.config import (
     LimitsConfig,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
-from orchestrator.runtime.orchestrator import Orchestrator, UnknownAgent
+from orchestrator.runtime.engine import Orchestrator, UnknownAgent
 from orchestrator.runtime.run import Run, RunResult
 from orchestrator.runtime.spawn import send_to
 from orchestrator.storage.base import RunRecord
@@ -19,7 +19,7 @@ from orchestrator.storage.journal import Journal
 if TYPE_CHECKING:
     from orchestrator.server.auth import Principal
 
-__all__ = ["AgentNotRunning", "LimitExceeded", "ServerRuns", "StorageUnavailable"]
+__all__ = ["AgentNotRunning", "LimitExceeded", "RunManager", "StorageUnavailable"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class AgentNotRunning(LookupError):
         self.message = message
 
 
-class ServerRuns:
+class RunManager:
     """Starts, tracks, cancels and interrupts the server's runs."""
 
     def __init__(self, orchestrator: Orchestrator, journal: Journal, nursery: trio.Nursery) -> None:
@@ -102,7 +102,9 @@ class ServerRuns:
             )
         )
         sink = RunSink(run_id, root_session, self.journal.outlet(run_id)) if stream else None
-        run = Run(orch, agent_id, input, limits=orch.default_limits(), sink=sink, run_id=run_id)
+        run = Run(
+            orch.catalog, agent_id, input, limits=orch.default_limits(), sink=sink, run_id=run_id
+        )
         self.active[run_id] = run
         self._owners[run_id] = owner
         self._done[run_id] = trio.Event()

@@ -20,29 +20,21 @@ from agents.providers.factory import ProviderFactory
 from agents.runner import TurnLimits
 from agents.spec import AgentSpec, load_specs
 from agents.tools.base import Tool
-from agents.tools.builtin import builtin_tools
+from agents.tools.builtin import BUILTIN_TOOLS, builtin_tools
 from orchestrator.config import ServerConfig
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.events import Event
+from orchestrator.runtime.context import AgentCatalog, RunLimits, UnknownAgent
 from orchestrator.runtime.queue import EventQueue
 from orchestrator.runtime.run import Run, RunResult
-from orchestrator.runtime.spawn import AgentSendTool, AgentSpawnTool, RunLimits
+from orchestrator.runtime.spawn import AgentSendTool, AgentSpawnTool
 
 __all__ = ["Orchestrator", "RunStream", "UnknownAgent", "builtin_tool_names"]
 
 
-class UnknownAgent(LookupError):
-    """No subagent with that agentId."""
-
-    def __init__(self, agent_id: str, known: list[str]) -> None:
-        self.message = f"unknown agent {agent_id!r} (known: {', '.join(known) or 'none'})"
-        super().__init__(self.message)
-        self.agent_id = agent_id
-
-
 def builtin_tool_names() -> list[str]:
-    """The tools a subagent YAML may list."""
-    return ["agent_spawn", "agent_send", "read_file", "write_file", "http_get", "wait"]
+    """The tools a subagent YAML may list (from the tool registries, not a copy)."""
+    return [AgentSpawnTool.name, AgentSendTool.name, *(tool.name for tool in BUILTIN_TOOLS)]
 
 
 class RunStream:
@@ -127,7 +119,7 @@ class Orchestrator:
         self.specs = specs
         self.providers = providers
         self.tools: dict[str, Tool] = {
-            "agent_spawn": AgentSpawnTool(self),
+            "agent_spawn": AgentSpawnTool(specs),
             "agent_send": AgentSendTool(),
             **builtin_tools(
                 config.tools_root,
@@ -137,13 +129,25 @@ class Orchestrator:
                 http_allowed_hosts=config.tools.http_allowed_hosts,
             ),
         }
+        self.catalog = AgentCatalog(specs, providers, self.tools)
 
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, config: ServerConfig, specs: dict[str, AgentSpec] | None = None
+        cls,
+        config: ServerConfig,
+        specs: dict[str, AgentSpec] | None = None,
+        *,
+        http_client: httpx.AsyncClient | None = None,
     ) -> AsyncIterator[Orchestrator]:
         """Load the subagents (unless given) and open the shared HTTP client.
+
+        Args:
+            config: the server config.
+            specs: the subagents (default: loaded from `config.subagents_dir`).
+            http_client: the client providers and `http_get` use (default: a new
+                `httpx.AsyncClient`, closed on exit). Pass one with an
+                `httpx.MockTransport` to test without sockets; the caller closes it.
 
         Raises:
             SpecError: a subagent file is invalid.
@@ -155,6 +159,9 @@ class Orchestrator:
         for spec in specs.values():
             if spec.model not in config.models:
                 raise SpecError(f"subagent {spec.id!r}: model {spec.model!r} is not configured")
+        if http_client is not None:
+            yield cls(config, specs, ProviderFactory(dict(config.models), http_client), http_client)
+            return
         async with httpx.AsyncClient() as client:
             yield cls(config, specs, ProviderFactory(dict(config.models), client), client)
 
@@ -170,11 +177,12 @@ class Orchestrator:
                 max_bytes=limits.max_turn_bytes,
                 timeout=limits.turn_timeout_seconds,
             ),
+            run_timeout=limits.run_timeout_seconds,
+            max_tokens=limits.max_tokens,
         )
 
     def _check_agent(self, agent_id: str) -> None:
-        if agent_id not in self.specs:
-            raise UnknownAgent(agent_id, sorted(self.specs))
+        self.catalog.spec(agent_id)
 
     @asynccontextmanager
     async def stream(
@@ -196,7 +204,7 @@ class Orchestrator:
         self._check_agent(agent_id)
         queue = EventQueue(capacity)
         sink = RunSink(new_run_id(), new_session_id(root=True), queue)
-        run = Run(self, agent_id, input, limits=self.default_limits(max_depth), sink=sink)
+        run = Run(self.catalog, agent_id, input, limits=self.default_limits(max_depth), sink=sink)
 
         async def execute() -> None:
             try:
@@ -219,5 +227,5 @@ class Orchestrator:
             UnknownAgent: no subagent called `agent_id`.
         """
         self._check_agent(agent_id)
-        run = Run(self, agent_id, input, limits=self.default_limits(max_depth))
+        run = Run(self.catalog, agent_id, input, limits=self.default_limits(max_depth))
         return await run.execute()

@@ -1,0 +1,48 @@
+"""What an agent emits: the event types and token usage (the bottom layer's vocabulary).
+
+`orchestrator.core.events` wraps these in the wire envelope (`Event`, `Source`);
+agents never see the envelope, only this vocabulary and an `Emitter`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+__all__ = ["EventType", "Usage"]
+
+
+class EventType(enum.StrEnum):
+    """Every event type a run can carry (contract §2)."""
+
+    RUN_STARTED = "RUN_STARTED"
+    AGENT_STARTED = "AGENT_STARTED"
+    REASONING = "REASONING"
+    TOOL_CALL_DELTA = "TOOL_CALL_DELTA"
+    TOOL_CALL = "TOOL_CALL"
+    TOOL_RESULT = "TOOL_RESULT"
+    AGENT_RESULT = "AGENT_RESULT"
+    AGENT_ERROR = "AGENT_ERROR"
+    USER_MESSAGE = "USER_MESSAGE"
+    RUN_FINISHED = "RUN_FINISHED"
+
+
+class Usage(msgspec.Struct, kw_only=True, rename="camel"):
+    """Token counts of model calls; mutable so an agent can add up its turns."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        """Add `other` into this counter."""
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+
+    def copy(self) -> Usage:
+        """A snapshot that later `add` calls do not change."""
+        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+
+    def to_dict(self) -> dict[str, int]:
+        """The JSON shape used inside event `data`."""
+        return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}

@@ -1,0 +1,60 @@
+"""Where an agent's events go: the one seam between `agents` and the runtime above it.
+
+The runner emits through an `Emitter` and knows nothing of runs, sinks or clients;
+`orchestrator.core.bus.Bus` is the real one. `NULL_EMITTER` drops everything (in
+the spirit of `trio.TASK_STATUS_IGNORED`), so the runner never asks "is there a
+bus?".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, final
+
+from agents.core.events import EventType
+
+__all__ = ["NULL_EMITTER", "Emitter", "NullEmitter"]
+
+
+class Emitter(Protocol):
+    """One agent instance's event outlet."""
+
+    @property
+    def agent_key(self) -> str | None:
+        """The instance's agentKey (None for the root agent)."""
+        ...
+
+    @property
+    def run_id(self) -> str:
+        """The run the events belong to (for logs)."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """True once the run finished: nothing more may be emitted."""
+        ...
+
+    async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+        """Emit one event, waiting while the run's outlet is full (backpressure)."""
+        ...
+
+    def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+        """Emit without waiting: lifecycle events, also while being cancelled."""
+        ...
+
+
+@final
+class NullEmitter:
+    """Drops every event."""
+
+    agent_key: str | None = None
+    run_id = ""
+    closed = False
+
+    async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+        """Nothing to do."""
+
+    def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+        """Nothing to do."""
+
+
+NULL_EMITTER = NullEmitter()

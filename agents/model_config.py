@@ -1,0 +1,44 @@
+"""Model configuration: one entry of `models:` in server.yaml."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ModelConfig"]
+
+
+class ModelConfig(BaseModel):
+    """How to reach one model: `models.<key>` in server.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: Literal["openai", "openai-responses", "anthropic", "scripted"]
+    """`openai` (any OpenAI-compatible Chat Completions endpoint), `openai-responses`,
+    `anthropic` (Messages API) or `scripted` (offline)."""
+    base_url: str | None = None
+    """Endpoint root (`/chat/completions`, `/responses` or `/messages` is appended);
+    default: the provider's public API."""
+    api_key_env: str | None = None
+    """Name of the environment variable that holds the API key (None: send no key)."""
+    model: str = ""
+    """The provider's model name, e.g. `gpt-4o-mini`."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Extra request fields passed as they are (`temperature`, `max_tokens`, …)."""
+    connect_timeout: float = Field(default=10.0, gt=0)
+    """Seconds to open the connection."""
+    read_timeout: float = Field(default=120.0, gt=0)
+    """Seconds to wait for the next bytes of a stream."""
+    max_retries: int = Field(default=3, ge=0, le=20)
+    """Retries of a model turn that failed retryably before streaming anything."""
+    retry_base_delay: float = Field(default=1.0, ge=0)
+    """First backoff in seconds (doubled each retry) when there is no Retry-After."""
+
+    def endpoint_root(self) -> str:
+        """`base_url`, or the provider's public API root."""
+        if self.base_url:
+            return self.base_url
+        if self.provider == "anthropic":
+            return "https://api.anthropic.com/v1"
+        return "https://api.openai.com/v1"

@@ -1,0 +1,119 @@
+"""What a run's tools may use, handed to them explicitly (no hidden context).
+
+`agent_spawn` and `agent_send` need the agent catalog, the run's limits and the
+run's live agent instances. They get them from `ToolContext.run` (a `RunContext`),
+not from context variables: the only context variable left is `current_bus`,
+which the contract names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import final
+
+import msgspec
+import trio
+
+from agents.core.usage import UsageNode
+from agents.emitter import Emitter
+from agents.errors import ToolError
+from agents.providers.factory import ProviderFactory
+from agents.runner import AgentRunner, TurnLimits
+from agents.spec import AgentSpec
+from agents.tools.base import Tool, ToolContext
+
+__all__ = ["AgentCatalog", "RunContext", "RunLimits", "UnknownAgent", "run_context_of"]
+
+
+class UnknownAgent(LookupError):
+    """No subagent with that agentId."""
+
+    def __init__(self, agent_id: str, known: list[str]) -> None:
+        self.message = f"unknown agent {agent_id!r} (known: {', '.join(known) or 'none'})"
+        super().__init__(self.message)
+        self.agent_id = agent_id
+
+
+class RunLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """The bounds of one run (the config's `limits:`, or a per-run override)."""
+
+    max_depth: int
+    max_children: int
+    max_agents: int = 256
+    """Agent instances one run may create, the root included."""
+    turn: TurnLimits = msgspec.field(default_factory=TurnLimits)
+    run_timeout: float = 900.0
+    """Seconds the whole run may take."""
+    max_tokens: int | None = None
+    """Tokens (input + output) the whole run may use."""
+
+
+@final
+class AgentCatalog:
+    """What runs are made of: the subagents, their providers and the tools."""
+
+    def __init__(
+        self, specs: Mapping[str, AgentSpec], providers: ProviderFactory, tools: dict[str, Tool]
+    ) -> None:
+        self.specs = specs
+        self.providers = providers
+        self.tools = tools
+
+    def spec(self, agent_id: str) -> AgentSpec:
+        """The subagent `agent_id`.
+
+        Raises:
+            UnknownAgent: there is none.
+        """
+        spec = self.specs.get(agent_id)
+        if spec is None:
+            raise UnknownAgent(agent_id, sorted(self.specs))
+        return spec
+
+    def runner(
+        self,
+        spec: AgentSpec,
+        bus: Emitter,
+        run: RunContext,
+        *,
+        depth: int,
+        timeout_scope: trio.CancelScope,
+        usage: UsageNode,
+    ) -> AgentRunner:
+        """An `AgentRunner` for one instance of `spec` in `run`."""
+        return AgentRunner(
+            spec,
+            self.providers.for_agent(spec),
+            self.tools,
+            bus,
+            depth=depth,
+            timeout_scope=timeout_scope,
+            usage=usage,
+            turn_limits=run.limits.turn,
+            run_context=run,
+        )
+
+
+@final
+class RunContext:
+    """One run as its tools see it: the catalog, the limits, the live agent instances."""
+
+    __slots__ = ("agents", "catalog", "limits")
+
+    def __init__(self, catalog: AgentCatalog, limits: RunLimits) -> None:
+        self.catalog = catalog
+        self.limits = limits
+        self.agents: dict[str, AgentRunner] = {}
+        """Every child instance of the run by agentKey (valid for `agent_send` until the
+        run ends)."""
+
+
+def run_context_of(ctx: ToolContext, tool: str) -> RunContext:
+    """The run a runtime tool is called in.
+
+    Raises:
+        ToolError: the tool was called outside a run of this runtime.
+    """
+    if not isinstance(ctx.run, RunContext):
+        raise ToolError(f"{tool}: only available inside an orchestrator run")
+    return ctx.run
