@@ -9,6 +9,7 @@ emitted and the agent just returns its final text.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
@@ -43,6 +44,8 @@ from agents.spec import AgentSpec
 from agents.tools.base import InstanceState, Tool, ToolContext
 
 __all__ = ["AgentOutcome", "AgentRunner", "TurnLimits", "is_cancellation"]
+
+logger = logging.getLogger(__name__)
 
 _REASONING = EventType.REASONING
 _CHECK_EVERY = 256
@@ -207,6 +210,9 @@ class AgentRunner:
             raise AgentFailed(str(exc), error_type="provider_error") from exc
         except Exception as exc:  # a bug in a provider or tool plumbing: fail this agent only
             detail = f"agent {self.spec.id!r} crashed: {type(exc).__name__}: {exc}"
+            logger.exception(  # the model gets a message; the operator gets the traceback
+                "run %s: agent %s crashed", self.bus.run_id or "-", self._who()
+            )
             self._error("internal", detail)
             raise AgentFailed(detail, error_type="internal") from exc
         except BaseException as exc:
@@ -291,6 +297,9 @@ class AgentRunner:
             self.bus.emit_nowait(EventType.USER_MESSAGE, {"text": text, "from": sender})
         self._wake.unpark_all()
         return True
+
+    def _who(self) -> str:
+        return self.agent_key or f"{self.spec.id} (root)"
 
     def _take_inbox(self) -> None:
         while self.inbox:
@@ -499,7 +508,13 @@ class AgentRunner:
                 content, is_error = await tool.run(args, ctx), False
             except ToolError as exc:
                 content, is_error = str(exc), True
-            except Exception as exc:
+            except Exception as exc:  # a tool bug: an error result for the model, logged here
+                logger.exception(
+                    "run %s: tool %r of agent %s crashed",
+                    self.bus.run_id or "-",
+                    call.name,
+                    self._who(),
+                )
                 content, is_error = f"tool {call.name!r} failed: {type(exc).__name__}: {exc}", True
         results[call.id] = ToolResultMessage(
             tool_call_id=call.id, name=call.name, content=content, is_error=is_error

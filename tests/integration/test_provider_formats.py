@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -15,6 +16,8 @@ from orchestrator.runtime.engine import Orchestrator
 from tests.fakes.provider_server import Brain, FakeOpenAI, Reply, serve_fake_openai
 from tests.helpers import collect, of_type, write_config
 from tests.integration.test_openai_tree import agents, tree_brain
+
+FIXTURES_SSE = Path(__file__).resolve().parent.parent / "fixtures" / "sse"
 
 PROVIDERS = ["openai", "openai-responses", "anthropic"]
 FORMAT = {"openai": "openai", "openai-responses": "responses", "anthropic": "anthropic"}
@@ -228,3 +231,28 @@ async def test_read_timeout_per_model(tmp_path: Path, provider: str) -> None:
     )
     assert len(fake.requests) == 2 + 2 * 2 + 2 * 2  # each critic: first try + one retry
     assert events[-1].data["status"] == "completed"
+
+
+async def test_an_injected_http_client_carries_the_provider_traffic(tmp_path: Path) -> None:
+    """`Orchestrator.open(http_client=…)`: a MockTransport where a socket is not the point."""
+    stream = (FIXTURES_SSE / "openai_chat_text.sse").read_bytes()
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream)
+
+    config = write_config(
+        tmp_path,
+        {"solo": {"description": "d", "instructions": "i", "model": "mocked"}},
+        models={
+            "default": {"provider": "scripted"},
+            "mocked": {"provider": "openai", "base_url": "http://model.test/v1"},
+        },
+    )
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        async with Orchestrator.open(config, http_client=client) as orch:
+            result = await orch.call("solo", "hi")
+        assert not client.is_closed  # the caller's client stays the caller's
+    assert seen == ["http://model.test/v1/chat/completions"]
+    assert result.status == "completed" and result.text == "Hello"

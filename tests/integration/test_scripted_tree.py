@@ -259,7 +259,7 @@ async def test_consumer_leaving_early_cancels_the_run(
 
 
 async def test_child_that_raises_becomes_error_result(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     original = ScriptedProvider.stream
 
@@ -284,3 +284,8 @@ async def test_child_that_raises_becomes_error_result(
     (result,) = of_type(events, EventType.TOOL_RESULT)
     assert result.data["isError"] and "subagent 'bomb' failed (internal)" in result.data["content"]
     assert events[-1].data["status"] == "completed"
+    # The model got a message; the log got the traceback, with the run and the agent.
+    (record,) = [r for r in caplog.records if "crashed" in r.getMessage()]
+    assert events[0].run_id in record.getMessage()
+    assert error.source.agent_key in record.getMessage()
+    assert record.exc_info is not None and "kaboom" in str(record.exc_info[1])
