@@ -15,40 +15,11 @@ from websockets.trio.client import connect
 
 from orchestrator.cli.render import render_tree
 from orchestrator.core.events import Event, encode_event
+from orchestrator.core.filters import FilterSpec
 from orchestrator.core.tree import TreeView
+from orchestrator.protocol import End, ErrorFrame, Events, Gap, Subscribe, decode_server_frame
 
 __all__ = ["WatchResult", "check_url", "follow", "watch_main"]
-
-
-class _Events(msgspec.Struct, tag_field="op", tag="events"):
-    sub: str
-    events: list[Event]
-
-
-class _End(msgspec.Struct, tag_field="op", tag="end", rename="camel"):
-    sub: str
-    run_id: str
-    status: str
-
-
-class _Gap(msgspec.Struct, tag_field="op", tag="gap", rename="camel"):
-    sub: str
-    from_seq: int
-    to_seq: int
-
-
-class _Error(msgspec.Struct, tag_field="op", tag="error"):
-    code: str
-    message: str
-    id: Any = None
-
-
-class _Ack(msgspec.Struct, tag_field="op", tag="ack"):
-    id: Any = None
-    sub: str | None = None
-
-
-_decode_frame = msgspec.json.Decoder(_Events | _End | _Gap | _Error | _Ack).decode
 
 
 class WatchResult(msgspec.Struct):
@@ -96,29 +67,30 @@ async def follow(
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if origin:
         headers["Origin"] = origin
-    request: dict[str, Any] = {"op": "subscribe", "id": 1, "runId": run_id}
-    if filter:
-        request["filter"] = filter
+    spec = msgspec.convert(filter, FilterSpec) if filter else None
     while True:
         try:
             async with connect(url, additional_headers=headers or None, max_size=None) as ws:
                 connected = True
                 last_ok = trio.current_time()
-                await ws.send(msgspec.json.encode({**request, "afterSeq": cursor}).decode())
+                request = Subscribe(
+                    op="subscribe", id=1, run_id=run_id, after_seq=cursor, filter=spec
+                )
+                await ws.send(msgspec.json.encode(request).decode())
                 while True:  # recv(), not `async for`: leaving early needs no cleanup
-                    frame = _decode_frame(await ws.recv())
+                    frame = decode_server_frame(await ws.recv())
                     last_ok = trio.current_time()
-                    if isinstance(frame, _Events):
+                    if isinstance(frame, Events):
                         if frame.events:
                             cursor = frame.events[-1].seq
                             on_events(frame.events)
-                    elif isinstance(frame, _End):
+                    elif isinstance(frame, End):
                         return WatchResult(status=frame.status, reconnects=reconnects)
-                    elif isinstance(frame, _Error):
+                    elif isinstance(frame, ErrorFrame):
                         return WatchResult(
                             error=f"{frame.code}: {frame.message}", reconnects=reconnects
                         )
-                    elif isinstance(frame, _Gap):
+                    elif isinstance(frame, Gap):
                         cursor = max(cursor, frame.to_seq)
         except InvalidStatus as exc:
             status = exc.response.status_code

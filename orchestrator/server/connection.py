@@ -20,13 +20,13 @@ import trio
 from websockets.exceptions import ConnectionClosed
 from websockets.trio.server import ServerConnection
 
+from orchestrator import protocol
 from orchestrator.core.filters import FilterSpec
+from orchestrator.protocol import ProtocolError
 from orchestrator.runtime.engine import UnknownAgent
 from orchestrator.runtime.run import Run
-from orchestrator.server import protocol
 from orchestrator.server.auth import Principal
 from orchestrator.server.feed import Feed
-from orchestrator.server.protocol import ProtocolError
 from orchestrator.server.run_manager import AgentNotRunning, LimitExceeded, StorageUnavailable
 from orchestrator.storage.journal import RunLog, UnknownRun
 
@@ -180,7 +180,7 @@ class Connection:
     async def _dispatch(self, op: protocol.ClientOp) -> None:
         app = self.app
         if isinstance(op, protocol.Ping):
-            await self.reply(protocol.encode(protocol.with_id({"op": "pong"}, op.id)))
+            await self.reply(protocol.encode(protocol.Pong(id=op.id)))
         elif isinstance(op, protocol.Subscribe):
             self._visible(op.run_id, op.id)
             feed = self._new_feed(op.run_id, op.after_seq, op.filter, op.detail, op.id)
@@ -211,12 +211,10 @@ class Connection:
             await self._runs(op)
         elif isinstance(op, protocol.Agents):
             agents = [
-                {"id": s.id, "name": s.display_name, "description": s.description}
+                protocol.AgentInfo(id=s.id, name=s.display_name, description=s.description)
                 for s in app.orchestrator.specs.values()
             ]
-            await self.reply(
-                protocol.encode(protocol.with_id({"op": "agents", "agents": agents}, op.id))
-            )
+            await self.reply(protocol.encode(protocol.AgentsReply(agents=agents, id=op.id)))
 
     async def _runs(self, op: protocol.Runs) -> None:
         owner = None if self.principal.admin else self.principal.name
@@ -224,18 +222,17 @@ class Connection:
             self._visible(op.before, op.id)
         records, more = self.app.journal.page(limit=op.limit, before=op.before, owner=owner)
         runs = [
-            {
-                "runId": r.run_id,
-                "agentId": r.agent_id,
-                "status": r.status,
-                "createdAt": r.created_at,
-                "finishedAt": r.finished_at,
-                "owner": r.owner,
-            }
+            protocol.RunInfo(
+                run_id=r.run_id,
+                agent_id=r.agent_id,
+                status=r.status,
+                created_at=r.created_at,
+                finished_at=r.finished_at,
+                owner=r.owner,
+            )
             for r in records
         ]
-        frame = {"op": "runs", "runs": runs, "more": more}
-        await self.reply(protocol.encode(protocol.with_id(frame, op.id)))
+        await self.reply(protocol.encode(protocol.RunsReply(runs=runs, more=more, id=op.id)))
 
     async def _run(self, op: protocol.Run) -> None:
         app = self.app
@@ -253,27 +250,26 @@ class Connection:
         except StorageUnavailable as exc:
             raise ProtocolError("unavailable", str(exc), op.id) from None
         if not op.stream:
-            await self.reply(protocol.ack(op.id, runId=run.run_id))
+            await self.reply(protocol.ack(op.id, run_id=run.run_id))
             assert self._nursery is not None
             self._calls.add(run)
             self._nursery.start_soon(self._await_result, run, op.id)
             return
         feed = self._new_feed(run.run_id, 0, op.filter, op.detail, op.id)
-        await self.reply(protocol.ack(op.id, runId=run.run_id, sub=feed.sub))
+        await self.reply(protocol.ack(op.id, run_id=run.run_id, sub=feed.sub))
         self._start_feed(feed)
 
     async def _await_result(self, run: Run, msg_id: protocol.MessageId) -> None:
         result = await self.app.runs.wait(run)
         self._calls.discard(run)
-        frame = {
-            "op": "result",
-            "runId": result.run_id,
-            "status": result.status,
-            "text": result.text,
-        }
-        if result.error is not None:
-            frame["error"] = result.error
-        await self.reply(protocol.encode(protocol.with_id(frame, msg_id)))
+        frame = protocol.Result(
+            run_id=result.run_id,
+            status=result.status,
+            text=result.text,
+            id=msg_id,
+            error=result.error,
+        )
+        await self.reply(protocol.encode(frame))
 
     # -- subscriptions ---------------------------------------------------------
 

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from orchestrator.core.blocks import BlockMerger
 from orchestrator.core.events import Event, EventType, encode_event
 from orchestrator.core.filters import FeedFilter, FilterSpec
-from orchestrator.server.protocol import end_frame, events_frame, gap_frame
+from orchestrator.protocol import end_frame, events_frame, gap_frame
 from orchestrator.storage.journal import Entry, Journal
 
 __all__ = ["Feed"]

@@ -1,40 +1,57 @@
-"""The WebSocket protocol (contract §4): client messages in, server frames out. Pure.
+"""The WebSocket protocol (contract §4), both directions, in one place. Pure.
 
-Every client message is a JSON object with `op` and an optional `id` that the
-reply echoes. Anything wrong with a message becomes a `ProtocolError` carrying the
-error code and a message that names the problem (`Expected \\`int\\`, got
-\\`str\\` - at \\`$.afterSeq\\``); the connection stays usable.
+Client messages (`Run`, `Subscribe`, …) and server frames (`Ack`, `Events`, `End`,
+`Gap`, `ErrorFrame`, `RunsReply`, …) are msgspec Structs shared by the server,
+`orchestrator watch` and the tests: `parse` reads a client message,
+`encode` writes any frame, `decode_server_frame` reads one back. Every client
+message is a JSON object with `op` and an optional `id` that the reply echoes.
+Anything wrong with a message becomes a `ProtocolError` carrying the error code
+and a message that names the problem (`Expected \\`int\\`, got \\`str\\` - at
+\\`$.afterSeq\\``); the connection stays usable.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
+from orchestrator.core.events import Event
 from orchestrator.core.filters import FilterSpec
 
 __all__ = [
+    "Ack",
+    "AgentInfo",
     "Agents",
+    "AgentsReply",
     "Cancel",
     "ClientOp",
+    "End",
     "ErrorCode",
+    "ErrorFrame",
+    "Events",
+    "Gap",
     "Ping",
+    "Pong",
     "ProtocolError",
+    "Result",
     "Run",
+    "RunInfo",
     "Runs",
+    "RunsReply",
     "Send",
+    "ServerFrame",
     "Subscribe",
     "Unsubscribe",
     "ack",
+    "decode_server_frame",
     "encode",
     "end_frame",
     "error_frame",
     "events_frame",
     "gap_frame",
     "parse",
-    "with_id",
 ]
 
 ErrorCode = Literal[
@@ -135,6 +152,115 @@ _decode_any = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 
 
+# -- server frames ---------------------------------------------------------------
+
+
+class _Frame(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True, tag_field="op"):
+    pass
+
+
+class Ack(_Frame, tag="ack"):
+    """A client message was accepted; `runId`/`sub` when it started a run or a feed."""
+
+    id: MessageId = None
+    run_id: str | None = None
+    sub: str | None = None
+
+
+class Pong(_Frame, tag="pong"):
+    """The answer to `ping`."""
+
+    id: MessageId = None
+
+
+class Events(_Frame, tag="events"):
+    """One or more events of a subscription, in seq order (sent by `events_frame`)."""
+
+    sub: str
+    events: list[Event]
+
+
+class End(_Frame, tag="end"):
+    """The run finished and every matching event was sent."""
+
+    sub: str
+    run_id: str
+    status: str
+
+
+class Gap(_Frame, tag="gap"):
+    """Events `fromSeq`..`toSeq` can no longer be replayed (retention trimmed them)."""
+
+    sub: str
+    from_seq: int
+    to_seq: int
+
+
+class ErrorFrame(_Frame, tag="error"):
+    """A client message could not be served, or a subscription broke."""
+
+    code: ErrorCode
+    message: str
+    id: MessageId = None
+
+
+class RunInfo(msgspec.Struct, kw_only=True, rename="camel"):
+    """One entry of the `runs` reply."""
+
+    run_id: str
+    agent_id: str
+    status: str
+    created_at: float
+    finished_at: float | None
+    owner: str | None
+
+
+class RunsReply(_Frame, tag="runs"):
+    """A page of runs, newest first; `more`: older runs remain."""
+
+    runs: list[RunInfo]
+    more: bool
+    id: MessageId = None
+
+
+class AgentInfo(msgspec.Struct, kw_only=True):
+    """One entry of the `agents` reply."""
+
+    id: str
+    name: str
+    description: str
+
+
+class AgentsReply(_Frame, tag="agents"):
+    """The subagents."""
+
+    agents: list[AgentInfo]
+    id: MessageId = None
+
+
+class Result(_Frame, tag="result"):
+    """A blocking (`stream: false`) run ended."""
+
+    run_id: str
+    status: str
+    text: str | None
+    id: MessageId = None
+    error: str | None = None
+
+
+ServerFrame = Ack | Pong | Events | End | Gap | ErrorFrame | RunsReply | AgentsReply | Result
+_frame_decoder: msgspec.json.Decoder[ServerFrame] = msgspec.json.Decoder(ServerFrame)
+
+
+def decode_server_frame(raw: str | bytes) -> ServerFrame:
+    """Read one server frame (clients: `orchestrator watch`, the tests).
+
+    Raises:
+        msgspec.DecodeError: not a frame of this protocol.
+    """
+    return _frame_decoder.decode(raw)
+
+
 def parse(text: str | bytes) -> ClientOp:
     """Decode and validate one client message.
 
@@ -181,36 +307,29 @@ def parse(text: str | bytes) -> ClientOp:
     return message  # type: ignore[return-value]
 
 
-def encode(frame: dict[str, Any]) -> bytes:
-    """Encode a control frame."""
+def encode(frame: _Frame) -> bytes:
+    """Encode a server frame."""
     return _encode(frame)
 
 
-def with_id(frame: dict[str, Any], msg_id: MessageId) -> dict[str, Any]:
-    """Add the `id` of the client message a reply answers (when it had one)."""
-    if msg_id is not None:
-        frame["id"] = msg_id
-    return frame
-
-
-def ack(msg_id: MessageId, **fields: Any) -> bytes:
-    """`{op: "ack", id, …}`."""
-    return encode(with_id({"op": "ack", **fields}, msg_id))
+def ack(msg_id: MessageId, *, run_id: str | None = None, sub: str | None = None) -> bytes:
+    """`{op: "ack", id?, runId?, sub?}`."""
+    return _encode(Ack(id=msg_id, run_id=run_id, sub=sub))
 
 
 def error_frame(code: ErrorCode, message: str, msg_id: MessageId = None) -> bytes:
     """`{op: "error", id?, code, message}`."""
-    return encode(with_id({"op": "error", "code": code, "message": message}, msg_id))
+    return _encode(ErrorFrame(code=code, message=message, id=msg_id))
 
 
 def end_frame(sub: str, run_id: str, status: str) -> bytes:
     """`{op: "end", sub, runId, status}`."""
-    return encode({"op": "end", "sub": sub, "runId": run_id, "status": status})
+    return _encode(End(sub=sub, run_id=run_id, status=status))
 
 
 def gap_frame(sub: str, from_seq: int, to_seq: int) -> bytes:
     """`{op: "gap", sub, fromSeq, toSeq}`: events that can no longer be replayed."""
-    return encode({"op": "gap", "sub": sub, "fromSeq": from_seq, "toSeq": to_seq})
+    return _encode(Gap(sub=sub, from_seq=from_seq, to_seq=to_seq))
 
 
 def events_frame(sub: str, raws: Iterable[bytes]) -> bytes:
