@@ -30,7 +30,7 @@ from orchestrator.runtime.engine import (
     UnknownAgent,
     builtin_tool_names,
 )
-from orchestrator.server.app import open_storage, serve
+from orchestrator.server.app import serve
 from orchestrator.storage.base import StorageError
 
 __all__ = ["main"]
@@ -267,7 +267,6 @@ def _main(args: argparse.Namespace) -> int:
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
         logging.getLogger("coredis").setLevel(logging.WARNING)  # one line per retry
-        open_storage(config)  # an unsupported storage URL fails here, in one line
         return trio.run(_serve, config, args.host, args.port)
     if args.command == "agents":
         return _agents(config)

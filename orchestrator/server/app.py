@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
@@ -45,31 +46,38 @@ ws_logger = logging.getLogger("orchestrator.server.websockets")
 ws_logger.addFilter(RedactTokens())
 
 
-def open_storage(config: ServerConfig) -> Storage:
-    """The storage backend named by `storage:` (relative paths: the config's directory).
+def open_storage(config: ServerConfig) -> AbstractAsyncContextManager[Storage]:
+    """Open the backend named by `storage:` (relative paths: the config's directory).
 
     Raises:
         ConfigError: an unsupported storage URL.
     """
     url = config.storage.url
     if url.startswith("memory://"):
-        return MemoryStorage()
+        return MemoryStorage.open()
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
-        return SqliteStorage(path if path.is_absolute() else config.base_dir / path)
+        return SqliteStorage.open(path if path.is_absolute() else config.base_dir / path)
     if url.startswith("redis://"):
-        return RedisStorage(url, durability=config.storage.durability)
+        return RedisStorage.open(url, durability=config.storage.durability)
     raise ConfigError(f"storage: {url!r} is not supported (memory://, sqlite:///PATH, redis://)")
 
 
-def open_journal(config: ServerConfig) -> Journal:
-    """The journal over the configured storage, with the configured bounds."""
-    return Journal(
-        open_storage(config),
-        max_pending=config.storage.max_pending_events,
-        max_event_bytes=config.limits.max_event_bytes,
-        fail_runs_after=config.storage.fail_runs_after_seconds,
-    )
+@asynccontextmanager
+async def open_journal(config: ServerConfig) -> AsyncIterator[Journal]:
+    """The configured storage and the journal over it, with the configured bounds."""
+    retention = config.storage.effective_retention
+    async with (
+        open_storage(config) as storage,
+        Journal.open(
+            storage,
+            max_pending=config.storage.max_pending_events,
+            max_event_bytes=config.limits.max_event_bytes,
+            fail_runs_after=config.storage.fail_runs_after_seconds,
+            retention=(retention.max_age_seconds, retention.max_runs, retention.max_run_events),
+        ) as journal,
+    ):
+        yield journal
 
 
 class ServerApp:
@@ -320,17 +328,13 @@ async def serve(
         StorageError: the storage cannot be opened (one line naming it and why).
         OSError: the address cannot be bound.
     """
-    journal = open_journal(config)
-    try:
-        interrupted = await journal.open()
-        if interrupted:
+    async with open_journal(config) as journal:
+        if journal.interrupted:
             logger.warning(
-                "ending %d runs left running by the last server: interrupted", len(interrupted)
+                "ending %d runs left running by the last server: interrupted",
+                len(journal.interrupted),
             )
         await _serve(config, journal, host, port, task_status)
-    finally:
-        # Not in a shielded scope: coredis's client scope must close where it opened.
-        await journal.aclose()
 
 
 async def _serve(
@@ -341,31 +345,24 @@ async def _serve(
     task_status: trio.TaskStatus[RunningServer],
 ) -> None:
     with trio.CancelScope() as stop:
-        async with Orchestrator.open(config) as orch, trio.open_nursery() as nursery:
-            await nursery.start(journal.run_writer)
-            retention = config.storage.effective_retention
-            await nursery.start(
+        async with (
+            Orchestrator.open(config) as orch,
+            trio.open_nursery() as nursery,
+            trio.open_nursery() as run_nursery,
+        ):
+            runs = RunManager(orch, journal, run_nursery)
+            app = ServerApp(config, orch, journal, runs)
+            ws_server: Server = await nursery.start(
                 functools.partial(
-                    journal.run_retention,
-                    max_age=retention.max_age_seconds,
-                    max_runs=retention.max_runs,
-                    max_run_events=retention.max_run_events,
+                    ws_serve,
+                    app.handler,
+                    config.server.port if port is None else port,
+                    host=config.server.host if host is None else host,
+                    process_request=app.process_request,
+                    max_size=config.server.max_frame_bytes,
+                    max_queue=8,
+                    logger=ws_logger,
                 )
             )
-            async with trio.open_nursery() as run_nursery:
-                runs = RunManager(orch, journal, run_nursery)
-                app = ServerApp(config, orch, journal, runs)
-                ws_server: Server = await nursery.start(
-                    functools.partial(
-                        ws_serve,
-                        app.handler,
-                        config.server.port if port is None else port,
-                        host=config.server.host if host is None else host,
-                        process_request=app.process_request,
-                        max_size=config.server.max_frame_bytes,
-                        max_queue=8,
-                        logger=ws_logger,
-                    )
-                )
-                task_status.started(RunningServer(app, ws_server, stop))
-                await trio.sleep_forever()
+            task_status.started(RunningServer(app, ws_server, stop))
+            await trio.sleep_forever()

@@ -38,20 +38,18 @@ class RunRecord(msgspec.Struct, kw_only=True):
 class Storage(Protocol):
     """A durable (or not) home for run records and encoded events.
 
-    Every method but `open` is called from the journal's writer task or a feed;
-    a failure raises any exception, and the journal retries (it never loses what
-    it has not written).
+    A backend is opened with `async with Backend.open(…) as storage` (connections
+    live exactly as long as the block; raises `StorageError` naming the store when it
+    cannot be used). Its methods are called from the journal's writer task or a
+    feed; a failure raises any exception, and the journal retries (it never loses
+    what it has not written).
     """
 
     durable: bool
     """False: the journal must keep every event in memory (nothing to read back)."""
 
-    async def open(self) -> list[RunRecord]:
-        """Open the store; return every run it holds, in `RunRecord.sort_key` order.
-
-        Raises:
-            StorageError: the store cannot be used; the message names it and why.
-        """
+    async def load(self) -> list[RunRecord]:
+        """Every run the store holds, in `RunRecord.sort_key` order."""
         ...
 
     async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
@@ -68,8 +66,4 @@ class Storage(Protocol):
 
     async def delete_runs(self, run_ids: list[str]) -> None:
         """Forget whole runs: their records and events (retention)."""
-        ...
-
-    async def aclose(self) -> None:
-        """Close the store (after a final write)."""
         ...

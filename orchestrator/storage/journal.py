@@ -23,9 +23,11 @@ are written once it recovers.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import msgspec
 import trio
@@ -150,27 +152,72 @@ class Journal:
         self._writing = False
         self.on_stalled: Callable[[list[str], str], None] | None = None
         """Called with runs whose events could not be stored for `fail_runs_after` s."""
+        self.interrupted: list[str] = []
+        """Runs a previous server left running, ended `interrupted` at open."""
 
     # -- lifecycle -------------------------------------------------------------
 
-    async def open(self) -> list[str]:
-        """Load every stored run; end the ones a previous server left `running`.
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        storage: Storage,
+        *,
+        tail: int = 8192,
+        max_pending: int = 8192,
+        max_event_bytes: int = 256 * 1024,
+        fail_runs_after: float = 30.0,
+        retention: tuple[float | None, int | None, int | None] | None = None,
+        final_flush_timeout: float = 10.0,
+    ) -> AsyncIterator[Journal]:
+        """Load the store's runs and run the writer (and retention) for the block.
 
-        The `interrupted` markers are queued, not written here: a storage that is
-        full or failing still lets the server start (read-only until it recovers).
-        Returns the ids of the runs it marked `interrupted`.
+        Runs a previous server left `running` get their `interrupted` marker queued
+        (`journal.interrupted` lists them); it is written by the writer, so a store
+        that is full or failing still lets the server start (read-only until it
+        recovers). Leaving the block stops the writer after a last flush bounded by
+        `final_flush_timeout`.
 
-        Raises:
-            StorageError: the storage cannot be opened at all.
+        Args:
+            storage: an open backend.
+            tail: events of a running run kept in memory (durable stores).
+            max_pending: events of one run that may wait for a write.
+            max_event_bytes: events are cut to this size before they are journaled.
+            fail_runs_after: seconds of failed writes before stalled runs are reported.
+            retention: `(max_age_seconds, max_runs, max_run_events)`, or None.
+            final_flush_timeout: seconds the last flush may take.
         """
-        interrupted = []
-        for record in await self.storage.open():
+        journal = cls(
+            storage,
+            tail=tail,
+            max_pending=max_pending,
+            max_event_bytes=max_event_bytes,
+            fail_runs_after=fail_runs_after,
+        )
+        for record in await storage.load():
             log = RunLog(record)
-            self._logs[record.run_id] = log
+            journal._logs[record.run_id] = log
             if record.status == "running":
-                interrupted.append(record.run_id)
-                self._finish_interrupted(log)
-        return interrupted
+                journal.interrupted.append(record.run_id)
+                journal._finish_interrupted(log)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                functools.partial(journal.run_writer, final_flush_timeout=final_flush_timeout)
+            )
+            if retention is not None:
+                max_age, max_runs, max_run_events = retention
+                await nursery.start(
+                    functools.partial(
+                        journal.run_retention,
+                        max_age=max_age,
+                        max_runs=max_runs,
+                        max_run_events=max_run_events,
+                    )
+                )
+            try:
+                yield journal
+            finally:
+                nursery.cancel_scope.cancel()
 
     def _finish_interrupted(self, log: RunLog) -> None:
         event = Event(
@@ -258,10 +305,6 @@ class Journal:
                 stalled.append(log.record.run_id)
         if stalled and self.on_stalled is not None:
             self.on_stalled(stalled, self.last_error or "storage unavailable")
-
-    async def aclose(self) -> None:
-        """Close the storage; call it from the task that called `open()`, after the writer."""
-        await self.storage.aclose()
 
     async def flush(self) -> None:
         """Wait until everything published so far is committed."""

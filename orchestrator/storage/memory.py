@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from orchestrator.storage.base import RunRecord
 
 __all__ = ["MemoryStorage"]
@@ -12,7 +15,13 @@ class MemoryStorage:
 
     durable = False
 
-    async def open(self) -> list[RunRecord]:
+    @classmethod
+    @asynccontextmanager
+    async def open(cls) -> AsyncIterator[MemoryStorage]:
+        """A fresh, empty store."""
+        yield cls()
+
+    async def load(self) -> list[RunRecord]:
         """Nothing to load."""
         return []
 
@@ -28,6 +37,3 @@ class MemoryStorage:
 
     async def delete_runs(self, run_ids: list[str]) -> None:
         """The journal forgets the runs itself."""
-
-    async def aclose(self) -> None:
-        """Nothing to close."""

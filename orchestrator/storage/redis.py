@@ -3,8 +3,8 @@
 Stream entry ids are `0-<seq>`, so a stream id *is* the event's seq: replay after a
 cursor is `XRANGE key (0-<seq> + COUNT n`, and Redis refuses an id at or below the
 last one, which fences off a second writer. One batch is one MULTI/EXEC pipeline.
-Uses coredis, which runs on trio (anyio). The client is entered in `open()` and left
-in `aclose()`; both must run in the same task (the server's).
+Uses coredis, which runs on trio (anyio): `async with RedisStorage.open(url)` holds
+the client for the block (coredis wants it entered and left in the same task).
 
 Keys (prefix `aor:` unless the URL says `?prefix=…`): `<prefix>runs` (hash runId →
 record JSON) and `<prefix>run:{<runId>}:ev` (the stream; braces keep a run's keys in
@@ -21,7 +21,8 @@ a power loss, not on a Redis restart); `"relaxed"` logs a warning and goes on.
 from __future__ import annotations
 
 import logging
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
@@ -69,7 +70,6 @@ class RedisStorage:
         self.prefix = parse_qs(parts.query).get("prefix", ["aor:"])[0]
         self.durability = durability
         self._client: coredis.Redis[bytes] | None = None
-        self._stack = AsyncExitStack()
 
     def _events_key(self, run_id: str) -> str:
         return f"{self.prefix}run:{{{run_id}}}:ev"
@@ -87,20 +87,44 @@ class RedisStorage:
             raise StorageError(f"redis storage {self.url}: cannot connect: {why}") from None
         await stream.aclose()
 
-    async def open(self) -> list[RunRecord]:
-        """Connect, check persistence, and load every run record."""
-        await self._probe()
-        client: coredis.Redis[bytes] = coredis.Redis.from_url(self.url, decode_responses=False)
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, url: str, *, durability: Durability = "strict"
+    ) -> AsyncIterator[RedisStorage]:
+        """Connect and check persistence; the client lives for the block.
+
+        Raises:
+            StorageError: unreachable, or not durable under `strict` (names the URL).
+        """
+        storage = cls(url, durability=durability)
+        await storage._probe()
+        client: coredis.Redis[bytes] = coredis.Redis.from_url(storage.url, decode_responses=False)
+        in_block = False
         try:
-            self._client = await self._stack.enter_async_context(client)
-            await self._check_durability(self._client)
-            raw = await self._client.hgetall(self.prefix + "runs")
-        except StorageError:
-            await self.aclose()
+            async with client:
+                await storage._check_durability(client)
+                storage._client = client
+                in_block = True
+                try:
+                    yield storage
+                finally:
+                    storage._client = None
+        except BaseException as exc:
+            if in_block:  # the block's own failure: not ours to rename
+                raise
+            # coredis's client runs a nursery: our own refusal arrives in a group.
+            leaf = _first_leaf(exc)
+            if isinstance(leaf, StorageError):
+                raise leaf from None
+            if isinstance(leaf, (coredis.exceptions.RedisError, OSError)):
+                raise StorageError(f"redis storage {storage.url}: cannot connect: {leaf}") from None
             raise
-        except (coredis.exceptions.RedisError, OSError) as exc:
-            await self.aclose()
-            raise StorageError(f"redis storage {self.url}: cannot connect: {exc}") from None
+
+    async def load(self) -> list[RunRecord]:
+        """Every run record, in creation order."""
+        assert self._client is not None, "storage is not open"
+        raw = await self._client.hgetall(self.prefix + "runs")
         records = [_decode_record(value) for value in raw.values()]
         return sorted(records, key=RunRecord.sort_key)
 
@@ -156,10 +180,11 @@ class RedisStorage:
                 pipe.delete([self._events_key(run_id)])
             pipe.hdel(self.prefix + "runs", run_ids)
 
-    async def aclose(self) -> None:
-        """Disconnect."""
-        await self._stack.aclose()
-        self._client = None
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _text(value: bytes | str) -> str:

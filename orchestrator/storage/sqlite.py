@@ -9,6 +9,8 @@ the batch and retries it.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -66,7 +68,22 @@ class SqliteStorage:
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
-    def _open(self) -> list[RunRecord]:
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, path: Path) -> AsyncIterator[SqliteStorage]:
+        """Create the file and schema if needed; the connections live for the block.
+
+        Raises:
+            StorageError: the file cannot be used (the message names it and why).
+        """
+        storage = cls(path)
+        await trio.to_thread.run_sync(storage._open, limiter=storage._write_limiter)
+        try:
+            yield storage
+        finally:
+            storage._close()  # directly: quick, and it must run even when cancelled
+
+    def _open(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._writer = self._connect()
@@ -79,12 +96,14 @@ class SqliteStorage:
                 if existing and column not in existing:
                     self._writer.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
             self._reader = self._connect()
-            rows = self._writer.execute(
-                f"SELECT {_COLUMNS} FROM runs ORDER BY created_at, run_id"
-            ).fetchall()
         except (OSError, sqlite3.Error) as exc:
             self._close()
             raise StorageError(f"sqlite storage {str(self.path)!r}: {exc}") from None
+
+    def _load(self) -> list[RunRecord]:
+        conn = self._writer
+        assert conn is not None, "storage is not open"
+        rows = conn.execute(f"SELECT {_COLUMNS} FROM runs ORDER BY created_at, run_id").fetchall()
         return [
             RunRecord(
                 run_id=r[0],
@@ -101,9 +120,9 @@ class SqliteStorage:
             for r in rows
         ]
 
-    async def open(self) -> list[RunRecord]:
-        """Create the schema if needed and load every run record."""
-        return await trio.to_thread.run_sync(self._open, limiter=self._write_limiter)
+    async def load(self) -> list[RunRecord]:
+        """Every run record, in creation order."""
+        return await trio.to_thread.run_sync(self._load, limiter=self._write_limiter)
 
     def _transaction(self, statements: list[tuple[str, list[tuple[object, ...]]]]) -> None:
         conn = self._writer
@@ -183,7 +202,3 @@ class SqliteStorage:
             if conn is not None:
                 conn.close()
         self._reader = self._writer = None
-
-    async def aclose(self) -> None:
-        """Close both connections (directly: it is quick, and must run even when cancelled)."""
-        self._close()

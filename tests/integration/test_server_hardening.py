@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +203,8 @@ async def test_storage_failure_degrades_runs_not_the_server(
 ) -> None:
     """Regression: a failed journal write killed the server within a second (issue 8.3)."""
 
-    def open_storage(config: ServerConfig) -> Storage:
-        return SwitchableStorage()
+    def open_storage(config: ServerConfig) -> AbstractAsyncContextManager[Storage]:
+        return SwitchableStorage.open()
 
     monkeypatch.setattr(app_module, "open_storage", open_storage)
     monkeypatch.setattr(SwitchableStorage, "failing", False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -18,33 +18,27 @@ from orchestrator.storage.memory import MemoryStorage
 from orchestrator.storage.redis import RedisStorage
 from orchestrator.storage.sqlite import SqliteStorage
 
-Factory = Callable[[], Storage]
+Factory = Callable[[], AbstractAsyncContextManager[Storage]]
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
 def factory(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
     if request.param == "memory":
-        return MemoryStorage
+        return MemoryStorage.open
     if request.param == "redis":
         url = request.getfixturevalue("redis_url")  # a fresh keyspace per test
-        return lambda: RedisStorage(url, durability="relaxed")
-    return lambda: SqliteStorage(tmp_path / "j.db")
+        return lambda: RedisStorage.open(url, durability="relaxed")
+    return lambda: SqliteStorage.open(tmp_path / "j.db")
 
 
 @asynccontextmanager
 async def open_journal(
-    storage: Storage, *, tail: int = 8192, max_pending: int = 8192
+    storage: AbstractAsyncContextManager[Storage], *, tail: int = 8192, max_pending: int = 8192
 ) -> AsyncIterator[Journal]:
-    journal = Journal(storage, tail=tail, max_pending=max_pending)
-    try:  # storage is closed however the test ends (a leaked coredis client breaks others)
-        await journal.open()
-        async with trio.open_nursery() as nursery:
-            await nursery.start(journal.run_writer)
-            yield journal
-            await journal.flush()
-            nursery.cancel_scope.cancel()
-    finally:
-        await journal.aclose()
+    # Storage is closed however the test ends (a leaked coredis client breaks others).
+    async with storage as opened, Journal.open(opened, tail=tail, max_pending=max_pending) as j:
+        yield j
+        await j.flush()
 
 
 def record(run_id: str = "run-1") -> RunRecord:
@@ -108,7 +102,9 @@ async def test_producers_wait_when_the_writer_is_behind(factory: Factory) -> Non
 
 
 async def test_durable_tail_is_bounded_and_old_events_come_from_storage(tmp_path: Path) -> None:
-    async with open_journal(SqliteStorage(tmp_path / "t.db"), tail=10, max_pending=5) as journal:
+    async with open_journal(
+        SqliteStorage.open(tmp_path / "t.db"), tail=10, max_pending=5
+    ) as journal:
         journal.create_run(record())
         bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
         for _ in range(100):
@@ -126,10 +122,10 @@ async def test_restart_keeps_history_and_interrupts_running_runs(
 ) -> None:
     url = request.getfixturevalue("redis_url") if backend == "redis" else ""
 
-    def storage() -> Storage:
+    def storage() -> AbstractAsyncContextManager[Storage]:
         if backend == "redis":
-            return RedisStorage(url, durability="relaxed")
-        return SqliteStorage(tmp_path / "r.db")
+            return RedisStorage.open(url, durability="relaxed")
+        return SqliteStorage.open(tmp_path / "r.db")
 
     async with open_journal(storage()) as journal:
         journal.create_run(record("run-done"))
@@ -140,26 +136,20 @@ async def test_restart_keeps_history_and_interrupts_running_runs(
         live = Bus(RunSink("run-live", "sess-1", journal.outlet("run-live")))
         for _ in range(3):
             live.emit_nowait(EventType.REASONING, {"delta": "x"})
-    journal = Journal(storage())
-    try:
-        assert await journal.open() == ["run-live"]
-        async with trio.open_nursery() as nursery:
-            await nursery.start(journal.run_writer)
-            await journal.flush()
-            # Both records have created_at 1.0: ties are broken by runId, never by a hash.
-            assert [(r.run_id, r.status) for r in journal.records()] == [
-                ("run-done", "completed"),
-                ("run-live", "interrupted"),
-            ]
-            entries = await journal.read("run-live", 0, 10)
-            assert [e.seq for e in entries] == [1, 2, 3, 4]
-            assert entries[-1].event.type is EventType.RUN_FINISHED
-            assert entries[-1].event.data["status"] == "interrupted"
-            assert journal.get("run-live").finished
-            assert [e.seq for e in await journal.read("run-done", 0, 10)] == [1, 2]
-            nursery.cancel_scope.cancel()
-    finally:
-        await journal.aclose()
+    async with storage() as opened, Journal.open(opened) as journal:
+        assert journal.interrupted == ["run-live"]
+        await journal.flush()
+        # Both records have created_at 1.0: ties are broken by runId, never by a hash.
+        assert [(r.run_id, r.status) for r in journal.records()] == [
+            ("run-done", "completed"),
+            ("run-live", "interrupted"),
+        ]
+        entries = await journal.read("run-live", 0, 10)
+        assert [e.seq for e in entries] == [1, 2, 3, 4]
+        assert entries[-1].event.type is EventType.RUN_FINISHED
+        assert entries[-1].event.data["status"] == "interrupted"
+        assert journal.get("run-live").finished
+        assert [e.seq for e in await journal.read("run-done", 0, 10)] == [1, 2]
 
 
 async def test_unknown_run(factory: Factory) -> None:
@@ -178,7 +168,7 @@ async def test_flush_waits_for_a_write_in_progress() -> None:
         ) -> None:
             await gate.wait()
 
-    async with open_journal(SlowStorage()) as journal:
+    async with open_journal(SlowStorage.open()) as journal:
         journal.create_run(record())
         Bus(RunSink("run-1", "sess-1", journal.outlet("run-1"))).emit_nowait(
             EventType.RUN_STARTED, {}
@@ -207,11 +197,8 @@ async def test_strict_durability_refuses_a_redis_that_forgets(redis_url: str) ->
         settings = await client.config_get(["appendonly"])
     if settings.get(b"appendonly") == b"yes":
         pytest.skip("this Redis has appendonly yes: nothing to refuse")
-    storage = RedisStorage(redis_url)  # durability="strict" is the default
     with pytest.raises(StorageError, match=r"appendonly is 'no'.*durability: relaxed"):
-        await storage.open()
-    relaxed = RedisStorage(redis_url, durability="relaxed")
-    try:
-        assert await relaxed.open() == []
-    finally:
-        await relaxed.aclose()
+        async with RedisStorage.open(redis_url):  # durability="strict" is the default
+            pass
+    async with RedisStorage.open(redis_url, durability="relaxed") as relaxed:
+        assert await relaxed.load() == []

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -22,9 +23,11 @@ from orchestrator.storage.sqlite import SqliteStorage
 class FlakyStorage(SqliteStorage):
     """SQLite whose writes fail while `failing` is set (a full disk, a dead server)."""
 
+    fail_from_start = False
+
     def __init__(self, path: Path) -> None:
         super().__init__(path)
-        self.failing = False
+        self.failing = FlakyStorage.fail_from_start
         self.attempts = 0
 
     async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
@@ -46,23 +49,16 @@ def record(run_id: str, created_at: float = 1.0, status: str = "running") -> Run
 
 
 @asynccontextmanager
-async def writer(journal: Journal) -> AsyncIterator[trio.Nursery]:
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(journal.run_writer)
-            yield nursery
-            nursery.cancel_scope.cancel()
-    finally:
-        await journal.aclose()
+async def flaky_journal(path: Path, **options: Any) -> AsyncIterator[tuple[Journal, FlakyStorage]]:
+    async with FlakyStorage.open(path) as storage, Journal.open(storage, **options) as journal:
+        assert isinstance(storage, FlakyStorage)
+        yield journal, storage
 
 
 async def test_failed_writes_are_retried_without_loss(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    storage = FlakyStorage(tmp_path / "j.db")
-    journal = Journal(storage, max_pending=16)
-    await journal.open()
-    async with writer(journal):
+    async with flaky_journal(tmp_path / "j.db", max_pending=16) as (journal, storage):
         journal.create_run(record("run-1"))
         bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
         bus.emit_nowait(EventType.RUN_STARTED, {})
@@ -93,12 +89,9 @@ async def test_failed_writes_are_retried_without_loss(
 async def test_runs_that_cannot_be_stored_are_reported_once(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    storage = FlakyStorage(tmp_path / "j.db")
-    journal = Journal(storage, fail_runs_after=10)
     stalled: list[tuple[list[str], str]] = []
-    journal.on_stalled = lambda runs, why: stalled.append((runs, why))
-    await journal.open()
-    async with writer(journal):
+    async with flaky_journal(tmp_path / "j.db", fail_runs_after=10) as (journal, storage):
+        journal.on_stalled = lambda runs, why: stalled.append((runs, why))
         journal.create_run(record("run-1"))
         await journal.flush()
         storage.failing = True
@@ -118,43 +111,34 @@ async def test_start_on_a_failing_store_is_read_only_until_it_recovers(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     path = tmp_path / "j.db"
-    first = Journal(SqliteStorage(path))
-    await first.open()
-    async with writer(first):
+    async with SqliteStorage.open(path) as first_storage, Journal.open(first_storage) as first:
         first.create_run(record("run-old"))
         Bus(RunSink("run-old", "sess-1", first.outlet("run-old"))).emit_nowait(
             EventType.RUN_STARTED, {}
         )
         await first.flush()
-    storage = FlakyStorage(path)
-    storage.failing = True
-    journal = Journal(storage)
-    assert await journal.open() == ["run-old"]  # opening writes nothing: it works
-    async with writer(journal):
-        await trio.sleep(1)
-        assert not journal.healthy
-        assert [e.seq for e in await journal.read("run-old", 0, 10)] == [1]  # still readable
-        storage.failing = False
-        await journal.flush()
-        assert journal.healthy and journal.get("run-old").finished_status == "interrupted"
+    FlakyStorage.fail_from_start = True
+    try:
+        async with flaky_journal(path) as (journal, storage):
+            assert journal.interrupted == ["run-old"]  # opening writes nothing: it works
+            await trio.sleep(1)
+            assert not journal.healthy
+            assert [e.seq for e in await journal.read("run-old", 0, 10)] == [1]  # readable
+            storage.failing = False
+            await journal.flush()
+            assert journal.healthy and journal.get("run-old").finished_status == "interrupted"
+    finally:
+        FlakyStorage.fail_from_start = False
 
 
 async def test_the_final_flush_of_a_dead_store_is_bounded(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    storage = FlakyStorage(tmp_path / "j.db")
-    journal = Journal(storage)
-    await journal.open()
-    storage.failing = True
-    journal.create_run(record("run-1"))
     start = trio.current_time()
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(journal.run_writer)
-            await trio.sleep(1)
-            nursery.cancel_scope.cancel()
-    finally:
-        await journal.aclose()
+    async with flaky_journal(tmp_path / "j.db") as (journal, storage):
+        storage.failing = True
+        journal.create_run(record("run-1"))
+        await trio.sleep(1)
     assert trio.current_time() - start < 13  # 1 s, then at most the 10 s final flush
 
 
@@ -162,10 +146,10 @@ async def test_the_final_flush_of_a_dead_store_is_bounded(
 async def test_retention_trims_runs_and_events_and_feeds_see_a_gap(
     tmp_path: Path, backend: str
 ) -> None:
-    storage: Storage = MemoryStorage() if backend == "memory" else SqliteStorage(tmp_path / "r.db")
-    journal = Journal(storage, tail=50)
-    await journal.open()
-    async with writer(journal):
+    opener: AbstractAsyncContextManager[Storage] = (
+        MemoryStorage.open() if backend == "memory" else SqliteStorage.open(tmp_path / "r.db")
+    )
+    async with opener as storage, Journal.open(storage, tail=50) as journal:
         for n in range(4):
             run_id = f"run-{n}"
             journal.create_run(record(run_id, created_at=float(n)))
@@ -196,10 +180,6 @@ async def test_retention_trims_runs_and_events_and_feeds_see_a_gap(
         await journal.apply_retention(max_age=0.001, max_runs=None, max_run_events=None)
         assert [r.run_id for r in journal.records()] == ["run-3"]
     if backend == "sqlite":  # the deletes reached the file
-        again = Journal(SqliteStorage(tmp_path / "r.db"))
-        await again.open()
-        try:
-            assert [r.run_id for r in again.records()] == ["run-3"]
-            assert again.get("run-3").record.first_seq == 202
-        finally:
-            await again.aclose()
+        async with SqliteStorage.open(tmp_path / "r.db") as reopened:
+            records = await reopened.load()
+        assert [r.run_id for r in records] == ["run-3"] and records[0].first_seq == 202
