@@ -9,6 +9,7 @@ emitted and the agent just returns its final text.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
@@ -43,7 +44,7 @@ from agents.providers.base import Provider
 from agents.spec import AgentSpec
 from agents.tools.base import InstanceState, Tool, ToolContext
 
-__all__ = ["AgentOutcome", "AgentRunner", "TurnLimits", "is_cancellation"]
+__all__ = ["AgentOutcome", "AgentRunner", "Phase", "TurnLimits", "is_cancellation"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,19 @@ _REASONING = EventType.REASONING
 _CHECK_EVERY = 256
 """A turn's size is checked every this-many stream parts (so a limit may be passed by
 up to this many parts; the check costs nothing per delta)."""
+
+
+class Phase(enum.Enum):
+    """An agent instance's lifecycle: idle ⇄ running → finishing → idle.
+
+    `RUNNING` takes messages (they reach the next model turn); `FINISHING` is
+    publishing its final answer or failure and takes none (a sender waits for
+    `IDLE` and runs it again); `IDLE` has no run in progress.
+    """
+
+    IDLE = "idle"
+    RUNNING = "running"
+    FINISHING = "finishing"
 
 
 class TurnLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -124,16 +138,24 @@ class AgentRunner:
         self.usage_node.on_trip = self._budget_tripped
         self.state = InstanceState()
         self.inbox: list[tuple[str, str]] = []
-        self.accepting = False
-        """True while messages sent into the agent will still be seen by its model."""
-        self.running = False
-        """True while a run of the agent is in progress (else it is idle)."""
+        self.phase = Phase.IDLE
+        """Where the instance is in its lifecycle (one state, not a set of flags)."""
         self._scope: trio.CancelScope | None = None
         self._wake = trio.lowlevel.ParkingLot()
         self._idle = trio.lowlevel.ParkingLot()
         self._background: trio.Nursery | None = None
         self._background_running = 0
         self._unsafe_tail: trio.Event | None = None
+
+    @property
+    def running(self) -> bool:
+        """A run of the agent is in progress (it is not idle)."""
+        return self.phase is not Phase.IDLE
+
+    @property
+    def accepting(self) -> bool:
+        """Messages sent into the agent now will still be seen by its model."""
+        return self.phase is Phase.RUNNING
 
     @property
     def agent_key(self) -> str | None:
@@ -182,7 +204,7 @@ class AgentRunner:
         return await self._run()
 
     async def _run(self) -> AgentOutcome:
-        self.running = self.accepting = True
+        self.phase = Phase.RUNNING
         scope = self._scope = trio.CancelScope()
         failure: Exception | None = None
         try:
@@ -224,7 +246,7 @@ class AgentRunner:
                 )
             raise
         finally:
-            self.accepting = self.running = False
+            self.phase = Phase.IDLE
             self._background = None
             self._idle.unpark_all()
 
@@ -232,7 +254,7 @@ class AgentRunner:
         turns = 0
         while True:
             if turns >= self.spec.max_turns:
-                self.accepting = False
+                self.phase = Phase.FINISHING
                 raise AgentFailed(
                     f"agent {self.spec.id!r} reached max_turns ({self.spec.max_turns}) "
                     "without a final answer",
@@ -253,7 +275,7 @@ class AgentRunner:
                 await self._wake.park()
             if self.inbox:
                 continue
-            self.accepting = False
+            self.phase = Phase.FINISHING
             return await self._finish(message.text)
 
     def start_background(
