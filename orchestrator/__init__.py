@@ -7,8 +7,12 @@
             async for event in run:
                 ...
 
-The names below are the public face; everything else may move.
+The names below are the public face; everything else may move. The server's
+(`serve`, `RunningServer`) load on first use, so in-process use does not import
+websockets, Redis or Prometheus clients.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import ConfigError as ConfigError
 from orchestrator.config import ServerConfig as ServerConfig
@@ -22,8 +26,10 @@ from orchestrator.runtime.engine import Orchestrator as Orchestrator
 from orchestrator.runtime.engine import RunStream as RunStream
 from orchestrator.runtime.engine import UnknownAgent as UnknownAgent
 from orchestrator.runtime.run import RunResult as RunResult
-from orchestrator.server.app import RunningServer as RunningServer
-from orchestrator.server.app import serve as serve
+
+if TYPE_CHECKING:
+    from orchestrator.server.app import RunningServer as RunningServer
+    from orchestrator.server.app import serve as serve
 
 __all__ = [
     "ConfigError",
@@ -41,3 +47,11 @@ __all__ = [
     "load_config",
     "serve",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("serve", "RunningServer"):
+        from orchestrator.server import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
