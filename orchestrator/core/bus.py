@@ -16,7 +16,7 @@ import contextvars
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from orchestrator.core.events import Event, EventType, Source
 
@@ -85,6 +85,15 @@ def child_source(
         task_id=task_id,
         parent_tool_call_id=parent_tool_call_id,
     )
+
+
+class ChildTags(TypedDict, total=False):
+    """What a spawn says about a new child: its agent, and where it was spawned from."""
+
+    agent_id: Required[str]
+    agent_name: Required[str]
+    task_id: str | None
+    parent_tool_call_id: str | None
 
 
 class Outlet(Protocol):
@@ -211,23 +220,9 @@ class Bus:
         """Emit without waiting: for lifecycle events, also during cancellation."""
         self.sink.publish_nowait(self.source, type, data, last)
 
-    def child(
-        self,
-        *,
-        agent_id: str,
-        agent_name: str,
-        task_id: str | None = None,
-        parent_tool_call_id: str | None = None,
-    ) -> Bus:
+    def child(self, **tags: Unpack[ChildTags]) -> Bus:
         """A bus for a new child instance; it publishes straight into the same sink."""
-        source = child_source(
-            parent=self.source,
-            root_session_id=self.sink.root_session_id,
-            agent_id=agent_id,
-            agent_name=agent_name,
-            task_id=task_id,
-            parent_tool_call_id=parent_tool_call_id,
-        )
+        source = child_source(parent=self.source, root_session_id=self.sink.root_session_id, **tags)
         return Bus(self.sink, source)
 
 
@@ -263,23 +258,9 @@ class NullBus:
     def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
         """Dropped."""
 
-    def child(
-        self,
-        *,
-        agent_id: str,
-        agent_name: str,
-        task_id: str | None = None,
-        parent_tool_call_id: str | None = None,
-    ) -> NullBus:
+    def child(self, **tags: Unpack[ChildTags]) -> NullBus:
         """A null bus for a new child instance."""
-        source = child_source(
-            parent=self.source,
-            root_session_id=self.root_session_id,
-            agent_id=agent_id,
-            agent_name=agent_name,
-            task_id=task_id,
-            parent_tool_call_id=parent_tool_call_id,
-        )
+        source = child_source(parent=self.source, root_session_id=self.root_session_id, **tags)
         return NullBus(self.run_id, self.root_session_id, source)
 
 
