@@ -59,6 +59,9 @@ class ScriptSpec(BaseModel):
 
     token_delay: float = Field(default=0.0, ge=0)
     """Seconds between streamed words (0: as fast as possible)."""
+    yield_every: int = Field(default=64, ge=1)
+    """With no token_delay, yield to the scheduler every this-many words (1: like a
+    provider whose every delta comes from a socket read)."""
     turns: list[ScriptStep] = Field(default_factory=list)
     """Turn N answers the N-th model call of the agent instance."""
 

@@ -9,6 +9,14 @@ as the baseline.
 
     python -m bench.tree_bench                      # the default matrix
     python -m bench.tree_bench --fanout 2 --depth 4 --deltas 2000 --repeat 3
+    python -m bench.tree_bench --fanout 4 --depth 2 --deltas 20000 --yielding
+
+Every run also reports the garbage collector's full (generation 2) collections and
+the longest collection pause during it (`gc.callbacks`), and a `send_nowait`
+baseline of the same shape: one producer task per agent pushing the same number of
+items into one bounded trio channel (`send_nowait`, awaiting only when full), the
+consumer taking batches. `--yielding` makes every scripted delta (and every
+baseline item) yield to the scheduler, as deltas read from sockets do.
 """
 
 from __future__ import annotations
@@ -26,7 +34,32 @@ from orchestrator.config import LimitsConfig, ServerConfig
 from orchestrator.runtime.engine import Orchestrator
 
 
-def tree_specs(fanout: int, depth: int, deltas: int) -> dict[str, AgentSpec]:
+class GcWatch:
+    """Counts collections per generation and the longest pause, via `gc.callbacks`."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.longest = 0.0
+        self._start = 0.0
+
+    def __enter__(self) -> GcWatch:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.collections[info["generation"]] += 1
+            self.longest = max(self.longest, time.perf_counter() - self._start)
+
+
+def tree_specs(
+    fanout: int, depth: int, deltas: int, *, yield_every: int = 64
+) -> dict[str, AgentSpec]:
     """Agents level0..levelD; level d spawns `fanout` level d+1 children."""
     words = "w " * deltas
     specs = {}
@@ -47,7 +80,7 @@ def tree_specs(fanout: int, depth: int, deltas: int) -> dict[str, AgentSpec]:
             description="bench agent",
             instructions="bench",
             tools=["agent_spawn"],
-            script=ScriptSpec(turns=turns),
+            script=ScriptSpec(turns=turns, yield_every=yield_every),
         )
     return specs
 
@@ -56,21 +89,24 @@ def max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def run_tree(fanout: int, depth: int, deltas: int, capacity: int) -> dict[str, Any]:
+async def run_tree(
+    fanout: int, depth: int, deltas: int, capacity: int, *, yielding: bool = False
+) -> dict[str, Any]:
     config = ServerConfig(
         limits=LimitsConfig(max_depth=depth, max_children=max(fanout, 1), run_timeout_seconds=3600)
     )
-    specs = tree_specs(fanout, depth, deltas)
+    specs = tree_specs(fanout, depth, deltas, yield_every=1 if yielding else 64)
     latencies: list[float] = []
     count = 0
     async with Orchestrator.open(config, specs) as orch:
         gc.collect()
         start = time.perf_counter()
-        async with orch.stream("level0", "bench", capacity=capacity) as stream:
-            async for batch in stream.batches():
-                now = time.time()
-                count += len(batch)
-                latencies.extend(now - e.ts for e in batch[:: max(1, len(batch) // 64)])
+        with GcWatch() as watch:
+            async with orch.stream("level0", "bench", capacity=capacity) as stream:
+                async for batch in stream.batches():
+                    now = time.time()
+                    count += len(batch)
+                    latencies.extend(now - e.ts for e in batch[:: max(1, len(batch) // 64)])
         elapsed = time.perf_counter() - start
         assert stream.result is not None and stream.result.status == "completed"
     latencies.sort()
@@ -82,6 +118,55 @@ async def run_tree(fanout: int, depth: int, deltas: int, capacity: int) -> dict[
         "eps": count / elapsed,
         "p50_us": latencies[len(latencies) // 2] * 1e6,
         "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
+        "full_gc": watch.collections[2],
+        "gc_pause_ms": watch.longest * 1e3,
+    }
+
+
+async def nowait_baseline(
+    producers: int, items: int, capacity: int, *, yielding: bool
+) -> dict[str, Any]:
+    """The bare-trio limit for the same shape: `producers` tasks × `items` items."""
+    send, recv = trio.open_memory_channel[tuple[float, int]](capacity)
+    latencies: list[float] = []
+    count = 0
+
+    async def produce() -> None:
+        for i in range(items):
+            item = (time.time(), i)
+            try:
+                send.send_nowait(item)
+            except trio.WouldBlock:
+                await send.send(item)
+            if yielding or i % 64 == 63:
+                await trio.lowlevel.checkpoint()
+
+    start = time.perf_counter()
+    with GcWatch() as watch:
+        async with trio.open_nursery() as nursery:
+            for _ in range(producers):
+                nursery.start_soon(produce)
+            total = producers * items
+            while count < total:
+                batch = [await recv.receive()]
+                while True:
+                    try:
+                        batch.append(recv.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                now = time.time()
+                count += len(batch)
+                latencies.extend(now - ts for ts, _ in batch[:: max(1, len(batch) // 64)])
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+    return {
+        "events": count,
+        "seconds": elapsed,
+        "eps": count / elapsed,
+        "p50_us": latencies[len(latencies) // 2] * 1e6,
+        "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
+        "full_gc": watch.collections[2],
+        "gc_pause_ms": watch.longest * 1e3,
     }
 
 
@@ -136,31 +221,44 @@ async def main(args: argparse.Namespace) -> None:
     base = median_of([await channel_baseline(args.baseline) for _ in range(args.repeat)])
     rss0 = max_rss_mb()
     runs: dict[tuple[int, int, int], list[dict[str, Any]]] = {w: [] for w in matrix}
+    limits: dict[tuple[int, int, int], list[dict[str, Any]]] = {w: [] for w in matrix}
     for _ in range(args.repeat):  # round-robin, so machine noise spreads over all rows
         for fanout, depth, deltas in matrix:
-            result = await run_tree(fanout, depth, deltas, args.capacity)
-            runs[(fanout, depth, deltas)].append(result)
+            shape = (fanout, depth, deltas)
+            result = await run_tree(fanout, depth, deltas, args.capacity, yielding=args.yielding)
+            runs[shape].append(result)
+            agents = sum(fanout**d for d in range(depth + 1))
+            per_agent = result["events"] // agents
+            limits[shape].append(
+                await nowait_baseline(agents, per_agent, args.capacity, yielding=args.yielding)
+            )
     rss1 = max_rss_mb()
-    rows = [(w, median_of(r)) for w, r in runs.items()]
+    rows = [(w, median_of(r), median_of(limits[w])) for w, r in runs.items()]
 
-    print(f"{'workload':<28}{'agents':>7}{'events':>9}{'events/s':>11}{'p50 µs':>9}{'p99 µs':>9}")
+    print(
+        f"{'workload':<28}{'agents':>7}{'events':>9}{'events/s':>11}{'p50 µs':>9}{'p99 µs':>9}"
+        f"{'full GCs':>9}{'GC ms':>7}{'nowait/s':>11}{'ratio':>7}"
+    )
     print(
         f"{'trio channel baseline':<28}{'-':>7}{base['events']:>9}{base['eps']:>11,.0f}"
         f"{base['p50_us']:>9.0f}{base['p99_us']:>9.0f}"
     )
-    for (fanout, depth, deltas), r in rows:
+    for (fanout, depth, deltas), r, limit in rows:
         name = f"tree F={fanout} D={depth} T={deltas}"
         print(
             f"{name:<28}{r['agents']:>7}{r['events']:>9}{r['eps']:>11,.0f}"
-            f"{r['p50_us']:>9.0f}{r['p99_us']:>9.0f}   runs: {r['eps_all']}"
+            f"{r['p50_us']:>9.0f}{r['p99_us']:>9.0f}{r['full_gc']:>9}{r['gc_pause_ms']:>7.1f}"
+            f"{limit['eps']:>11,.0f}{r['eps'] / limit['eps']:>7.2f}   runs: {r['eps_all']}"
         )
-    by_shape = {(f, d): r["eps"] for (f, d, _), r in rows}
+    by_shape = {(f, d): r["eps"] for (f, d, _), r, _limit in rows}
     for fanout in (2, 1):
         if (fanout, 1) in by_shape and (fanout, 4) in by_shape:
             ratio = by_shape[(fanout, 4)] / by_shape[(fanout, 1)]
             print(f"events/s at depth 4 vs depth 1 (F={fanout}): {ratio:.1%}")
     print(f"max RSS: {rss0:.0f} MB before the tree runs, {rss1:.0f} MB after")
     print(f"repeats: {args.repeat} (median shown), queue capacity {args.capacity}")
+    mode = "every delta yields" if args.yielding else "a checkpoint every 64 deltas"
+    print(f"provider: {mode}; nowait/s = the send_nowait channel of the same shape")
 
 
 if __name__ == "__main__":
@@ -171,4 +269,5 @@ if __name__ == "__main__":
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--capacity", type=int, default=4096)
     parser.add_argument("--baseline", type=int, default=200_000)
+    parser.add_argument("--yielding", action="store_true", help="every delta yields")
     trio.run(main, parser.parse_args())

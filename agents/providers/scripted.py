@@ -34,7 +34,6 @@ from agents.spec import ScriptSpec, ScriptStep
 __all__ = ["ScriptedProvider", "render", "split_tokens"]
 
 _TOKEN = re.compile(r"\s*\S+|\s+")
-_CHECKPOINT_EVERY = 64
 _DEFAULT_FINAL = ScriptStep(say="Done: {input}")
 
 
@@ -110,6 +109,7 @@ class ScriptedProvider:
         step = self.step_for(request)
         variables = _variables(request)
         delay = self._script.token_delay
+        every = self._script.yield_every
         if step.sleep:
             await trio.sleep(step.sleep)
         if step.fail is not None:
@@ -122,7 +122,7 @@ class ScriptedProvider:
                 emitted += 1
                 if delay:
                     await trio.sleep(delay)
-                elif emitted % _CHECKPOINT_EVERY == 0:
+                elif emitted % every == 0:
                     await trio.lowlevel.checkpoint()
                 yield cls(token)
         for key, call in enumerate(step.calls):

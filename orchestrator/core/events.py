@@ -30,7 +30,7 @@ RunStatus = Literal["running", "completed", "failed", "cancelled", "interrupted"
 RUN_STATUSES: tuple[RunStatus, ...] = ("running", "completed", "failed", "cancelled", "interrupted")
 
 
-class Source(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class Source(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
     """Where a child agent's event comes from; `None` on the root agent's own events.
 
     One Source is built per agent instance when it is spawned and shared by all of
@@ -57,8 +57,15 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """The id of the parent's `agent_spawn` call that created this instance."""
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """One event of a run; `seq` is the run's 1-based, gap-free resume cursor."""
+class Event(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
+    """One event of a run; `seq` is the run's 1-based, gap-free resume cursor.
+
+    Not tracked by the garbage collector (`gc=False`): an event refers only to
+    strings, numbers, its Source and its `data` (which never refers back to it), so
+    it can never be part of a cycle. Hundreds of thousands of events a second would
+    otherwise fill generation 0 and promote thousands of queued events into full
+    collections of ~20–35 ms each (docs/benchmarks.md).
+    """
 
     run_id: str
     seq: int
