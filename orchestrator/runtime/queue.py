@@ -20,7 +20,7 @@ __all__ = ["EventQueue"]
 class EventQueue:
     """One producer side shared by a run's agents, one consumer that reads batches."""
 
-    __slots__ = ("_closed", "_items", "_readers", "_writers", "capacity")
+    __slots__ = ("_closed", "_items", "_reader_parked", "_readers", "_writers", "capacity")
 
     def __init__(self, capacity: int = 4096) -> None:
         if capacity < 1:
@@ -29,22 +29,24 @@ class EventQueue:
         self._items: list[Event] = []
         self._closed = False
         self._readers = trio.lowlevel.ParkingLot()
+        self._reader_parked = False
+        """Set by the consumer before it parks: an attribute read is cheaper per event
+        than asking the parking lot."""
         self._writers = trio.lowlevel.ParkingLot()
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def put_nowait(self, event: Event) -> None:
-        """Append an event (may exceed capacity; `over_capacity` then says wait)."""
+    def put_nowait(self, event: Event) -> bool:
+        """Append an event (it may exceed capacity); True: the producer should wait."""
         if self._closed:
             raise trio.ClosedResourceError("event queue is closed")
-        self._items.append(event)
-        if self._readers:
+        items = self._items
+        items.append(event)
+        if self._reader_parked:
+            self._reader_parked = False
             self._readers.unpark_all()
-
-    def over_capacity(self) -> bool:
-        """True when producers should wait for the consumer."""
-        return len(self._items) >= self.capacity and not self._closed
+        return len(items) >= self.capacity
 
     async def wait_writable(self) -> None:
         """Wait until the consumer has made room (or the queue is closed)."""
@@ -67,6 +69,7 @@ class EventQueue:
         while not self._items:
             if self._closed:
                 raise trio.EndOfChannel
+            self._reader_parked = True
             await self._readers.park()
         batch, self._items = self._items, []
         if self._writers:

@@ -7,7 +7,7 @@ Feeds only ever read committed events, so a client never sees an event that a
 restart could lose.
 
 Memory stays bounded: a run whose pending list is full makes its producers wait
-(`over_capacity`); a durable backend keeps only the last `tail` events of a running
+(`put_nowait` says so); a durable backend keeps only the last `tail` events of a running
 run in memory and none of a finished one (they are read back from storage); the
 retention policy forgets old runs and the oldest events of huge runs.
 
@@ -96,8 +96,11 @@ class RunOutlet:
         self._log = log
         self._max_bytes = journal.max_event_bytes
 
-    def put_nowait(self, event: Event) -> None:
-        """Queue the event for the next write batch (cut to `max_event_bytes`)."""
+    def put_nowait(self, event: Event) -> bool:
+        """Queue the event for the next write batch (cut to `max_event_bytes`).
+
+        Returns True when producers should wait (`max_pending` events are queued).
+        """
         log = self._log
         raw = _encode(event)
         if len(raw) > self._max_bytes:
@@ -108,10 +111,7 @@ class RunOutlet:
             log.record.status = str(event.data.get("status", "completed"))
             log.record.finished_at = event.ts
         self._journal.mark(log)
-
-    def over_capacity(self) -> bool:
-        """Producers wait while the writer is behind by `max_pending` events."""
-        return len(self._log.pending) >= self._journal.max_pending
+        return len(log.pending) >= self._journal.max_pending
 
     async def wait_writable(self) -> None:
         """Wait for the writer to take the pending batch."""

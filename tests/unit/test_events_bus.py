@@ -17,10 +17,8 @@ class ListOutlet:
         self.events: list[Event] = []
         self.capacity = capacity
 
-    def put_nowait(self, event: Event) -> None:
+    def put_nowait(self, event: Event) -> bool:
         self.events.append(event)
-
-    def over_capacity(self) -> bool:
         return len(self.events) >= self.capacity
 
     async def wait_writable(self) -> None:
