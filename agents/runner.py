@@ -373,6 +373,7 @@ class AgentRunner:
         turn_usage: UsageReport | None = None
         limits = self.turn_limits
         parts_seen, check_at = 0, _CHECK_EVERY
+        emit, add_text = bus.emit, turn.text_parts.append  # looked up once: per delta
         async with trio.open_nursery() as nursery:
             try:
                 with trio.CancelScope(relative_deadline=limits.timeout) as deadline:
@@ -382,9 +383,10 @@ class AgentRunner:
                             if parts_seen >= check_at:  # every 256 parts: cheap per delta
                                 check_at += _CHECK_EVERY
                                 self._check_turn_size(turn, parts_seen)
-                            if isinstance(part, TextDelta):
-                                turn.text_parts.append(part.text)
-                                await bus.emit(_REASONING, {"delta": part.text})
+                            if type(part) is TextDelta:  # the common case, first and exact
+                                text = part.text
+                                add_text(text)
+                                await emit(_REASONING, {"delta": text})
                             elif isinstance(part, ThinkingDelta):
                                 turn.add_thinking(part.text)
                                 await bus.emit(_REASONING, {"thinkingDelta": part.text})

@@ -114,6 +114,9 @@ class Outlet(Protocol):
 class RunSink:
     """Numbers a run's events (1-based, gap-free) and hands them to the outlet.
 
+    `Bus.emit` (same module) does the numbering inline for speed: one function
+    call per delta instead of three.
+
     All agents of a run share one RunSink, so `seq` order is emission order and
     a child's events precede the parent's TOOL_RESULT that follows them.
     """
@@ -170,30 +173,6 @@ class RunSink:
             self.closed = True
         return event
 
-    async def publish(
-        self,
-        source: Source | None,
-        type: EventType,
-        data: dict[str, Any],
-        last: bool = False,
-    ) -> Event:
-        """Publish, then wait while the outlet is over capacity (backpressure)."""
-        if self.closed:
-            raise RuntimeError(f"run {self.run_id} already finished; cannot emit {type}")
-        self._seq += 1
-        event = Event(
-            run_id=self.run_id,
-            seq=self._seq,
-            ts=self._clock(),
-            type=type,
-            source=source,
-            last=last,
-            data=data,
-        )
-        if self._outlet.put_nowait(event):
-            await self._outlet.wait_writable()
-        return event
-
 
 class Bus:
     """One agent instance's view of its run: emits events stamped with its Source."""
@@ -225,8 +204,26 @@ class Bus:
         return 0 if self.source is None else self.source.depth
 
     async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
-        """Emit one event of this agent, waiting if the run's outlet is full."""
-        await self.sink.publish(self.source, type, data, last)  # RUN_FINISHED never comes here
+        """Emit one event of this agent, waiting if the run's outlet is full.
+
+        `RunSink.publish`, inlined: this is the hot path of every delta of every
+        agent (RUN_FINISHED never comes here, so `closed` needs no update).
+        """
+        sink = self.sink
+        if sink.closed:
+            raise RuntimeError(f"run {sink.run_id} already finished; cannot emit {type}")
+        sink._seq = seq = sink._seq + 1
+        event = Event(
+            run_id=sink.run_id,
+            seq=seq,
+            ts=sink._clock(),
+            type=type,
+            source=self.source,
+            last=last,
+            data=data,
+        )
+        if sink._outlet.put_nowait(event):
+            await sink._outlet.wait_writable()
 
     def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
         """Emit without waiting: for lifecycle events, also during cancellation."""
