@@ -41,6 +41,10 @@ class _Frame(msgspec.Struct):
 _decode = msgspec.json.Decoder(_Frame).decode
 
 
+SERVER_OPTIONS: dict[str, Any] = {}
+"""Extra `server:` settings for every run (`--no-compression`, `--coalesce-ms`)."""
+
+
 def write_config(root: Path, deltas: int, storage: str, delay: float = 0.0) -> Path:
     (root / "subagents").mkdir(parents=True, exist_ok=True)
     talker = {
@@ -50,7 +54,7 @@ def write_config(root: Path, deltas: int, storage: str, delay: float = 0.0) -> P
     }
     (root / "subagents" / "talker.yaml").write_text(yaml.safe_dump(talker))
     config = {
-        "server": {"host": "127.0.0.1", "port": 0, "max_subscriptions": 4},
+        "server": {"host": "127.0.0.1", "port": 0, "max_subscriptions": 4, **SERVER_OPTIONS},
         "storage": storage,
         "models": {"default": {"provider": "scripted"}},
         "subagents_dir": "subagents",
@@ -210,10 +214,16 @@ if __name__ == "__main__":
     parser.add_argument("--replay-deltas", type=int, default=100_000)
     parser.add_argument("--paced-deltas", type=int, default=3000)
     parser.add_argument("--paced-delay", type=float, default=0.001)
+    parser.add_argument("--no-compression", action="store_true", help="server.compression: false")
+    parser.add_argument("--coalesce-ms", type=float, default=None, help="server.live_coalesce_ms")
     parser.add_argument("--client-url", help=argparse.SUPPRESS)
     parser.add_argument("--client-count", type=int, help=argparse.SUPPRESS)
     parsed = parser.parse_args()
     if parsed.client_url:
         trio.run(clients_main, parsed.client_url, parsed.client_count)
     else:
+        if parsed.no_compression:
+            SERVER_OPTIONS["compression"] = False
+        if parsed.coalesce_ms is not None:
+            SERVER_OPTIONS["live_coalesce_ms"] = parsed.coalesce_ms
         trio.run(main, parsed)

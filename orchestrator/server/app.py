@@ -362,6 +362,7 @@ async def _serve(
                     max_size=config.server.max_frame_bytes,
                     max_queue=8,
                     logger=ws_logger,
+                    compression="deflate" if config.server.compression else None,
                 )
             )
             task_status.started(RunningServer(app, ws_server, stop))

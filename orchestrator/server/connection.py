@@ -310,6 +310,7 @@ class Connection:
             filter=filter,
             detail=detail,
             frame_bytes=self.app.frame_bytes,
+            coalesce=self.app.config.server.live_coalesce_ms / 1000,
         )
 
     def _start_feed(self, feed: Feed) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import trio
+
 from orchestrator.core.blocks import BlockMerger
 from orchestrator.core.events import Event, EventType, encode_event
 from orchestrator.core.filters import FeedFilter, FilterSpec
@@ -37,6 +39,7 @@ class Feed:
         detail: str = "full",
         batch_events: int = 1024,
         frame_bytes: int = 256 * 1024,
+        coalesce: float = 0.0,
     ) -> None:
         log = journal.get(run_id)
         self.journal = journal
@@ -51,6 +54,9 @@ class Feed:
         self.blocks = BlockMerger() if detail == "blocks" else None
         self.batch_events = batch_events
         self.frame_bytes = frame_bytes
+        self.coalesce = coalesce
+        """Seconds a caught-up (live) feed waits after a wake-up, so the events of the
+        next moment share one frame: with many watchers, frames — not events — cost."""
 
     def wants(self, event: Event) -> bool:
         """Does this subscription deliver the event?"""
@@ -86,6 +92,8 @@ class Feed:
                 await send(end_frame(self.sub, run_id, log.finished_status or "completed"))
                 return
             await journal.wait(run_id, self.cursor)
+            if self.coalesce:
+                await trio.sleep(self.coalesce)
 
     async def _gap(self, send: Callable[[bytes], Awaitable[None]], to_seq: int) -> None:
         if self.blocks is not None:
