@@ -89,9 +89,9 @@ class ServerSection(BaseModel):
     compression: bool = True
     """Offer permessage-deflate. Compressing each small frame costs server CPU (about a
     tenth of it with 100 live watchers); off saves that on fast networks."""
-    live_coalesce_ms: float = Field(default=2.0, ge=0, le=50)
+    live_coalesce_ms: float = Field(default=0.0, ge=0, le=50)
     """A caught-up subscription waits this long after new events arrive, so the events
-    of that moment go out as one frame (0: a frame per wake-up)."""
+    of that moment go out as one frame (0: a frame per wake-up; see benchmarks.md)."""
 
     @field_validator("tokens", mode="before")
     @classmethod
