@@ -85,6 +85,19 @@ def tree_specs(
     return specs
 
 
+def summary(events: int, elapsed: float, latencies: list[float], **extra: Any) -> dict[str, Any]:
+    """events/s and latency percentiles (latencies in seconds, sorted here)."""
+    latencies.sort()
+    return {
+        "events": events,
+        "seconds": elapsed,
+        "eps": events / elapsed,
+        "p50_us": latencies[len(latencies) // 2] * 1e6,
+        "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
+        **extra,
+    }
+
+
 def max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -109,18 +122,15 @@ async def run_tree(
                     latencies.extend(now - e.ts for e in batch[:: max(1, len(batch) // 64)])
         elapsed = time.perf_counter() - start
         assert stream.result is not None and stream.result.status == "completed"
-    latencies.sort()
     agents = sum(fanout**d for d in range(depth + 1))
-    return {
-        "events": count,
-        "agents": agents,
-        "seconds": elapsed,
-        "eps": count / elapsed,
-        "p50_us": latencies[len(latencies) // 2] * 1e6,
-        "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
-        "full_gc": watch.collections[2],
-        "gc_pause_ms": watch.longest * 1e3,
-    }
+    return summary(
+        count,
+        elapsed,
+        latencies,
+        agents=agents,
+        full_gc=watch.collections[2],
+        gc_pause_ms=watch.longest * 1e3,
+    )
 
 
 async def nowait_baseline(
@@ -158,16 +168,9 @@ async def nowait_baseline(
                 count += len(batch)
                 latencies.extend(now - ts for ts, _ in batch[:: max(1, len(batch) // 64)])
     elapsed = time.perf_counter() - start
-    latencies.sort()
-    return {
-        "events": count,
-        "seconds": elapsed,
-        "eps": count / elapsed,
-        "p50_us": latencies[len(latencies) // 2] * 1e6,
-        "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
-        "full_gc": watch.collections[2],
-        "gc_pause_ms": watch.longest * 1e3,
-    }
+    return summary(
+        count, elapsed, latencies, full_gc=watch.collections[2], gc_pause_ms=watch.longest * 1e3
+    )
 
 
 async def channel_baseline(n: int) -> dict[str, Any]:
@@ -190,14 +193,7 @@ async def channel_baseline(n: int) -> dict[str, Any]:
                     latencies.append(time.time() - ts)
                 i += 1
     elapsed = time.perf_counter() - start
-    latencies.sort()
-    return {
-        "events": n,
-        "seconds": elapsed,
-        "eps": n / elapsed,
-        "p50_us": latencies[len(latencies) // 2] * 1e6,
-        "p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
-    }
+    return summary(n, elapsed, latencies)
 
 
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
