@@ -20,6 +20,8 @@ __all__ = ["cap_event", "truncation_marker"]
 
 _encode = msgspec.json.Encoder().encode
 _MIN_KEEP = 64
+_IDS = frozenset({"toolCallId", "name", "agentId", "status", "errorType", "from"})
+"""Keys an event keeps when it is too wide to cut string by string."""
 
 
 def truncation_marker(cut: int) -> str:
@@ -60,6 +62,3 @@ def cap_event(event: Event, raw: bytes, max_bytes: int) -> tuple[Event, bytes]:
     kept.update(truncated=True, originalBytes=len(raw))
     capped = msgspec.structs.replace(event, data=kept)
     return capped, _encode(capped)
-
-
-_IDS = frozenset({"toolCallId", "name", "agentId", "status", "errorType", "from"})

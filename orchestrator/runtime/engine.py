@@ -10,7 +10,7 @@ async with Orchestrator.open(config) as orch:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 
 import httpx
 import trio
@@ -159,10 +159,11 @@ class Orchestrator:
         for spec in specs.values():
             if spec.model not in config.models:
                 raise SpecError(f"subagent {spec.id!r}: model {spec.model!r} is not configured")
-        if http_client is not None:
-            yield cls(config, specs, ProviderFactory(dict(config.models), http_client), http_client)
-            return
-        async with httpx.AsyncClient() as client:
+        # The caller's client stays open; ours is closed on exit.
+        owned: AbstractAsyncContextManager[httpx.AsyncClient] = (
+            nullcontext(http_client) if http_client is not None else httpx.AsyncClient()
+        )
+        async with owned as client:
             yield cls(config, specs, ProviderFactory(dict(config.models), client), client)
 
     def default_limits(self, max_depth: int | None = None) -> RunLimits:

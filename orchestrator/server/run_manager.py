@@ -48,7 +48,6 @@ class RunManager:
         self.journal = journal
         self._nursery = nursery
         self.active: dict[str, Run] = {}
-        self._owners: dict[str, str | None] = {}
         self._done: dict[str, trio.Event] = {}
         self.max_concurrent = orchestrator.config.limits.max_concurrent_runs
         journal.on_stalled = self.fail_unstorable
@@ -83,7 +82,7 @@ class RunManager:
             )
         owner = principal.name if principal is not None else None
         if principal is not None and principal.name is not None:
-            mine = sum(1 for o in self._owners.values() if o == owner)
+            mine = sum(1 for r in self.active if self.journal.get(r).record.owner == owner)
             if mine >= principal.max_runs:
                 raise LimitExceeded(
                     f"token {owner!r} already has {mine} runs running (its limit is "
@@ -106,7 +105,6 @@ class RunManager:
             orch.catalog, agent_id, input, limits=orch.default_limits(), sink=sink, run_id=run_id
         )
         self.active[run_id] = run
-        self._owners[run_id] = owner
         self._done[run_id] = trio.Event()
         self._nursery.start_soon(self._execute, run)
         return run
@@ -118,7 +116,6 @@ class RunManager:
                 self.journal.end_call_run(run.run_id, result.status)
         finally:
             self.active.pop(run.run_id, None)
-            self._owners.pop(run.run_id, None)
             self._done.pop(run.run_id).set()
 
     async def wait(self, run: Run) -> RunResult:
