@@ -58,7 +58,9 @@ class ScriptSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     token_delay: float = Field(default=0.0, ge=0)
-    """Seconds between streamed words (0: as fast as possible)."""
+    """Seconds between streamed words, on the clock: word n is due n × token_delay
+    after the turn starts, so a consumer that falls behind finds several waiting
+    (0: as fast as possible)."""
     yield_every: int = Field(default=64, ge=1)
     """With no token_delay, yield to the scheduler every this-many words (1: like a
     provider whose every delta comes from a socket read)."""

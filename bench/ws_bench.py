@@ -25,15 +25,27 @@ from typing import Any
 import msgspec
 import trio
 import yaml
+from websockets.client import ClientProtocol
+from websockets.extensions.permessage_deflate import enable_client_permessage_deflate
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Response
 from websockets.trio.client import connect
+from websockets.uri import parse_uri
 
 from orchestrator.config import load_config
-from orchestrator.server.app import RunningServer, serve
+from orchestrator.server.app import RunningServer, serve, settle_heap
+
+
+class _Stamp(msgspec.Struct):
+    ts: float
 
 
 class _Frame(msgspec.Struct):
+    """What the clients read of a frame (msgspec skips the rest: the client measures
+    the server, it must not become the bottleneck itself)."""
+
     op: str
-    events: list[dict[str, Any]] = []
+    events: list[_Stamp] = []
     runId: str | None = None
     status: str | None = None
 
@@ -45,12 +57,15 @@ SERVER_OPTIONS: dict[str, Any] = {}
 """Extra `server:` settings for every run (`--no-compression`, `--coalesce-ms`)."""
 
 
-def write_config(root: Path, deltas: int, storage: str, delay: float = 0.0) -> Path:
+def write_config(
+    root: Path, deltas: int, storage: str, delay: float = 0.0, warmup: float = 0.0
+) -> Path:
+    """A server config whose `talker` waits `warmup` s, then streams `deltas` words."""
     (root / "subagents").mkdir(parents=True, exist_ok=True)
     talker = {
         "description": "streams a lot",
         "instructions": "talk",
-        "script": {"token_delay": delay, "turns": [{"say": "w " * deltas}]},
+        "script": {"token_delay": delay, "turns": [{"say": "w " * deltas, "sleep": warmup}]},
     }
     (root / "subagents" / "talker.yaml").write_text(yaml.safe_dump(talker))
     config = {
@@ -68,40 +83,103 @@ def write_config(root: Path, deltas: int, storage: str, delay: float = 0.0) -> P
 # -- client side (second process) ---------------------------------------------
 
 
+class LeanClient:
+    """A WebSocket client on websockets' Sans-I/O `ClientProtocol`, for measuring.
+
+    `websockets.trio.client` spends two task switches and a queue per received
+    message; with hundreds of connections in one process that, not the server,
+    set the measured latency. Here one read hands every frame it holds to the
+    protocol at once (framing and permessage-deflate still websockets' own), as a
+    browser's native WebSocket does.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.protocol = ClientProtocol(
+            parse_uri(url), extensions=enable_client_permessage_deflate(None), max_size=None
+        )
+        self.url = url
+        self.stream: trio.SocketStream | None = None
+
+    async def __aenter__(self) -> LeanClient:
+        uri = parse_uri(self.url)
+        self.stream = await trio.open_tcp_stream(uri.host, uri.port)
+        self.protocol.send_request(self.protocol.connect())
+        await self._flush()
+        while not any(isinstance(e, Response) for e in await self._events()):
+            pass
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.stream is not None
+        await self.stream.aclose()
+
+    async def _flush(self) -> None:
+        assert self.stream is not None
+        for data in self.protocol.data_to_send():
+            if data:
+                await self.stream.send_all(data)
+
+    async def _events(self) -> list[Any]:
+        assert self.stream is not None
+        data = await self.stream.receive_some(1 << 18)
+        if not data:
+            raise EOFError("the server closed the connection")
+        self.protocol.receive_data(data)
+        await self._flush()  # pongs
+        return self.protocol.events_received()
+
+    async def send(self, text: str) -> None:
+        self.protocol.send_text(text.encode())
+        await self._flush()
+
+    async def messages(self) -> list[bytes]:
+        """The text messages of the next read (at least one)."""
+        while True:
+            out = [
+                bytes(e.data)
+                for e in await self._events()
+                if isinstance(e, Frame) and e.opcode is Opcode.TEXT
+            ]
+            if out:
+                return out
+
+
 async def one_client(
     url: str, index: int, run_id_box: list[str], started: trio.Event, out: list[dict[str, Any]]
 ) -> None:
     latencies: list[float] = []
     count = 0
     first = None
-    async with connect(url, max_size=None) as ws:
+    async with LeanClient(url) as ws:
         if index == 0:
             await ws.send(json.dumps({"op": "run", "id": 0, "agent": "talker", "input": "x"}))
         else:
             await started.wait()
             await ws.send(json.dumps({"op": "subscribe", "id": 0, "runId": run_id_box[0]}))
         while True:
-            raw = await ws.recv(decode=False)
+            raws = await ws.messages()
             now = time.time()
-            frame = _decode(raw)
-            if frame.op == "ack":
-                if index == 0:
-                    run_id_box.append(frame.runId or "")
-                    started.set()
-                continue
-            if first is None:
-                first = now
-            if frame.op == "events":
-                count += len(frame.events)
-                step = max(1, len(frame.events) // 16)
-                latencies.extend(now - e["ts"] for e in frame.events[::step])
-            elif frame.op == "end":
-                elapsed = now - (first or now)
-                out.append({"events": count, "seconds": elapsed, "latencies": latencies})
-                return
+            for raw in raws:
+                frame = _decode(raw)
+                if frame.op == "ack":
+                    if index == 0:
+                        run_id_box.append(frame.runId or "")
+                        started.set()
+                    continue
+                if first is None:
+                    first = now
+                if frame.op == "events":
+                    count += len(frame.events)
+                    step = max(1, len(frame.events) // 16)
+                    latencies.extend(now - e.ts for e in frame.events[::step])
+                elif frame.op == "end":
+                    elapsed = now - (first or now)
+                    out.append({"events": count, "seconds": elapsed, "latencies": latencies})
+                    return
 
 
 async def clients_main(url: str, clients: int) -> None:
+    settle_heap()  # the measuring client must not pause either
     results: list[dict[str, Any]] = []
     started = trio.Event()
     box: list[str] = []
@@ -116,9 +194,13 @@ async def clients_main(url: str, clients: int) -> None:
 
 async def fan_out(deltas: int, clients: int, delay: float = 0.0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        config = load_config(write_config(Path(tmp), deltas, "memory://", delay))
+        # Paced: the talker waits until every client has subscribed, so the latency
+        # measured is that of live events, not of the replay a late subscriber gets.
+        warmup = 1 + clients * 0.003 if delay else 0.0
+        config = load_config(write_config(Path(tmp), deltas, "memory://", delay, warmup))
         async with trio.open_nursery() as nursery:
             server: RunningServer = await nursery.start(functools.partial(serve, config, port=0))
+            settle_heap()  # as `orchestrator serve` does
             proc = await trio.run_process(
                 [
                     sys.executable,

@@ -82,8 +82,8 @@ class ServerSection(BaseModel):
     slow_client_timeout: float = Field(default=60.0, gt=0)
     """Seconds a send to a client may make no progress before the client is closed (4000)."""
     client_buffer_bytes: int = Field(default=512 * 1024, ge=32 * 1024)
-    """About the most bytes of frames queued for one client (8 frames; one event more
-    when a single event is bigger than a frame's share)."""
+    """Events frames are cut at an eighth of this; a client has at most one frame per
+    subscription waiting for it (one event more when a single event is bigger)."""
     shutdown_timeout: float = Field(default=15.0, gt=0)
     """Seconds a graceful shutdown may take; then every connection is dropped."""
     compression: bool = True
@@ -92,6 +92,9 @@ class ServerSection(BaseModel):
     live_coalesce_ms: float = Field(default=0.0, ge=0, le=50)
     """A caught-up subscription waits this long after new events arrive, so the events
     of that moment go out as one frame (0: a frame per wake-up; see benchmarks.md)."""
+    direct_send: bool = True
+    """Write a frame straight to the socket when nothing else is writing to it
+    (orchestrator/server/direct_send.py); false: always `await ws.send()`."""
 
     @field_validator("tokens", mode="before")
     @classmethod

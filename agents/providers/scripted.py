@@ -116,19 +116,28 @@ class ScriptedProvider:
             raise ProviderError(
                 f"scripted failure: {render(step.fail, variables)}", provider=self.kind
             )
+        # With a delay, word n is due `n * delay` after the start, on the clock — as a
+        # remote model's deltas are: a server that falls behind finds several waiting
+        # (and sends them in one go), it does not slow the model down.
+        due = trio.current_time()
         emitted = 0
         for cls, text in ((ThinkingDelta, step.think), (TextDelta, step.say)):
             for token in split_tokens(render(text, variables)):
                 emitted += 1
                 if delay:
-                    await trio.sleep(delay)
+                    due += delay
+                    if trio.current_time() < due:
+                        await trio.sleep_until(due)
+                    elif emitted % every == 0:
+                        await trio.lowlevel.checkpoint()
                 elif emitted % every == 0:
                     await trio.lowlevel.checkpoint()
                 yield cls(token)
         for key, call in enumerate(step.calls):
             args = msgspec.json.encode(render(call.args, variables)).decode()
             if delay:
-                await trio.sleep(delay)
+                due += delay
+                await trio.sleep_until(max(due, trio.current_time()))
             yield ToolCallStart(key, f"call_{key}", call.name)
             yield ToolCallArgs(key, args)
             emitted += max(1, len(args) // 4)

@@ -30,7 +30,7 @@ from orchestrator.runtime.engine import (
     UnknownAgent,
     builtin_tool_names,
 )
-from orchestrator.server.app import serve
+from orchestrator.server.app import serve, settle_heap
 from orchestrator.storage.base import StorageError
 
 __all__ = ["main"]
@@ -172,6 +172,7 @@ def _agents(config: ServerConfig) -> int:
 async def _serve(config: ServerConfig, host: str | None, port: int | None) -> int:
     async with trio.open_nursery() as nursery:
         server = await nursery.start(functools.partial(serve, config, host=host, port=port))
+        settle_heap()
         print(f"orchestrator listening on {server.url} (storage: {config.storage.url})", flush=True)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:

@@ -1,11 +1,15 @@
-"""One WebSocket client: a reader that dispatches ops, one writer, and its feeds.
+"""One WebSocket client: a reader that dispatches ops, and its feeds.
 
-Everything the server sends to this client goes through one bounded frame queue
-and one writer task, so replies keep their order (an `ack` before the events of
-its subscription) and a slow client holds at most `queue_frames` frames. Feeds
-block on that queue, never the run. A send that makes no progress for
-`slow_client_timeout` seconds closes the client with code 4000; it reconnects and
-resumes with `afterSeq`.
+The reader and the feeds send their frames themselves, one at a time under one
+lock, so replies keep their order (an `ack` goes out before the events of its
+subscription). There is no queue of frames: a feed reads the journal only once its
+previous frame is on the socket, so everything that arrived meanwhile goes out in
+its next frame. A client (or a server busy with many clients) that is behind thus
+gets fewer, bigger frames instead of a growing backlog — the latency of a live
+event is one send, not a queue of them — and the server holds at most one frame
+per subscription for it. Feeds wait on the socket, never the run. A send that
+makes no progress for `slow_client_timeout` seconds closes the client with code
+4000; it reconnects and resumes with `afterSeq`.
 
 Every op is checked against the connection's principal: a `user` token sees and
 controls only the runs it started; anything else is `not_found`.
@@ -25,6 +29,7 @@ from orchestrator.core.filters import FilterSpec
 from orchestrator.protocol import ProtocolError
 from orchestrator.runtime.engine import UnknownAgent
 from orchestrator.runtime.run import Run
+from orchestrator.server import direct_send
 from orchestrator.server.auth import Principal
 from orchestrator.server.feed import Feed
 from orchestrator.server.run_manager import AgentNotRunning, LimitExceeded, StorageUnavailable
@@ -65,7 +70,8 @@ class Connection:
         self.app = app
         self.ws = ws
         self.principal = principal
-        self._out, self._out_recv = trio.open_memory_channel[bytes](app.queue_frames)
+        self._send_lock = trio.Lock()
+        self._fd = direct_send.socket_fd(ws) if app.config.server.direct_send else None
         self.feeds: dict[str, Feed] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
         self._calls: set[Run] = set()
@@ -74,14 +80,12 @@ class Connection:
         self._sending_since: float | None = None
         self._nursery: trio.Nursery | None = None
         self._closing = False
-        self._writer_done = trio.Event()
 
     async def serve(self) -> None:
         """Read and dispatch client messages until the connection closes."""
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._writer)
                 nursery.start_soon(self._watchdog)
                 try:
                     while True:  # recv(), not `async for`: leaving early needs no cleanup
@@ -97,31 +101,72 @@ class Connection:
     # -- output ----------------------------------------------------------------
 
     async def reply(self, frame: bytes) -> None:
-        """Queue a frame for the writer (waits while the client is behind)."""
+        """Send one frame, whole and in turn (waits while the client is behind).
+
+        If the connection is gone, the connection's tasks are cancelled: the caller
+        sees `trio.Cancelled`, never an error of its own.
+        """
         if self._closing:
             return
-        await self._out.send(frame)
+        lock = self._send_lock
+        try:  # the usual case, free: no extra trip through the scheduler per frame
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            await self._send(frame)
+        finally:
+            lock.release()
+
+    async def _send(self, frame: bytes) -> None:
+        ws = self.ws
+        if self._fd is not None:
+            try:
+                rest = direct_send.write_now(ws, self._fd, frame)
+            except OSError:
+                await trio.aclose_forcefully(ws.stream)
+                self._gone()
+                await trio.lowlevel.checkpoint_if_cancelled()
+                return
+            if rest == b"":
+                return
+        else:
+            rest = None
+        # A cancelled feed must not cut a frame in half (that would break the stream
+        # for every subscription), so the send is shielded — bounded by a deadline
+        # past the watchdog's, after which the socket is dropped.
+        timeout = self.app.config.server.slow_client_timeout
+        self._sending_since = trio.current_time()
+        try:
+            with trio.CancelScope(shield=True) as shield:
+                shield.relative_deadline = timeout + 10
+                if rest is None:
+                    await ws.send(frame, text=True)
+                else:
+                    async with ws.send_lock:
+                        await ws.stream.send_all(rest)
+        except (ConnectionClosed, trio.ClosedResourceError, trio.BrokenResourceError):
+            self._gone()
+        finally:
+            self._sending_since = None
+        if shield.cancelled_caught:
+            await trio.aclose_forcefully(ws.stream)
+            self._gone()
+        await trio.lowlevel.checkpoint_if_cancelled()
+
+    def _gone(self) -> None:
+        """The socket is closed: end the reader and every feed of this connection."""
+        self._closing = True
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
     async def finish(self, code: int, reason: str) -> None:
-        """Close gracefully: deliver every queued frame, then the close frame."""
+        """Close gracefully: the frame being sent goes out whole, then the close frame."""
         self._closing = True
         for scope in list(self._scopes.values()):
             scope.cancel()
-        await self._out.aclose()
-        await self._writer_done.wait()
-        await self.ws.aclose(code, reason)
-
-    async def _writer(self) -> None:
-        try:
-            async for frame in self._out_recv:
-                self._sending_since = trio.current_time()
-                await self.ws.send(frame, text=True)
-                self._sending_since = None
-        except (ConnectionClosed, trio.ClosedResourceError, trio.BrokenResourceError):
-            if self._nursery is not None:
-                self._nursery.cancel_scope.cancel()
-        finally:
-            self._writer_done.set()
+        async with self._send_lock:
+            await self.ws.aclose(code, reason)
 
     async def _watchdog(self) -> None:
         timeout = self.app.config.server.slow_client_timeout
@@ -317,6 +362,7 @@ class Connection:
         scope = trio.CancelScope()
         self._scopes[feed.sub] = scope
         self.feeds[feed.sub] = feed
+        self.app.subscriptions[self.principal.name] += 1
         assert self._nursery is not None
         self._nursery.start_soon(self._run_feed, feed, scope)
 
@@ -347,4 +393,5 @@ class Connection:
             if self._scopes.get(feed.sub) is scope:
                 del self._scopes[feed.sub]
                 self.feeds.pop(feed.sub, None)
+            self.app.subscriptions[self.principal.name] -= 1
             self.app.feed_ended.unpark_all()

@@ -69,8 +69,12 @@ class Feed:
         journal, run_id = self.journal, self.run_id
         log = journal.get(run_id)
         everything = self.filter.everything and not self.status_only and self.blocks is None
+        behind = False
         while True:
             entries = await journal.read(run_id, self.cursor, self.batch_events)
+            if entries and behind:  # catching up, and frames may go out without a wait:
+                await trio.lowlevel.checkpoint()  # let the others have a turn
+            behind = bool(entries)
             if entries and entries[0].seq > self.cursor + 1:
                 await self._gap(send, entries[0].seq - 1)
             if entries:
@@ -121,6 +125,8 @@ def _split(raws: list[bytes], budget: int) -> list[list[bytes]]:
     """Cut a batch into frames of about `budget` bytes (one event per frame at least)."""
     if not raws:
         return []
+    if sum(map(len, raws)) + len(raws) <= budget:
+        return [raws]
     frames: list[list[bytes]] = []
     current: list[bytes] = []
     size = 0
