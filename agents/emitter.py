@@ -41,6 +41,18 @@ class Emitter(Protocol):
         """Emit without waiting: lifecycle events, also while being cancelled."""
         ...
 
+    def offer(self, type: EventType, data: dict[str, Any]) -> bool:
+        """Emit one event now; True: the outlet is full, `await wait_writable()` next.
+
+        `emit` split in two for the per-delta hot path: a plain call per delta, and
+        an await only when backpressure asks for one (no coroutine per delta).
+        """
+        ...
+
+    async def wait_writable(self) -> None:
+        """Return once the run's outlet has room again."""
+        ...
+
 
 @final
 class NullEmitter:
@@ -55,6 +67,13 @@ class NullEmitter:
 
     def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
         """Nothing to do."""
+
+    def offer(self, type: EventType, data: dict[str, Any]) -> bool:
+        """Nothing to do; never full."""
+        return False
+
+    async def wait_writable(self) -> None:
+        """Never full."""
 
 
 NULL_EMITTER = NullEmitter()

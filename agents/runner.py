@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import aclosing
 from typing import Any
 
@@ -176,15 +176,15 @@ class AgentRunner:
         if self._scope is not None:
             self._scope.cancel()
 
-    async def run(self, task: str) -> AgentOutcome:
-        """Run on `task` until a final answer.
+    def run(self, task: str) -> Coroutine[Any, Any, AgentOutcome]:
+        """Run on `task` until a final answer (await the result).
 
         Raises:
             AgentFailed: after emitting AGENT_ERROR, if the agent failed.
             trio.Cancelled: after emitting AGENT_ERROR `cancelled`/`timeout`.
         """
         self.messages.append(UserMessage(text=task))
-        return await self._run()
+        return self._run()  # not awaited here: one coroutine level less under every delta
 
     async def wait_idle(self) -> None:
         """Return once no run of this agent is in progress."""
@@ -373,52 +373,55 @@ class AgentRunner:
         turn_usage: UsageReport | None = None
         limits = self.turn_limits
         parts_seen, check_at = 0, _CHECK_EVERY
-        emit, add_text = bus.emit, turn.text_parts.append  # looked up once: per delta
+        # Looked up once, used per delta: a plain call, and an await only when full.
+        offer, wait_writable, add_text = bus.offer, bus.wait_writable, turn.text_parts.append
         async with trio.open_nursery() as nursery:
             try:
                 with trio.CancelScope(relative_deadline=limits.timeout) as deadline:
-                    async with aclosing(self.provider.stream(request)) as parts:
-                        async for part in parts:
-                            parts_seen += 1
+                    async with aclosing(self.provider.stream(request)) as batches:
+                        async for batch in batches:
+                            parts_seen += len(batch)
                             if parts_seen >= check_at:  # every 256 parts: cheap per delta
-                                check_at += _CHECK_EVERY
+                                check_at = parts_seen + _CHECK_EVERY
                                 self._check_turn_size(turn, parts_seen)
-                            if type(part) is TextDelta:  # the common case, first and exact
-                                text = part.text
-                                add_text(text)
-                                await emit(_REASONING, {"delta": text})
-                            elif isinstance(part, ThinkingDelta):
-                                turn.add_thinking(part.text)
-                                await bus.emit(_REASONING, {"thinkingDelta": part.text})
-                            elif isinstance(part, ToolCallStart):
-                                turn.start_call(part.key, part.id, part.name)
-                                paths = getattr(self._tools.get(part.name), "stream_paths", ())
-                                if paths:
-                                    readers[part.key] = PartialJson(paths)
-                            elif isinstance(part, ToolCallArgs):
-                                ready = turn.add_args(part.key, part.delta)
-                                call_id, name = turn.call_name(part.key)
-                                data: dict[str, Any] = {
-                                    "toolCallId": call_id,
-                                    "name": name,
-                                    "argsDelta": part.delta,
-                                }
-                                reader = readers.get(part.key)
-                                if reader is not None:
-                                    fields = reader.feed(part.delta)
-                                    if fields:
-                                        data["fields"] = fields
-                                await bus.emit(EventType.TOOL_CALL_DELTA, data)
-                                if ready is not None:
-                                    await self._start_tool(nursery, ready, results)
-                            elif isinstance(part, UsageReport):
-                                turn_usage = part
-                            elif isinstance(part, (ServerToolCall, ServerToolResult)):
-                                turn.add_server(part)  # the provider ran it: show, never run
-                                await bus.emit(*_server_event(part))
-                            else:  # ThinkingEnd, ToolCallEnd, Finish: the assembler decides
-                                for ready in turn.apply(part):
-                                    await self._start_tool(nursery, ready, results)
+                            for part in batch:
+                                if type(part) is TextDelta:  # the common case, first and exact
+                                    text = part.text
+                                    add_text(text)
+                                    if offer(_REASONING, {"delta": text}):
+                                        await wait_writable()
+                                elif isinstance(part, ThinkingDelta):
+                                    turn.add_thinking(part.text)
+                                    await bus.emit(_REASONING, {"thinkingDelta": part.text})
+                                elif isinstance(part, ToolCallStart):
+                                    turn.start_call(part.key, part.id, part.name)
+                                    paths = getattr(self._tools.get(part.name), "stream_paths", ())
+                                    if paths:
+                                        readers[part.key] = PartialJson(paths)
+                                elif isinstance(part, ToolCallArgs):
+                                    ready = turn.add_args(part.key, part.delta)
+                                    call_id, name = turn.call_name(part.key)
+                                    data: dict[str, Any] = {
+                                        "toolCallId": call_id,
+                                        "name": name,
+                                        "argsDelta": part.delta,
+                                    }
+                                    reader = readers.get(part.key)
+                                    if reader is not None:
+                                        fields = reader.feed(part.delta)
+                                        if fields:
+                                            data["fields"] = fields
+                                    await bus.emit(EventType.TOOL_CALL_DELTA, data)
+                                    if ready is not None:
+                                        await self._start_tool(nursery, ready, results)
+                                elif isinstance(part, UsageReport):
+                                    turn_usage = part
+                                elif isinstance(part, (ServerToolCall, ServerToolResult)):
+                                    turn.add_server(part)  # the provider ran it: show, never run
+                                    await bus.emit(*_server_event(part))
+                                else:  # ThinkingEnd, ToolCallEnd, Finish: the assembler decides
+                                    for ready in turn.apply(part):
+                                        await self._start_tool(nursery, ready, results)
                 if deadline.cancelled_caught:
                     raise AgentFailed(
                         f"agent {self.spec.id!r}: a model turn streamed for over "
@@ -495,58 +498,54 @@ class AgentRunner:
         wait_for: trio.Event | None = None,
         done: trio.Event | None = None,
     ) -> None:
+        # One coroutine from the task down to the tool (no helper level): a child
+        # agent streams through every frame of this chain at each of its yields.
         try:
             if wait_for is not None:
                 await wait_for.wait()
-            await self._call_tool(call, args, problem, results)
+            tool = self._tools.get(call.name)
+            if problem is not None or args is None:
+                content, is_error = f"tool {call.name!r}: {problem}", True
+            elif tool is None:
+                available = ", ".join(self._tools) or "none"
+                content = f"unknown tool {call.name!r} (available: {available})"
+                is_error = True
+            else:
+                ctx = ToolContext(
+                    call_id=call.id,
+                    agent_id=self.spec.id,
+                    agent_key=self.agent_key,
+                    depth=self.depth,
+                    usage=self.usage_node,
+                    instance=self.state,
+                    start_background=self.start_background,
+                    run=self.run_context,
+                )
+                try:
+                    content, is_error = await tool.run(args, ctx), False
+                except ToolError as exc:
+                    content, is_error = str(exc), True
+                except Exception as exc:  # a tool bug: an error result for the model, logged here
+                    logger.exception(
+                        "run %s: tool %r of agent %s crashed",
+                        self.bus.run_id or "-",
+                        call.name,
+                        self._who(),
+                    )
+                    content, is_error = (
+                        f"tool {call.name!r} failed: {type(exc).__name__}: {exc}",
+                        True,
+                    )
+            results[call.id] = ToolResultMessage(
+                tool_call_id=call.id, name=call.name, content=content, is_error=is_error
+            )
+            await self.bus.emit(
+                EventType.TOOL_RESULT,
+                {"toolCallId": call.id, "name": call.name, "content": content, "isError": is_error},
+            )
         finally:
             if done is not None:
                 done.set()
-
-    async def _call_tool(
-        self,
-        call: ToolCall,
-        args: dict[str, Any] | None,
-        problem: str | None,
-        results: dict[str, ToolResultMessage],
-    ) -> None:
-        tool = self._tools.get(call.name)
-        if problem is not None or args is None:
-            content, is_error = f"tool {call.name!r}: {problem}", True
-        elif tool is None:
-            available = ", ".join(self._tools) or "none"
-            content = f"unknown tool {call.name!r} (available: {available})"
-            is_error = True
-        else:
-            ctx = ToolContext(
-                call_id=call.id,
-                agent_id=self.spec.id,
-                agent_key=self.agent_key,
-                depth=self.depth,
-                usage=self.usage_node,
-                instance=self.state,
-                start_background=self.start_background,
-                run=self.run_context,
-            )
-            try:
-                content, is_error = await tool.run(args, ctx), False
-            except ToolError as exc:
-                content, is_error = str(exc), True
-            except Exception as exc:  # a tool bug: an error result for the model, logged here
-                logger.exception(
-                    "run %s: tool %r of agent %s crashed",
-                    self.bus.run_id or "-",
-                    call.name,
-                    self._who(),
-                )
-                content, is_error = f"tool {call.name!r} failed: {type(exc).__name__}: {exc}", True
-        results[call.id] = ToolResultMessage(
-            tool_call_id=call.id, name=call.name, content=content, is_error=is_error
-        )
-        await self.bus.emit(
-            EventType.TOOL_RESULT,
-            {"toolCallId": call.id, "name": call.name, "content": content, "isError": is_error},
-        )
 
 
 def is_cancellation(exc: BaseException) -> bool:

@@ -78,8 +78,8 @@ async def post_sse(
     limits: httpx.Timeout,
     *,
     provider: str,
-) -> AsyncGenerator[SseEvent, None]:
-    """POST `body` and yield the SSE events of the response, then check the tail.
+) -> AsyncGenerator[list[SseEvent], None]:
+    """POST `body` and yield the SSE events of each read of the response, then check the tail.
 
     Raises:
         ProviderError: HTTP status, transport failure, timeout, oversized event.
@@ -100,8 +100,9 @@ async def post_sse(
                     retry_after=parse_retry_after(response.headers.get("retry-after")),
                 )
             async for chunk in response.aiter_bytes():
-                for event in decoder.feed(chunk):
-                    yield event
+                events = decoder.feed(chunk)
+                if events:
+                    yield events
         decoder.close()
     except httpx.TimeoutException as exc:
         raise ProviderError(

@@ -42,16 +42,16 @@ class RetryingProvider:
         self.retries = 0
         """Retries made so far (for tests and metrics)."""
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamPart, None]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[list[StreamPart], None]:
         """The inner stream, retried while it fails before any output."""
         attempt = 0
         while True:
             emitted = False
             try:
                 async with aclosing(self.inner.stream(request)) as parts:
-                    async for part in parts:
+                    async for batch in parts:
                         emitted = True
-                        yield part
+                        yield batch
                 return
             except ProviderError as exc:
                 if emitted or not exc.retryable or attempt >= self.max_retries:

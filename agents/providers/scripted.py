@@ -104,7 +104,7 @@ class ScriptedProvider:
         finals = [step for step in turns if not step.calls and step.fail is None]
         return finals[-1] if finals else _DEFAULT_FINAL
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamPart, None]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[list[StreamPart], None]:
         """Stream the scripted turn for `request`."""
         step = self.step_for(request)
         variables = _variables(request)
@@ -116,30 +116,35 @@ class ScriptedProvider:
             raise ProviderError(
                 f"scripted failure: {render(step.fail, variables)}", provider=self.kind
             )
-        # With a delay, word n is due `n * delay` after the start, on the clock — as a
-        # remote model's deltas are: a server that falls behind finds several waiting
-        # (and sends them in one go), it does not slow the model down.
-        due = trio.current_time()
-        emitted = 0
-        for cls, text in ((ThinkingDelta, step.think), (TextDelta, step.say)):
-            for token in split_tokens(render(text, variables)):
-                emitted += 1
-                if delay:
-                    due += delay
-                    if trio.current_time() < due:
-                        await trio.sleep_until(due)
-                    elif emitted % every == 0:
-                        await trio.lowlevel.checkpoint()
-                elif emitted % every == 0:
-                    await trio.lowlevel.checkpoint()
-                yield cls(token)
+        words: list[StreamPart] = [
+            ThinkingDelta(token) for token in split_tokens(render(step.think, variables))
+        ]
+        words += [TextDelta(token) for token in split_tokens(render(step.say, variables))]
+        emitted = len(words)
+        if delay:
+            # Word n is due `n * delay` after the start, on the clock — as a remote
+            # model's deltas are: a consumer that falls behind finds several waiting
+            # (one read, one batch), it does not slow the model down.
+            start, sent = trio.current_time(), 0
+            while sent < len(words):
+                await trio.sleep_until(start + (sent + 1) * delay)
+                due = min(int((trio.current_time() - start) / delay + 1e-9), len(words))
+                yield words[sent:due]
+                sent = due
+        else:
+            for i in range(0, len(words), every):  # one batch, then a checkpoint
+                yield words[i : i + every]
+                await trio.lowlevel.checkpoint()
+        calls: list[StreamPart] = []
         for key, call in enumerate(step.calls):
             args = msgspec.json.encode(render(call.args, variables)).decode()
-            if delay:
-                due += delay
-                await trio.sleep_until(max(due, trio.current_time()))
-            yield ToolCallStart(key, f"call_{key}", call.name)
-            yield ToolCallArgs(key, args)
+            calls += [ToolCallStart(key, f"call_{key}", call.name), ToolCallArgs(key, args)]
             emitted += max(1, len(args) // 4)
-        yield Finish("tool_calls" if step.calls else "stop")
-        yield UsageReport(_count_words(request), emitted)
+        if calls:
+            if delay:
+                await trio.sleep(delay)
+            yield calls
+        yield [
+            Finish("tool_calls" if step.calls else "stop"),
+            UsageReport(_count_words(request), emitted),
+        ]

@@ -83,7 +83,7 @@ class SseProvider:
         """How this provider sends its API key."""
         return {"Authorization": f"Bearer {key}"}
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamPart, None]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[list[StreamPart], None]:
         """POST the request and yield the normalized stream."""
         body = type(self).encode(request, model=self._config.model, params=self._config.params)
         headers = {"Accept": "text/event-stream", **self.extra_headers}
@@ -94,11 +94,20 @@ class SseProvider:
         events = post_sse(self._client, self._url, body, headers, self._timeout, provider=self.kind)
         try:
             async with aclosing(events):
-                async for event in events:
-                    for part in normalizer.feed_event(event):
-                        yield part
-            for part in normalizer.end():
-                yield part
+                async for batch in events:
+                    parts: list[StreamPart] = []
+                    try:
+                        for event in batch:
+                            parts.extend(normalizer.feed_event(event))
+                    except Exception:
+                        if parts:  # what came before the error still counts
+                            yield parts
+                        raise
+                    if parts:
+                        yield parts
+            parts = list(normalizer.end())
+            if parts:
+                yield parts
         finally:
             if normalizer.ignored:  # never dropped without a trace
                 shown = ", ".join(f"{k} ×{n}" for k, n in sorted(normalizer.ignored.items()))

@@ -204,7 +204,12 @@ class Bus:
         return 0 if self.source is None else self.source.depth
 
     async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
-        """Emit one event of this agent, waiting if the run's outlet is full.
+        """Emit one event of this agent, waiting if the run's outlet is full."""
+        if self.offer(type, data, last):
+            await self.sink._outlet.wait_writable()
+
+    def offer(self, type: EventType, data: dict[str, Any], last: bool = False) -> bool:
+        """Emit one event now; True: the outlet is full, `await wait_writable()` next.
 
         `RunSink.publish`, inlined: this is the hot path of every delta of every
         agent (RUN_FINISHED never comes here, so `closed` needs no update).
@@ -213,17 +218,14 @@ class Bus:
         if sink.closed:
             raise RuntimeError(f"run {sink.run_id} already finished; cannot emit {type}")
         sink._seq = seq = sink._seq + 1
-        event = Event(
-            run_id=sink.run_id,
-            seq=seq,
-            ts=sink._clock(),
-            type=type,
-            source=self.source,
-            last=last,
-            data=data,
+        # Positional, in field order (run_id, seq, ts, type, source, last, data).
+        return sink._outlet.put_nowait(
+            Event(sink.run_id, seq, sink._clock(), type, self.source, last, data)
         )
-        if sink._outlet.put_nowait(event):
-            await sink._outlet.wait_writable()
+
+    async def wait_writable(self) -> None:
+        """Return once the run's outlet has room again."""
+        await self.sink._outlet.wait_writable()
 
     def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
         """Emit without waiting: for lifecycle events, also during cancellation."""
@@ -266,6 +268,13 @@ class NullBus:
 
     def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
         """Dropped."""
+
+    def offer(self, type: EventType, data: dict[str, Any]) -> bool:
+        """Dropped; never full."""
+        return False
+
+    async def wait_writable(self) -> None:
+        """Never full."""
 
     def child(self, **tags: Unpack[ChildTags]) -> NullBus:
         """A null bus for a new child instance."""

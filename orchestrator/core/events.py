@@ -57,14 +57,15 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False
     """The id of the parent's `agent_spawn` call that created this instance."""
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
+class Event(msgspec.Struct, frozen=True, rename="camel", gc=False):
     """One event of a run; `seq` is the run's 1-based, gap-free resume cursor.
 
     Not tracked by the garbage collector (`gc=False`): an event refers only to
     strings, numbers, its Source and its `data` (which never refers back to it), so
     it can never be part of a cycle. Hundreds of thousands of events a second would
     otherwise fill generation 0 and promote thousands of queued events into full
-    collections of ~20–35 ms each (docs/benchmarks.md).
+    collections of ~20–35 ms each (docs/benchmarks.md). Positional construction
+    is allowed (and used on the per-delta path, where it is measurably cheaper).
     """
 
     run_id: str

@@ -110,3 +110,15 @@ async def test_a_refusal_ends_the_turn_visibly(tmp_path: Path) -> None:
     )
     last = next(e for e in of_type(events, EventType.REASONING) if e.last)
     assert last.data["finishReason"] == "refusal" and last.data["text"] == ""
+
+
+async def test_deltas_read_together_with_an_error_still_reach_the_agent(tmp_path: Path) -> None:
+    """Regression (parts batched per network read): an Anthropic `overloaded_error`
+    arriving in the same read as the text before it lost that text, because the
+    normalizer raised before the read's parts were handed over."""
+    recording = (FIXTURES / "anthropic_overloaded_midstream.sse").read_bytes()
+    events, _ = await run_replies(tmp_path, "anthropic", [recording], max_retries=0)
+    deltas = [e.data["delta"] for e in of_type(events, EventType.REASONING) if "delta" in e.data]
+    assert deltas == ["Par"]
+    (error,) = of_type(events, EventType.AGENT_ERROR)
+    assert error.data["errorType"] == "provider_error" and "Overloaded" in error.data["message"]

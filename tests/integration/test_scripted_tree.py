@@ -263,7 +263,9 @@ async def test_child_that_raises_becomes_error_result(
 ) -> None:
     original = ScriptedProvider.stream
 
-    def stream(self: ScriptedProvider, request: ModelRequest) -> AsyncGenerator[StreamPart, None]:
+    def stream(
+        self: ScriptedProvider, request: ModelRequest
+    ) -> AsyncGenerator[list[StreamPart], None]:
         if request.system == "explode":
             raise RuntimeError("kaboom")
         return original(self, request)

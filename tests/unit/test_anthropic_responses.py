@@ -316,21 +316,21 @@ class FlakyProvider:
         self.calls = 0
         self.fail_after_output = fail_after_output
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamPart, None]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[list[StreamPart], None]:
         self.calls += 1
         if self.fail_after_output:
-            yield TextDelta("partial")
+            yield [TextDelta("partial")]
         if self.failures:
             raise self.failures.pop(0)
-        yield TextDelta("ok")
-        yield Finish("stop")
+        yield [TextDelta("ok")]
+        yield [Finish("stop")]
 
 
 REQUEST = ModelRequest(system="s", messages=(UserMessage(text="x"),))
 
 
 async def collect(provider: RetryingProvider) -> list[StreamPart]:
-    return [part async for part in provider.stream(REQUEST)]
+    return [part async for batch in provider.stream(REQUEST) for part in batch]
 
 
 async def test_retries_before_output_with_backoff(autojump_clock: trio.testing.MockClock) -> None:

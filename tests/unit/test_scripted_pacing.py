@@ -22,13 +22,14 @@ async def test_a_slow_consumer_finds_the_words_waiting(
     request = ModelRequest(system="s", messages=(UserMessage(text="t"),))
     start = trio.current_time()
     arrivals: list[float] = []
-    async for part in provider.stream(request):
-        if isinstance(part, TextDelta):
-            arrivals.append(trio.current_time() - start)
-            if len(arrivals) == 40:
-                await trio.sleep(0.5)
+    async for batch in provider.stream(request):
+        for part in batch:
+            if isinstance(part, TextDelta):
+                arrivals.append(trio.current_time() - start)
+        if len(arrivals) == 40:
+            await trio.sleep(0.5)
     assert len(arrivals) == 100
     assert arrivals[0] == pytest.approx(0.01)
     assert arrivals[-1] == pytest.approx(1.0)
-    # After the stall, the words due meanwhile come at once.
+    # After the stall, the words due meanwhile come at once, in one batch.
     assert arrivals[40] == pytest.approx(0.9) and arrivals[89] == pytest.approx(0.9)
