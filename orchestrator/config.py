@@ -17,6 +17,7 @@ from agents.model_config import ModelConfig
 from agents.yaml_loader import load_yaml_model
 
 __all__ = [
+    "ClusterConfig",
     "ConfigError",
     "LimitsConfig",
     "RetentionConfig",
@@ -222,6 +223,23 @@ class StorageConfig(BaseModel):
         return MEMORY_RETENTION if self.url.startswith("memory://") else RetentionConfig()
 
 
+class ClusterConfig(BaseModel):
+    """`cluster:` — many instances on one Redis share the runs (docs/cluster.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    """Instances with the same storage and name form one cluster."""
+    worker: bool = True
+    """This instance executes runs (false: a gateway only)."""
+    max_runs: int = Field(default=16, ge=1, le=10_000)
+    """Runs one worker executes at once."""
+    lease_seconds: float = Field(default=10.0, ge=1, le=3600)
+    """A worker that stops renewing loses its runs after this long."""
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    """A run whose worker died this many times ends `failed` (`worker_lost`)."""
+
+
 class ServerConfig(BaseModel):
     """The whole server.yaml."""
 
@@ -236,6 +254,8 @@ class ServerConfig(BaseModel):
     subagents_dir: str = "subagents"
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    cluster: ClusterConfig | None = None
+    """None: one process, any storage. Set: a cluster on the `redis://` storage."""
     base_dir: Path = Field(default=Path("."), exclude=True)
     """Directory of the config file; relative paths resolve against it."""
 
@@ -243,6 +263,14 @@ class ServerConfig(BaseModel):
     @classmethod
     def _storage_url(cls, value: Any) -> Any:
         return {"url": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _cluster_needs_redis(self) -> ServerConfig:
+        if self.cluster is not None and not self.storage.url.startswith("redis://"):
+            raise ValueError(
+                f"cluster: needs redis:// storage (the cluster lives in it), not {self.storage.url}"
+            )
+        return self
 
     @property
     def tools_root(self) -> Path:

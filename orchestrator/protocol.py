@@ -204,7 +204,7 @@ class ErrorFrame(_Frame, tag="error"):
     id: MessageId = None
 
 
-class RunInfo(msgspec.Struct, kw_only=True, rename="camel"):
+class RunInfo(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
     """One entry of the `runs` reply."""
 
     run_id: str
@@ -213,6 +213,10 @@ class RunInfo(msgspec.Struct, kw_only=True, rename="camel"):
     created_at: float
     finished_at: float | None
     owner: str | None
+    worker: str | None = None
+    """Cluster mode: the instance executing (or that last executed) the run."""
+    attempt: int | None = None
+    """Cluster mode: 1 for the first worker, +1 per takeover."""
 
 
 class RunsReply(_Frame, tag="runs"):

@@ -21,6 +21,7 @@ from agents.errors import SpecError
 from agents.spec import load_specs
 from orchestrator.cli.render import render_tree
 from orchestrator.cli.watch import check_url, watch_main
+from orchestrator.cluster.node import run_worker
 from orchestrator.config import ConfigError, ServerConfig, load_config
 from orchestrator.core.events import encode_event
 from orchestrator.core.tree import TreeView
@@ -62,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path, default=None, help="server config (YAML)")
     serve.add_argument("--host", default=None, help="override server.host")
     serve.add_argument("--port", type=int, default=None, help="override server.port")
+
+    worker = sub.add_parser(
+        "worker", help="execute the runs of a cluster (no listening socket; needs `cluster:`)"
+    )
+    worker.add_argument("--config", type=Path, default=None, help="server config (YAML)")
 
     watch = sub.add_parser("watch", help="follow a run on a server, live")
     watch.add_argument("run_id", help="the run to follow")
@@ -169,6 +175,24 @@ def _agents(config: ServerConfig) -> int:
     return 0
 
 
+async def _worker(config: ServerConfig) -> int:
+    async with trio.open_nursery() as nursery:
+        node = await nursery.start(functools.partial(run_worker, config))
+        settle_heap()
+        assert node.worker is not None
+        print(
+            f"orchestrator worker {node.worker.name} in cluster {node.config.name!r} "
+            f"(storage: {config.storage.url})",
+            flush=True,
+        )
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                print(f"{signal.Signals(signum).name}: stopping…", file=sys.stderr, flush=True)
+                nursery.cancel_scope.cancel()
+                break
+    return 0
+
+
 async def _serve(config: ServerConfig, host: str | None, port: int | None) -> int:
     async with trio.open_nursery() as nursery:
         server = await nursery.start(functools.partial(serve, config, host=host, port=port))
@@ -263,11 +287,13 @@ def _main(args: argparse.Namespace) -> int:
     if args.command == "watch":
         return _watch(args)
     config = _load(args.config)
-    if args.command == "serve":
+    if args.command in ("serve", "worker"):
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
         logging.getLogger("coredis").setLevel(logging.WARNING)  # one line per retry
+        if args.command == "worker":
+            return trio.run(_worker, config)
         return trio.run(_serve, config, args.host, args.port)
     if args.command == "agents":
         return _agents(config)

@@ -130,12 +130,14 @@ class RunSink:
         outlet: Outlet,
         *,
         clock: Callable[[], float] = time.time,
+        after_seq: int = 0,
     ) -> None:
         self.run_id = run_id
         self.root_session_id = root_session_id
         self._outlet = outlet
         self._clock = clock
-        self._seq = 0
+        self._seq = after_seq
+        """The last seq handed out (`after_seq`: a run continued by another worker)."""
         self.closed = False
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -28,13 +29,16 @@ from websockets.http11 import Request, Response
 from websockets.trio.server import Server, ServerConnection
 from websockets.trio.server import serve as ws_serve
 
-from orchestrator.config import ConfigError, ServerConfig
+from orchestrator.cluster.gateway import QueuedRun
+from orchestrator.cluster.node import Node, open_node
+from orchestrator.config import ClusterConfig, ConfigError, ServerConfig
 from orchestrator.core.events import RUN_STATUSES
-from orchestrator.runtime.engine import Orchestrator
+from orchestrator.runtime.engine import Orchestrator, UnknownAgent
+from orchestrator.runtime.run import Run, RunResult
 from orchestrator.server.auth import Auth, Principal, RedactTokens
 from orchestrator.server.connection import Connection, release
-from orchestrator.server.run_manager import RunManager
-from orchestrator.storage.base import Storage
+from orchestrator.server.run_manager import RunManager, StorageUnavailable
+from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.memory import MemoryStorage
 from orchestrator.storage.redis import RedisStorage
@@ -77,6 +81,7 @@ async def open_journal(config: ServerConfig) -> AsyncIterator[Journal]:
             max_event_bytes=config.limits.max_event_bytes,
             fail_runs_after=config.storage.fail_runs_after_seconds,
             retention=(retention.max_age_seconds, retention.max_runs, retention.max_run_events),
+            cluster=config.cluster is not None,
         ) as journal,
     ):
         yield journal
@@ -103,6 +108,61 @@ class ServerApp:
         """Unparked whenever a subscription ends (shutdown waits on it)."""
         self.registry = CollectorRegistry()
         self.registry.register(_AppCollector(self))
+        self.node: Node | None = None
+        """Cluster mode: this instance's part of the cluster (runs are queued there)."""
+
+    # -- runs, here or in the cluster ---------------------------------------------
+
+    async def start_run(
+        self, agent_id: str, input: str, *, stream: bool, principal: Principal
+    ) -> Run | QueuedRun:
+        """Start a run here, or queue it for the cluster's workers.
+
+        Raises:
+            UnknownAgent, LimitExceeded, StorageUnavailable: as `RunManager.start`.
+        """
+        gateway = self.node.gateway if self.node is not None else None
+        if gateway is None:
+            return self.runs.start(agent_id, input, stream=stream, principal=principal)
+        if agent_id not in self.orchestrator.specs:
+            raise UnknownAgent(agent_id, sorted(self.orchestrator.specs))
+        try:
+            return await gateway.start(agent_id, input, principal=principal)
+        except Exception as exc:
+            raise StorageUnavailable(f"cannot queue the run: {type(exc).__name__}: {exc}") from exc
+
+    async def cancel_run(self, run_id: str) -> None:
+        """Cancel a run wherever it runs."""
+        if self.node is not None and self.node.gateway is not None:
+            await self.node.gateway.cancel(run_id)
+        else:
+            self.runs.cancel(run_id)
+
+    async def send_to_run(self, run_id: str, agent_key: str | None, message: str) -> None:
+        """Deliver a person's message to an agent of a run, wherever it runs.
+
+        Raises:
+            AgentNotRunning: (one process) the run or that agent is not running.
+        """
+        if self.node is not None and self.node.gateway is not None:
+            await self.node.gateway.send(run_id, agent_key, message)
+        else:
+            self.runs.send(run_id, agent_key, message)
+
+    async def wait_run(self, run: Run | QueuedRun) -> RunResult:
+        """The result of a run this client started without streaming."""
+        if isinstance(run, QueuedRun):
+            assert self.node is not None and self.node.gateway is not None
+            return await self.node.gateway.wait(run)
+        return await self.runs.wait(run)
+
+    async def page_runs(
+        self, *, limit: int, before: str | None, owner: str | None
+    ) -> tuple[list[RunRecord], bool]:
+        """A page of runs, newest first (cluster mode: every run of the cluster)."""
+        if self.node is not None:
+            return await self.node.store.page(limit=limit, before=before, owner=owner)
+        return self.journal.page(limit=limit, before=before, owner=owner)
 
     async def handler(self, ws: ServerConnection) -> None:
         """Serve one WebSocket connection; returns only once it is fully closed."""
@@ -166,14 +226,20 @@ class ServerApp:
         return None
 
     def _health(self, conn: ServerConnection) -> Response:
-        if self.journal.healthy:
-            return _respond(conn, HTTPStatus.OK, b'{"status":"ok"}', "application/json")
-        return _respond(
-            conn,
-            HTTPStatus.SERVICE_UNAVAILABLE,
-            b'{"status":"degraded","storage":"failing","runs":"refused"}',
-            "application/json",
+        body: dict[str, object] = (
+            {"status": "ok"}
+            if self.journal.healthy
+            else {"status": "degraded", "storage": "failing", "runs": "refused"}
         )
+        node = self.node
+        if node is not None:
+            body["cluster"] = node.config.name
+            body["role"] = node.role
+            if node.worker is not None:
+                body["worker"] = node.worker.name
+                body["runs"] = len(node.worker.owned) if self.journal.healthy else "refused"
+        status = HTTPStatus.OK if self.journal.healthy else HTTPStatus.SERVICE_UNAVAILABLE
+        return _respond(conn, status, json.dumps(body).encode(), "application/json")
 
     def slowest_lag(self) -> int:
         """How many committed events the furthest-behind subscription still has to read."""
@@ -264,6 +330,35 @@ class _AppCollector(Collector):
             "Finished runs deleted by the retention policy",
             value=journal.runs_deleted,
         )
+        node = app.node
+        if node is None:
+            return
+        yield GaugeMetricFamily(
+            "orchestrator_cluster_queue_depth",
+            "Queued runs no worker has taken yet (refreshed every 2 s)",
+            value=node.queue_depth,
+        )
+        worker = node.worker
+        if worker is None:
+            return
+        yield GaugeMetricFamily(
+            "orchestrator_cluster_runs_owned", "Runs this worker executes", value=len(worker.owned)
+        )
+        yield CounterMetricFamily(
+            "orchestrator_cluster_lease_renewals",
+            "Leases this worker renewed",
+            value=worker.lease_renewals,
+        )
+        yield CounterMetricFamily(
+            "orchestrator_cluster_leases_lost",
+            "Runs this worker stopped because it lost their lease",
+            value=worker.leases_lost,
+        )
+        yield CounterMetricFamily(
+            "orchestrator_cluster_takeovers",
+            "Runs this worker took over from a worker that stopped renewing",
+            value=worker.takeovers,
+        )
 
 
 class RunningServer:
@@ -314,6 +409,18 @@ class RunningServer:
             for ws in list(self.ws_server.all_connections):
                 await trio.aclose_forcefully(ws.stream)
         self._stop.cancel()
+
+
+async def _join_cluster(
+    config: ClusterConfig,
+    journal: Journal,
+    runs: RunManager,
+    *,
+    task_status: trio.TaskStatus[Node],
+) -> None:
+    async with open_node(config, journal, runs, gateway=True) as node:
+        task_status.started(node)
+        await trio.sleep_forever()
 
 
 def settle_heap() -> None:
@@ -376,6 +483,8 @@ async def _serve(
         ):
             runs = RunManager(orch, journal, run_nursery)
             app = ServerApp(config, orch, journal, runs)
+            if config.cluster is not None:
+                app.node = await nursery.start(_join_cluster, config.cluster, journal, runs)
             ws_server: Server = await nursery.start(
                 functools.partial(
                     ws_serve,

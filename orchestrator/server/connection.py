@@ -25,6 +25,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.trio.server import ServerConnection
 
 from orchestrator import protocol
+from orchestrator.cluster.gateway import QueuedRun
 from orchestrator.core.filters import FilterSpec
 from orchestrator.protocol import ProtocolError
 from orchestrator.runtime.engine import UnknownAgent
@@ -74,7 +75,7 @@ class Connection:
         self._fd = direct_send.socket_fd(ws) if app.config.server.direct_send else None
         self.feeds: dict[str, Feed] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
-        self._calls: set[Run] = set()
+        self._calls: set[Run | QueuedRun] = set()
         """Blocking (`stream: false`) runs started here: cancelled if the client leaves."""
         self._next_sub = 0
         self._sending_since: float | None = None
@@ -96,7 +97,11 @@ class Connection:
                     nursery.cancel_scope.cancel()
         finally:
             for run in self._calls:  # nobody is left to get their result
-                run.cancel()
+                if isinstance(run, Run):
+                    run.cancel()
+                else:  # queued in the cluster: ask its worker, briefly
+                    with trio.CancelScope(shield=True), trio.move_on_after(2):
+                        await self.app.cancel_run(run.run_id)
 
     # -- output ----------------------------------------------------------------
 
@@ -203,10 +208,10 @@ class Connection:
                 protocol.error_frame("internal", f"{type(exc).__name__}: {exc}", msg_id)
             )
 
-    def _visible(self, run_id: str, msg_id: protocol.MessageId) -> RunLog:
+    async def _visible(self, run_id: str, msg_id: protocol.MessageId) -> RunLog:
         """The run, if this principal may see it (else `not_found`, as if it did not exist)."""
         try:
-            log = self.app.journal.get(run_id)
+            log = await self.app.journal.find(run_id)
         except UnknownRun as exc:
             raise ProtocolError("not_found", str(exc), msg_id) from None
         if not self.principal.may_see(log.record.owner):
@@ -227,7 +232,7 @@ class Connection:
         if isinstance(op, protocol.Ping):
             await self.reply(protocol.encode(protocol.Pong(id=op.id)))
         elif isinstance(op, protocol.Subscribe):
-            self._visible(op.run_id, op.id)
+            await self._visible(op.run_id, op.id)
             feed = self._new_feed(op.run_id, op.after_seq, op.filter, op.detail, op.id)
             await self.reply(protocol.ack(op.id, sub=feed.sub))
             self._start_feed(feed)
@@ -241,14 +246,14 @@ class Connection:
             self.feeds.pop(op.sub, None)
             await self.reply(protocol.ack(op.id))
         elif isinstance(op, protocol.Cancel):
-            self._visible(op.run_id, op.id)
-            app.runs.cancel(op.run_id)
+            await self._visible(op.run_id, op.id)
+            await app.cancel_run(op.run_id)
             await self.reply(protocol.ack(op.id))
         elif isinstance(op, protocol.Send):
-            self._visible(op.run_id, op.id)
+            await self._visible(op.run_id, op.id)
             self._check_size("message", op.message, op.id)
             try:
-                app.runs.send(op.run_id, op.agent_key, op.message)
+                await app.send_to_run(op.run_id, op.agent_key, op.message)
             except AgentNotRunning as exc:
                 raise ProtocolError("not_found", exc.message, op.id) from None
             await self.reply(protocol.ack(op.id))
@@ -264,8 +269,9 @@ class Connection:
     async def _runs(self, op: protocol.Runs) -> None:
         owner = None if self.principal.admin else self.principal.name
         if op.before is not None:
-            self._visible(op.before, op.id)
-        records, more = self.app.journal.page(limit=op.limit, before=op.before, owner=owner)
+            await self._visible(op.before, op.id)
+        records, more = await self.app.page_runs(limit=op.limit, before=op.before, owner=owner)
+        cluster = self.app.node is not None
         runs = [
             protocol.RunInfo(
                 run_id=r.run_id,
@@ -274,6 +280,8 @@ class Connection:
                 created_at=r.created_at,
                 finished_at=r.finished_at,
                 owner=r.owner,
+                worker=r.worker if cluster else None,
+                attempt=r.attempt if cluster else None,
             )
             for r in records
         ]
@@ -287,7 +295,9 @@ class Connection:
         if op.stream:
             self._check_sub_limit(op.id)
         try:
-            run = app.runs.start(op.agent, op.input, stream=op.stream, principal=self.principal)
+            run = await app.start_run(
+                op.agent, op.input, stream=op.stream, principal=self.principal
+            )
         except UnknownAgent as exc:
             raise ProtocolError("not_found", exc.message, op.id) from None
         except LimitExceeded as exc:
@@ -304,8 +314,8 @@ class Connection:
         await self.reply(protocol.ack(op.id, run_id=run.run_id, sub=feed.sub))
         self._start_feed(feed)
 
-    async def _await_result(self, run: Run, msg_id: protocol.MessageId) -> None:
-        result = await self.app.runs.wait(run)
+    async def _await_result(self, run: Run | QueuedRun, msg_id: protocol.MessageId) -> None:
+        result = await self.app.wait_run(run)
         self._calls.discard(run)
         frame = protocol.Result(
             run_id=result.run_id,

@@ -66,6 +66,14 @@ class Feed:
 
     async def run(self, send: Callable[[bytes], Awaitable[None]]) -> None:
         """Send matching events as `events` frames, then `end`; returns after `end`."""
+        log = self.journal.get(self.run_id)
+        self.journal.watch(log, +1)  # a run of another instance is tailed while watched
+        try:
+            await self._run(send)
+        finally:
+            self.journal.watch(log, -1)
+
+    async def _run(self, send: Callable[[bytes], Awaitable[None]]) -> None:
         journal, run_id = self.journal, self.run_id
         log = journal.get(run_id)
         everything = self.filter.everything and not self.status_only and self.blocks is None

@@ -109,6 +109,33 @@ class RunManager:
         self._nursery.start_soon(self._execute, run)
         return run
 
+    def execute_record(self, record: RunRecord) -> Run:
+        """Cluster workers: execute a run submitted elsewhere (its record says all).
+
+        The record is the run's new state (`running`, this worker, its attempt); its
+        events continue after `record.last_seq`.
+        """
+        orch = self.orchestrator
+        log = self.journal.own(record)
+        sink = RunSink(
+            record.run_id,
+            record.root_session_id,
+            self.journal.outlet(record.run_id),
+            after_seq=log.committed,
+        )
+        run = Run(
+            orch.catalog,
+            record.agent_id,
+            record.input,
+            limits=orch.default_limits(),
+            sink=sink,
+            run_id=record.run_id,
+        )
+        self.active[record.run_id] = run
+        self._done[record.run_id] = trio.Event()
+        self._nursery.start_soon(self._execute, run)
+        return run
+
     async def _execute(self, run: Run) -> None:
         try:
             result = await run.execute()

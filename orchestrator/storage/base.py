@@ -29,6 +29,10 @@ class RunRecord(msgspec.Struct, kw_only=True):
     """The name of the token that started the run (None: no auth configured)."""
     first_seq: int = 1
     """The oldest seq still kept (retention trims older events; a resume below gets `gap`)."""
+    worker: str | None = None
+    """Cluster mode: the worker executing the run (its latest owner)."""
+    attempt: int = 0
+    """Cluster mode: 1 for the first worker, +1 for each takeover."""
 
     def sort_key(self) -> tuple[float, str]:
         """Creation order; ties (same clock reading) broken by runId, never by a store's hash."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import msgspec
@@ -40,6 +40,7 @@ __all__ = ["Entry", "Journal", "RunLog", "RunOutlet", "UnknownRun"]
 
 logger = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
+_UNFINISHED = frozenset({"running", "queued"})
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 5.0
 
 
@@ -76,9 +77,16 @@ class RunLog:
         self.writing = 0
         self.readers = trio.lowlevel.ParkingLot()
         self.writers = trio.lowlevel.ParkingLot()
-        self.finished_status: str | None = None if record.status == "running" else record.status
+        self.finished_status: str | None = None if record.status in _UNFINISHED else record.status
         """Set once RUN_FINISHED (or a call run's end) is committed."""
         self.stalled_reported = False
+        self.remote = False
+        """Cluster mode: another instance executes the run; its events come from storage
+        (`append_remote`), never from a local outlet."""
+        self.fenced = False
+        """Cluster mode: this instance lost the run's lease; what it still emits is dropped."""
+        self.watchers = 0
+        """Subscriptions on this instance reading the run (remote runs are tailed then)."""
 
     @property
     def finished(self) -> bool:
@@ -102,6 +110,8 @@ class RunOutlet:
         Returns True when producers should wait (`max_pending` events are queued).
         """
         log = self._log
+        if log.fenced:  # the run is someone else's now: this copy is being cancelled
+            return False
         raw = _encode(event)
         if len(raw) > self._max_bytes:
             event, raw = cap_event(event, raw, self._max_bytes)
@@ -131,8 +141,12 @@ class Journal:
         max_event_bytes: int = 256 * 1024,
         fail_runs_after: float = 30.0,
         clock: Callable[[], float] = time.time,
+        cluster: bool = False,
     ) -> None:
         self.storage = storage
+        self.cluster = cluster
+        """Cluster mode: runs left running belong to the cluster (never `interrupted` at
+        open), runs may live on other instances (`find`, `adopt`, `append_remote`)."""
         self.tail = tail
         self.max_pending = max_pending
         self.max_event_bytes = max_event_bytes
@@ -154,6 +168,16 @@ class Journal:
         """Called with runs whose events could not be stored for `fail_runs_after` s."""
         self.interrupted: list[str] = []
         """Runs a previous server left running, ended `interrupted` at open."""
+        self.lookup: Callable[[str], Awaitable[RunRecord | None]] | None = None
+        """Cluster mode: fetches the record of a run this instance has not seen yet."""
+        self.fenced_write: (
+            Callable[[list[RunRecord], list[tuple[str, int, bytes]]], Awaitable[set[str]]] | None
+        ) = None
+        """Cluster workers: writes behind the runs' leases; returns the refused runs."""
+        self.on_fenced: Callable[[list[str]], None] | None = None
+        """Called with runs whose writes were refused (this instance lost their lease)."""
+        self.watch_changed = trio.lowlevel.ParkingLot()
+        """Unparked when a remote run gains or loses its first watcher."""
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -169,6 +193,7 @@ class Journal:
         fail_runs_after: float = 30.0,
         retention: tuple[float | None, int | None, int | None] | None = None,
         final_flush_timeout: float = 10.0,
+        cluster: bool = False,
     ) -> AsyncIterator[Journal]:
         """Load the store's runs and run the writer (and retention) for the block.
 
@@ -186,6 +211,7 @@ class Journal:
             fail_runs_after: seconds of failed writes before stalled runs are reported.
             retention: `(max_age_seconds, max_runs, max_run_events)`, or None.
             final_flush_timeout: seconds the last flush may take.
+            cluster: runs belong to a cluster (none is interrupted at open; see `find`).
         """
         journal = cls(
             storage,
@@ -193,11 +219,14 @@ class Journal:
             max_pending=max_pending,
             max_event_bytes=max_event_bytes,
             fail_runs_after=fail_runs_after,
+            cluster=cluster,
         )
         for record in await storage.load():
             log = RunLog(record)
             journal._logs[record.run_id] = log
-            if record.status == "running":
+            if cluster:
+                log.remote = True
+            elif record.status == "running":
                 journal.interrupted.append(record.run_id)
                 journal._finish_interrupted(log)
         async with trio.open_nursery() as nursery:
@@ -320,6 +349,87 @@ class Journal:
         self.mark(log)
         return log
 
+    # -- cluster mode: runs of other instances ------------------------------------
+
+    async def find(self, run_id: str) -> RunLog:
+        """The log of a run, fetching it from the cluster if this instance has not seen it.
+
+        Raises:
+            UnknownRun: no such run (anywhere).
+        """
+        log = self._logs.get(run_id)
+        if log is not None or self.lookup is None:
+            return self.get(run_id)
+        record = await self.lookup(run_id)
+        if record is None:
+            raise UnknownRun(run_id)
+        return self._logs.get(run_id) or self.adopt(record)
+
+    def adopt(self, record: RunRecord) -> RunLog:
+        """Register a run executed by another instance: a mirror fed by `append_remote`."""
+        log = RunLog(record)
+        log.remote = True
+        self._logs[record.run_id] = log
+        return log
+
+    def own(self, record: RunRecord) -> RunLog:
+        """This instance starts executing the run (`record` says worker and attempt).
+
+        A mirror of it becomes the run's local log: events come from the local
+        outlet from `record.last_seq + 1` on, and the record is written with them.
+        """
+        log = self._logs.get(record.run_id)
+        if log is None:
+            return self.create_run(record)
+        log.record = record
+        log.remote = log.fenced = False
+        log.finished_status = None
+        if log.committed < record.last_seq:  # the mirror was behind: read the rest from storage
+            log.entries.clear()
+            log.committed = record.last_seq
+            log.tail_first = record.last_seq + 1
+        self.mark(log)
+        return log
+
+    def append_remote(self, run_id: str, raws: list[bytes]) -> None:
+        """Events of a remote run read from storage (already durable: committed at once)."""
+        log = self._logs.get(run_id)
+        if log is None or not log.remote:
+            return
+        fresh: list[Entry] = []
+        for raw in raws:
+            event = decode_event(raw)
+            if event.seq == log.committed + len(fresh) + 1:
+                fresh.append(Entry(event, raw))
+        if not fresh:
+            return
+        if log.committed + 1 != log.tail_first + len(log.entries):  # not contiguous: restart
+            log.entries.clear()
+            log.tail_first = fresh[0].seq
+        log.entries.extend(fresh)
+        log.committed = log.record.last_seq = fresh[-1].seq
+        last = fresh[-1].event
+        if last.type is EventType.RUN_FINISHED:
+            log.record.status = log.finished_status = str(last.data.get("status", "completed"))
+            log.record.finished_at = last.ts
+        if self.storage.durable:
+            self._evict(log)
+        log.readers.unpark_all()
+
+    def watch(self, log: RunLog, delta: int) -> None:
+        """A subscription starts (+1) or stops (-1) reading the run here."""
+        log.watchers += delta
+        if log.remote and log.watchers == (1 if delta > 0 else 0):
+            self.watch_changed.unpark_all()
+
+    def tailed(self) -> dict[str, int]:
+        """Remote, unfinished runs someone here watches: runId → committed seq."""
+        return {
+            run_id: log.committed
+            for run_id, log in self._logs.items()
+            if log.remote and log.watchers > 0 and log.finished_status is None
+        }
+
     def outlet(self, run_id: str) -> RunOutlet:
         """The outlet a run's sink publishes into."""
         return RunOutlet(self, self.get(run_id))
@@ -401,8 +511,12 @@ class Journal:
             for log, batch in batches
         ]
         self._writing = True
+        refused: set[str] = set()
         try:
-            await self.storage.write(records, rows)
+            if self.fenced_write is not None:
+                refused = await self.fenced_write(records, rows)
+            else:
+                await self.storage.write(records, rows)
         except BaseException:
             # Keep everything for the next try, in order, ahead of newer events.
             for log, batch in batches:
@@ -412,8 +526,16 @@ class Journal:
             raise
         finally:
             self._writing = False
+        fenced: list[str] = []
         for log, batch in batches:
             log.writing = 0
+            if log.record.run_id in refused:  # lost the lease: none of it was written
+                log.fenced = log.remote = True
+                log.pending.clear()
+                fenced.append(log.record.run_id)
+                if log.readers:
+                    log.readers.unpark_all()
+                continue
             if batch:
                 log.record.last_seq = batch[-1].seq
                 log.entries.extend(batch)
@@ -427,6 +549,10 @@ class Journal:
                 log.readers.unpark_all()
         if not self._dirty and self._idle:
             self._idle.unpark_all()
+        if fenced:
+            logger.warning("lost the lease of runs %s: their copies here stop", ", ".join(fenced))
+            if self.on_fenced is not None:
+                self.on_fenced(fenced)
 
     def _evict(self, log: RunLog) -> None:
         """Durable storage has every committed event: keep little of it in memory."""
@@ -518,6 +644,13 @@ class Journal:
         count = min(limit, log.committed - after_seq)
         raws = await self.storage.read(run_id, after_seq, count)
         return [Entry(decode_event(raw), raw) for raw in raws]
+
+    async def wait_finished(self, run_id: str) -> None:
+        """Return once the run has finished and all its events are committed."""
+        log = self.get(run_id)
+        while not log.finished:
+            await log.readers.park()
+            self.get(run_id)
 
     async def wait(self, run_id: str, after_seq: int) -> None:
         """Return once the run has committed events past `after_seq`, or has finished.

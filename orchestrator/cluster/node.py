@@ -1,0 +1,128 @@
+"""One instance of a cluster: its gateway side, its worker side, or both."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from orchestrator.cluster.gateway import ClusterGateway
+from orchestrator.cluster.store import ClusterStore
+from orchestrator.cluster.worker import Worker
+from orchestrator.config import ClusterConfig, ConfigError, ServerConfig
+from orchestrator.server.run_manager import RunManager
+from orchestrator.storage.journal import Journal
+from orchestrator.storage.redis import RedisStorage
+
+__all__ = ["Node", "instance_name", "open_node", "run_worker"]
+
+logger = logging.getLogger(__name__)
+
+
+def instance_name() -> str:
+    """A name no other live instance has: host, pid and a random suffix."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+
+
+class Node:
+    """What this instance is in the cluster; `queue_depth` is refreshed every 2 s."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        store: ClusterStore,
+        gateway: ClusterGateway | None,
+        worker: Worker | None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.gateway = gateway
+        self.worker = worker
+        self.queue_depth = 0
+
+    @property
+    def role(self) -> str:
+        """`gateway+worker`, `gateway` or `worker`."""
+        return "+".join(
+            name for name, part in (("gateway", self.gateway), ("worker", self.worker)) if part
+        )
+
+    async def _stats_loop(self) -> None:
+        while True:
+            try:
+                self.queue_depth = await self.store.queue_depth()
+            except Exception as exc:
+                logger.debug("queue depth: %s", exc)
+            await trio.sleep(2.0)
+
+
+@asynccontextmanager
+async def open_node(
+    config: ClusterConfig, journal: Journal, runs: RunManager, *, gateway: bool
+) -> AsyncIterator[Node]:
+    """Join the cluster for the block: tail watched runs (gateway), execute runs (worker)."""
+    storage = journal.storage
+    if not isinstance(storage, RedisStorage):  # the config validator makes this impossible
+        raise TypeError("cluster mode needs redis storage")
+    store = ClusterStore(storage, config.name)
+    await store.ensure_group()
+    node = Node(
+        config,
+        store,
+        ClusterGateway(store, journal) if gateway else None,
+        Worker(config, store, runs, instance_name()) if config.worker else None,
+    )
+    async with trio.open_nursery() as nursery:
+        if node.gateway is not None:
+            nursery.start_soon(node.gateway.tail_loop)
+        if node.worker is not None:
+            await nursery.start(node.worker.run)
+        nursery.start_soon(node._stats_loop)
+        logger.info(
+            "joined cluster %r as %s%s",
+            config.name,
+            node.role,
+            f" ({node.worker.name}, up to {config.max_runs} runs)" if node.worker else "",
+        )
+        try:
+            yield node
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def run_worker(
+    config: ServerConfig, *, task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """`orchestrator worker`: execute the cluster's runs, with no listening socket.
+
+    Runs until cancelled; then the runs it executes end `interrupted` (bounded by
+    `server.shutdown_timeout`) and their leases and queue entries are released.
+    """
+    from orchestrator.runtime.engine import Orchestrator
+    from orchestrator.server.app import open_journal
+
+    cluster = config.cluster
+    if cluster is None or not cluster.worker:
+        raise ConfigError("orchestrator worker: the config needs `cluster:` with `worker: true`")
+    async with (
+        open_journal(config) as journal,
+        Orchestrator.open(config) as orch,
+        trio.open_nursery() as run_nursery,
+    ):
+        runs = RunManager(orch, journal, run_nursery)
+        async with open_node(cluster, journal, runs, gateway=False) as node:
+            task_status.started(node)
+            try:
+                await trio.sleep_forever()
+            finally:
+                with (
+                    trio.CancelScope(shield=True),
+                    trio.move_on_after(config.server.shutdown_timeout),
+                ):
+                    await runs.interrupt_all()
+                    await journal.flush()

@@ -1,0 +1,367 @@
+"""The cluster's state in Redis: the run queue, leases, control streams, fenced appends.
+
+Everything here is a Redis Streams or key operation (coredis, on trio); the
+cluster protocol is Redis's own — a consumer group on one queue stream, explicit
+stream ids, Lua scripts for the checks that must be atomic. Keys, next to the
+journal's (`<prefix>runs`, `<prefix>run:{<runId>}:ev`, see storage/redis.py):
+
+- `<prefix>cluster:<name>:queue` — run requests (`run`: runId), consumer group
+  `workers`. An entry stays pending until its run's terminal event is journaled.
+- `<prefix>runs:index` — sorted set runId → created_at (the `runs` op pages on it).
+- `<prefix>run:{<runId>}:lease` — `worker:epoch`, expiring after `lease_seconds`.
+- `<prefix>run:{<runId>}:epoch` — a counter: every acquisition gets a new epoch.
+- `<prefix>run:{<runId>}:ctl` — control requests for the run's owner (cancel, send).
+
+Fencing: a worker appends a run's events with one script that first compares the
+lease with the worker's own `worker:epoch` token; a worker that lost the lease
+(paused, partitioned, expired) is refused and never writes again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+
+import coredis
+import coredis.exceptions
+import msgspec
+
+from orchestrator.storage.base import RunRecord
+from orchestrator.storage.redis import RedisStorage
+
+__all__ = ["ClusterStore", "Control", "QueueEntry"]
+
+_encode = msgspec.json.Encoder().encode
+_decode_record = msgspec.json.Decoder(RunRecord).decode
+GROUP = "workers"
+
+# KEYS: lease, epoch. ARGV: worker, lease ms. Returns the token, or nil when leased.
+_ACQUIRE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local epoch = redis.call('INCR', KEYS[2])
+local token = ARGV[1] .. ':' .. epoch
+redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+return token
+"""
+
+# KEYS: lease. ARGV: token, lease ms. 1: renewed; 0: the lease is someone else's or gone.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# KEYS: lease, events, runs hash. ARGV: token, runId, record JSON ('' for none),
+# then seq, body pairs. 1: appended; 0: fenced off (the lease is not this token).
+_APPEND = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+for i = 4, #ARGV, 2 do
+  redis.call('XADD', KEYS[2], '0-' .. ARGV[i], 'd', ARGV[i + 1])
+end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[3]) end
+return 1
+"""
+
+# KEYS: lease, queue. ARGV: token, group, entry id. Ends a run's ownership.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
+return 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntry:
+    """A run request taken from the queue."""
+
+    entry_id: str
+    run_id: str
+    deliveries: int = 1
+    """How often the queue has handed this entry out (1: the first time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A request for a run's owner: `cancel`, or `send` a message to an agent."""
+
+    op: str
+    agent_key: str | None = None
+    message: str = ""
+
+
+class ClusterStore:
+    """Redis operations of one cluster, on the journal's Redis client."""
+
+    def __init__(self, storage: RedisStorage, name: str) -> None:
+        assert storage._client is not None, "storage is not open"
+        self.client: coredis.Redis[bytes] = storage._client
+        self.storage = storage
+        prefix = storage.prefix
+        self.prefix = prefix
+        self.name = name
+        self.queue = f"{prefix}cluster:{name}:queue"
+        self.index = f"{prefix}runs:index"
+        self.runs = f"{prefix}runs"
+        self._acquire = self.client.register_script(_ACQUIRE)
+        self._renew = self.client.register_script(_RENEW)
+        self._append = self.client.register_script(_APPEND)
+        self._release = self.client.register_script(_RELEASE)
+
+    # -- keys --------------------------------------------------------------------
+
+    def events_key(self, run_id: str) -> str:
+        """The run's event stream (the journal's key)."""
+        return f"{self.prefix}run:{{{run_id}}}:ev"
+
+    def lease_key(self, run_id: str) -> str:
+        """The run's lease."""
+        return f"{self.prefix}run:{{{run_id}}}:lease"
+
+    def control_key(self, run_id: str) -> str:
+        """The run's control stream."""
+        return f"{self.prefix}run:{{{run_id}}}:ctl"
+
+    # -- runs --------------------------------------------------------------------
+
+    async def ensure_group(self) -> None:
+        """Create the queue and its consumer group if they do not exist yet."""
+        with contextlib.suppress(coredis.exceptions.StreamDuplicateConsumerGroupError):
+            await self.client.xgroup_create(self.queue, GROUP, identifier="0", mkstream=True)
+
+    async def submit(self, record: RunRecord) -> None:
+        """Store a new run's record and queue it, in one MULTI/EXEC."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.hset(self.runs, {record.run_id: _encode(record)})
+            pipe.zadd(self.index, {record.run_id: record.created_at})
+            pipe.xadd(self.queue, {b"run": record.run_id.encode()})
+
+    async def record(self, run_id: str) -> RunRecord | None:
+        """The run's stored record (None: no such run)."""
+        raw = await self.client.hget(self.runs, run_id)
+        return None if raw is None else _decode_record(raw)
+
+    async def put_record(self, record: RunRecord) -> None:
+        """Overwrite a record (only for runs nobody owns: a run failed by the cluster)."""
+        await self.client.hset(self.runs, {record.run_id: _encode(record)})
+
+    async def page(
+        self, *, limit: int, before: str | None = None, owner: str | None = None
+    ) -> tuple[list[RunRecord], bool]:
+        """Up to `limit` records, newest first, older than `before`, of `owner` if given.
+
+        Reads the index whole (O(runs): retention keeps it bounded) and the records
+        in chunks of 200 until the page is full.
+        """
+        ids = [_text(i) for i in await self.client.zrange(self.index, 0, -1, rev=True)]
+        if before is not None:
+            ids = ids[ids.index(before) + 1 :] if before in ids else []
+        found: list[RunRecord] = []
+        for start in range(0, len(ids), 200):
+            chunk = ids[start : start + 200]
+            for raw in await self.client.hmget(self.runs, chunk):
+                if raw is None:
+                    continue
+                record = _decode_record(raw)
+                if owner is not None and record.owner != owner:
+                    continue
+                if len(found) == limit:
+                    return found, True
+                found.append(record)
+        return found, False
+
+    # -- the queue ---------------------------------------------------------------
+
+    async def take(self, consumer: str, count: int, block: float) -> list[QueueEntry]:
+        """New run requests for this worker (waits up to `block` seconds for one)."""
+        reply = await self.client.xreadgroup(
+            GROUP, consumer, {self.queue: ">"}, count=count, block=int(block * 1000)
+        )
+        entries: list[QueueEntry] = []
+        for items in (reply or {}).values():
+            for entry in items:
+                run = entry.field_values.get(b"run")
+                if run is not None:
+                    entries.append(QueueEntry(_text(entry.identifier), _text(run)))
+        return entries
+
+    async def claim_stale(self, consumer: str, min_idle: float, count: int) -> list[QueueEntry]:
+        """Pending requests idle for `min_idle` s whose lease is gone, now claimed here.
+
+        Idle time alone does not prove a worker dead (a long run renews its lease but
+        leaves its entry idle), so an entry is only claimed when its run has no lease.
+        """
+        pending = await self.client.xpending(
+            self.queue, GROUP, start="-", end="+", count=count, idle=int(min_idle * 1000)
+        )
+        claimed: list[QueueEntry] = []
+        for item in pending:
+            assert not isinstance(item, int | str | bytes)
+            entry_id = _text(item.identifier)  # type: ignore[union-attr]
+            entries = await self.client.xrange(self.queue, start=entry_id, end=entry_id)
+            if not entries:
+                continue
+            run_id = _text(entries[0].field_values[b"run"])
+            if await self.client.exists([self.lease_key(run_id)]):
+                continue
+            got = await self.client.xclaim(
+                self.queue, GROUP, consumer, int(min_idle * 1000), [entry_id]
+            )
+            if got:
+                deliveries = int(item.delivered) + 1  # type: ignore[union-attr]
+                claimed.append(QueueEntry(entry_id, run_id, deliveries))
+        return claimed
+
+    async def queue_depth(self) -> int:
+        """Run requests not yet taken by a worker."""
+        groups = await self.client.xinfo_groups(self.queue)
+        for group in groups:
+            name, lag = group.get(b"name"), group.get(b"lag")
+            if isinstance(name, bytes) and name.decode() == GROUP:
+                return int(lag) if isinstance(lag, int) else 0
+        return 0
+
+    async def ack(self, entry_id: str) -> None:
+        """Drop a request from the queue (its run is over)."""
+        await self.client.xack(self.queue, GROUP, [entry_id])
+
+    # -- leases ------------------------------------------------------------------
+
+    async def acquire(self, run_id: str, worker: str, lease: float) -> str | None:
+        """Take the run's lease: the fencing token `worker:epoch`, or None if leased."""
+        token: object = await self._acquire(
+            keys=[self.lease_key(run_id), f"{self.prefix}run:{{{run_id}}}:epoch"],
+            args=[worker, int(lease * 1000)],
+        )
+        return _text(token) if isinstance(token, bytes | str) else None
+
+    async def renew(self, leases: Mapping[str, str], lease: float) -> set[str]:
+        """Renew these leases (runId → token) in one round trip; returns the lost ones."""
+        if not leases:
+            return set()
+        async with self.client.pipeline(transaction=False) as pipe:
+            requests: list[Awaitable[object]] = [
+                self._renew(
+                    keys=[self.lease_key(run_id)], args=[token, int(lease * 1000)], client=pipe
+                )
+                for run_id, token in leases.items()
+            ]
+        results = [await request for request in requests]
+        return {run_id for run_id, ok in zip(leases, results, strict=True) if ok != 1}
+
+    async def release(self, run_id: str, token: str, entry_id: str) -> None:
+        """The run is over: drop the lease (if still ours) and the queue entry."""
+        await self._release(
+            keys=[self.lease_key(run_id), self.queue], args=[token, GROUP, entry_id]
+        )
+
+    async def append(
+        self,
+        records: Sequence[RunRecord],
+        events: Sequence[tuple[str, int, bytes]],
+        tokens: Mapping[str, str],
+    ) -> set[str]:
+        """Append events and records run by run, each behind its lease; the refused runs.
+
+        A run without a token here is refused too (it is not this worker's).
+        """
+        by_run: dict[str, list[bytes | int]] = {}
+        for run_id, seq, body in events:
+            by_run.setdefault(run_id, []).extend((seq, body))
+        bodies = {r.run_id: _encode(r) for r in records}
+        runs = list(dict.fromkeys([*by_run, *bodies]))
+        refused = {run_id for run_id in runs if run_id not in tokens}
+        mine = [run_id for run_id in runs if run_id in tokens]
+        if not mine:
+            return refused
+        async with self.client.pipeline(transaction=False) as pipe:
+            requests: list[Awaitable[object]] = [
+                self._append(
+                    keys=[self.lease_key(run_id), self.events_key(run_id), self.runs],
+                    args=[tokens[run_id], run_id, bodies.get(run_id, b""), *by_run.get(run_id, [])],
+                    client=pipe,
+                )
+                for run_id in mine
+            ]
+        results = [await request for request in requests]
+        refused |= {run_id for run_id, ok in zip(mine, results, strict=True) if ok != 1}
+        return refused
+
+    # -- control -----------------------------------------------------------------
+
+    async def send_control(self, run_id: str, control: Control) -> None:
+        """Queue a request for the run's owner (whoever that is now, or next)."""
+        fields: dict[bytes, bytes] = {b"op": control.op.encode(), b"m": control.message.encode()}
+        if control.agent_key is not None:
+            fields[b"k"] = control.agent_key.encode()
+        await self.client.xadd(self.control_key(run_id), fields)
+
+    async def read_control(
+        self, cursors: Mapping[str, str], block: float
+    ) -> list[tuple[str, str, Control]]:
+        """Control requests after each run's cursor: (runId, entry id, request)."""
+        if not cursors:
+            return []
+        keys = {self.control_key(run_id): cursor for run_id, cursor in cursors.items()}
+        reply = await self.client.xread(keys, block=int(block * 1000), count=100)
+        out: list[tuple[str, str, Control]] = []
+        for key, items in (reply or {}).items():
+            run_id = _run_of(_text(key))
+            for entry in items:
+                values = entry.field_values
+                key_raw = values.get(b"k")
+                out.append(
+                    (
+                        run_id,
+                        _text(entry.identifier),
+                        Control(
+                            op=_text(values.get(b"op", b"")),
+                            agent_key=None if key_raw is None else _text(key_raw),
+                            message=_text(values.get(b"m", b"")),
+                        ),
+                    )
+                )
+        return out
+
+    async def control_cursor(self, run_id: str) -> str:
+        """The id of the newest control request of the run ('0-0': none yet)."""
+        last = await self.client.xrevrange(self.control_key(run_id), count=1)
+        return _text(last[0].identifier) if last else "0-0"
+
+    # -- tailing -----------------------------------------------------------------
+
+    async def tail(
+        self, cursors: Mapping[str, int], block: float, count: int = 1024
+    ) -> dict[str, list[bytes]]:
+        """Events after each run's seq (XREAD BLOCK over all of them): runId → bodies."""
+        if not cursors:
+            return {}
+        keys = {self.events_key(run_id): f"0-{seq}" for run_id, seq in cursors.items()}
+        reply = await self.client.xread(keys, block=int(block * 1000), count=count)
+        out: dict[str, list[bytes]] = {}
+        for key, items in (reply or {}).items():
+            bodies = []
+            for entry in items:
+                body = entry.field_values[b"d"]
+                bodies.append(body if isinstance(body, bytes) else body.encode())
+            out[_run_of(_text(key))] = bodies
+        return out
+
+    async def heartbeat(self, worker: str, info: Mapping[str, object]) -> None:
+        """Note this worker as alive (for `/healthz` and people looking at Redis)."""
+        await self.client.hset(
+            f"{self.prefix}cluster:{self.name}:workers",
+            {worker: _encode({"at": time.time(), **info})},
+        )
+
+
+def _run_of(key: str) -> str:
+    """The runId inside `…run:{<runId>}:…`."""
+    return key[key.index("{") + 1 : key.index("}")]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,315 @@
+"""A cluster worker: takes runs from the queue and executes them behind leases.
+
+One task per concern, all in the worker's nursery: taking requests (`XREADGROUP`,
+never more than `max_runs` at once), renewing the leases of the runs it executes
+(every `lease_seconds / 3`, in one round trip), reading their control streams
+(cancel, send), and claiming the requests of workers that stopped renewing.
+
+A worker that learns it lost a lease — a refused append, a refused renewal, or no
+successful renewal for `lease_seconds` (Redis unreachable, the process paused) —
+stops its copy of the run at once; whatever that copy still emits is dropped, so
+the journal holds nothing from it after another worker took over.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import msgspec
+import trio
+
+from orchestrator.cluster.store import ClusterStore, QueueEntry
+from orchestrator.config import ClusterConfig
+from orchestrator.core.events import Event, EventType, Source
+from orchestrator.runtime.run import Run
+from orchestrator.server.run_manager import AgentNotRunning, RunManager
+from orchestrator.storage.base import RunRecord
+from orchestrator.storage.journal import Journal
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger(__name__)
+_RETRY = 1.0
+"""Seconds to wait after a Redis error before a loop tries again."""
+
+
+@dataclass(slots=True)
+class _Owned:
+    token: str
+    entry_id: str
+    control_cursor: str = "0-0"
+
+
+class Worker:
+    """Executes the cluster's runs on this instance (`run()` until cancelled)."""
+
+    def __init__(
+        self, config: ClusterConfig, store: ClusterStore, runs: RunManager, name: str
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.runs = runs
+        self.journal: Journal = runs.journal
+        self.name = name
+        self.owned: dict[str, _Owned] = {}
+        self.lease_renewals = 0
+        self.leases_lost = 0
+        self.takeovers = 0
+        self._changed = trio.lowlevel.ParkingLot()
+        """Unparked when a run is taken or let go (slots, control streams)."""
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Work until cancelled."""
+        journal = self.journal
+        journal.fenced_write = self._write
+        journal.on_fenced = self._lost
+        await self.store.ensure_group()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._take_loop)
+            nursery.start_soon(self._renew_loop)
+            nursery.start_soon(self._control_loop)
+            nursery.start_soon(self._claim_loop)
+            nursery.start_soon(self._heartbeat_loop)
+            task_status.started()
+
+    # -- taking runs -------------------------------------------------------------
+
+    @property
+    def free(self) -> int:
+        """Runs this worker may still take."""
+        return self.config.max_runs - len(self.owned)
+
+    async def _take_loop(self) -> None:
+        while True:
+            if self.free <= 0:
+                await self._changed.park()
+                continue
+            try:
+                entries = await self.store.take(self.name, self.free, block=1.0)
+                for entry in entries:
+                    await self._begin(entry)
+            except Exception as exc:  # Redis trouble: the runs we hold are the renewer's care
+                logger.warning("worker %s: taking runs failed: %s", self.name, exc)
+                await trio.sleep(_RETRY)
+
+    async def _claim_loop(self) -> None:
+        """Take over the requests of workers that stopped renewing their leases."""
+        lease = self.config.lease_seconds
+        while True:
+            await trio.sleep(lease / 2)
+            if self.free <= 0:
+                continue
+            try:
+                for entry in await self.store.claim_stale(self.name, lease, self.free):
+                    await self._begin(entry)
+            except Exception as exc:
+                logger.warning("worker %s: claiming stale runs failed: %s", self.name, exc)
+
+    async def _begin(self, entry: QueueEntry) -> None:
+        store, run_id = self.store, entry.run_id
+        record = await store.record(run_id)
+        if record is None or record.status not in ("queued", "running"):
+            await store.ack(entry.entry_id)  # deleted, or already over
+            return
+        token = await store.acquire(run_id, self.name, self.config.lease_seconds)
+        if token is None:  # its lease is alive: the owner is fine, the entry stays its
+            return
+        attempt = record.attempt + 1
+        if attempt > 1:
+            self.takeovers += 1
+        self.owned[run_id] = _Owned(token, entry.entry_id)
+        self._changed.unpark_all()
+        if attempt > self.config.max_attempts or record.attempt > 0:
+            # Continuing a run mid-tree after a takeover is not built yet: the run ends
+            # `failed` with `worker_lost` (every agent left running gets its AGENT_ERROR).
+            await self._fail_lost(record, token, attempt)
+            return
+        record = msgspec.structs.replace(
+            record, status="running", worker=self.name, attempt=attempt
+        )
+        run = self.runs.execute_record(record)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._finish, run_id, run)
+
+    async def _finish(self, run_id: str, run: Run) -> None:
+        try:
+            await self.runs.wait(run)
+            await self._release(run_id)
+        finally:
+            self.owned.pop(run_id, None)
+            self._changed.unpark_all()
+
+    async def _release(self, run_id: str) -> None:
+        """The run's terminal event is journaled (flush): drop its lease and request."""
+        await self.journal.flush()
+        owned = self.owned.get(run_id)
+        log = self.journal.get(run_id)
+        if owned is None or log.fenced:
+            return
+        with trio.move_on_after(self.config.lease_seconds):
+            while True:
+                try:
+                    await self.store.release(run_id, owned.token, owned.entry_id)
+                    return
+                except Exception as exc:
+                    logger.warning("worker %s: releasing run %s: %s", self.name, run_id, exc)
+                    await trio.sleep(_RETRY)
+
+    async def _fail_lost(self, record: RunRecord, token: str, attempt: int) -> None:
+        """End a run whose workers kept dying: AGENT_ERRORs, then RUN_FINISHED `failed`."""
+        run_id = record.run_id
+        record = msgspec.structs.replace(
+            record, status="running", worker=self.name, attempt=attempt
+        )
+        log = self.journal.own(record)
+        seq = log.committed
+        open_agents = await self._agents_without_end(run_id, seq)
+        message = (
+            f"worker_lost: the run's worker stopped {attempt - 1} time(s) "
+            f"(cluster.max_attempts is {self.config.max_attempts})"
+        )
+        outlet = self.journal.outlet(run_id)
+        now = time.time()
+        for source in open_agents:
+            seq += 1
+            outlet.put_nowait(
+                Event(
+                    run_id,
+                    seq,
+                    now,
+                    EventType.AGENT_ERROR,
+                    source,
+                    False,
+                    {"errorType": "worker_lost", "message": message},
+                )
+            )
+        seq += 1
+        outlet.put_nowait(
+            Event(
+                run_id,
+                seq,
+                now,
+                EventType.RUN_FINISHED,
+                None,
+                True,
+                {"status": "failed", "error": message, "errorType": "worker_lost"},
+            )
+        )
+        await self._release(run_id)
+        self.owned.pop(run_id, None)
+        self._changed.unpark_all()
+        logger.warning("run %s failed: %s (token %s)", run_id, message, token)
+
+    async def _agents_without_end(self, run_id: str, last_seq: int) -> list[Source | None]:
+        """Sources (None: the root) of agents with a start and no terminal event yet."""
+        started: dict[str | None, Source | None] = {}
+        ended: set[str | None] = set()
+        after = 0
+        while after < last_seq:
+            entries = await self.journal.read(run_id, after, 1024)
+            if not entries:
+                break
+            for entry in entries:
+                event = entry.event
+                key = event.source.agent_key if event.source is not None else None
+                if event.type in (EventType.RUN_STARTED, EventType.AGENT_STARTED):
+                    started[key] = event.source
+                elif event.type in (EventType.AGENT_RESULT, EventType.AGENT_ERROR):
+                    ended.add(key)
+            after = entries[-1].seq
+        return [source for key, source in started.items() if key not in ended]
+
+    # -- leases ------------------------------------------------------------------
+
+    async def _write(
+        self, records: list[RunRecord], rows: list[tuple[str, int, bytes]]
+    ) -> set[str]:
+        """The journal's writes, each run's behind its lease."""
+        tokens = {run_id: owned.token for run_id, owned in self.owned.items()}
+        return await self.store.append(records, rows, tokens)
+
+    def _lost(self, run_ids: list[str]) -> None:
+        """These runs are someone else's now: stop our copies, never write for them again."""
+        for run_id in run_ids:
+            owned = self.owned.pop(run_id, None)
+            if owned is None:
+                continue
+            self.leases_lost += 1
+            logger.warning(
+                "worker %s lost the lease of run %s: stopping its copy", self.name, run_id
+            )
+            try:
+                log = self.journal.get(run_id)
+            except LookupError:
+                continue
+            log.fenced = log.remote = True
+            log.pending.clear()
+            run = self.runs.active.get(run_id)
+            if run is not None:
+                run.cancel()
+        self._changed.unpark_all()
+
+    async def _renew_loop(self) -> None:
+        lease = self.config.lease_seconds
+        last_ok = trio.current_time()
+        while True:
+            await trio.sleep(lease / 3)
+            leases = {run_id: owned.token for run_id, owned in self.owned.items()}
+            try:
+                lost = await self.store.renew(leases, lease)
+            except Exception as exc:
+                silent = trio.current_time() - last_ok
+                logger.warning(
+                    "worker %s: lease renewal failed (%.1f s): %s", self.name, silent, exc
+                )
+                if silent < lease:
+                    continue
+                lost = set(leases)  # cannot renew for a whole lease: stop our runs ourselves
+            else:
+                last_ok = trio.current_time()
+                self.lease_renewals += len(leases) - len(lost)
+            if lost:
+                self._lost(sorted(lost))
+
+    # -- control -----------------------------------------------------------------
+
+    async def _control_loop(self) -> None:
+        while True:
+            cursors = {run_id: owned.control_cursor for run_id, owned in self.owned.items()}
+            if not cursors:
+                await self._changed.park()
+                continue
+            try:
+                requests = await self.store.read_control(cursors, block=0.1)
+            except Exception as exc:
+                logger.warning("worker %s: reading control streams failed: %s", self.name, exc)
+                await trio.sleep(_RETRY)
+                continue
+            for run_id, entry_id, control in requests:
+                owned = self.owned.get(run_id)
+                if owned is None:
+                    continue
+                owned.control_cursor = entry_id
+                if control.op == "cancel":
+                    run = self.runs.active.get(run_id)
+                    if run is not None:
+                        run.cancel()
+                elif control.op == "send":
+                    try:
+                        self.runs.send(run_id, control.agent_key, control.message)
+                    except (AgentNotRunning, LookupError) as exc:
+                        logger.warning("run %s: message not delivered: %s", run_id, exc)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            try:
+                await self.store.heartbeat(
+                    self.name, {"runs": len(self.owned), "maxRuns": self.config.max_runs}
+                )
+            except Exception as exc:
+                logger.warning("worker %s: heartbeat failed: %s", self.name, exc)
+            await trio.sleep(2.0)
