@@ -1,0 +1,165 @@
+"""Real `orchestrator serve` / `orchestrator worker` processes on one Redis, per test.
+
+Each test gets its own key prefix (so its cluster shares nothing with another
+test's), configs for gateways and workers, and processes that are killed at the
+end whatever happens. A process's output is drained into `lines` all along (a
+full pipe would stall it) and shown when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Instance:
+    """One running process of the cluster."""
+
+    def __init__(self, process: trio.Process, kind: str) -> None:
+        self.process = process
+        self.kind = kind
+        self.lines: list[str] = []
+        self.url = ""
+        self.name = ""
+        self.ready = trio.Event()
+
+    async def _drain(self) -> None:
+        assert self.process.stdout is not None
+        buffer = b""
+        async for chunk in self.process.stdout:
+            buffer += chunk
+            while b"\n" in buffer:
+                raw, buffer = buffer.split(b"\n", 1)
+                line = raw.decode(errors="replace")
+                self.lines.append(line)
+                if line.startswith("orchestrator listening on "):
+                    self.url = line.split()[3]
+                    self.ready.set()
+                elif line.startswith("orchestrator worker "):
+                    self.name = line.split()[2]
+                    self.ready.set()
+
+    def kill(self) -> None:
+        """kill -9."""
+        if self.process.returncode is None:
+            self.process.kill()
+
+    def stop(self) -> None:
+        """SIGSTOP: the process is frozen, its sockets stay open."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def cont(self) -> None:
+        """SIGCONT."""
+        self.process.send_signal(signal.SIGCONT)
+
+    def log(self) -> str:
+        return "\n".join(self.lines[-60:])
+
+
+def write_cluster_configs(
+    root: Path,
+    redis_url: str,
+    *,
+    lease_seconds: float = 2.0,
+    max_runs: int = 16,
+    token_delay: float = 0.002,
+    extra_agents: dict[str, dict[str, Any]] | None = None,
+) -> tuple[Path, Path]:
+    """(gateway config, worker config) for one cluster in `root`."""
+    sub = root / "subagents"
+    sub.mkdir(parents=True, exist_ok=True)
+    for spec_path in (REPO / "configs" / "subagents").glob("*.yaml"):
+        spec = yaml.safe_load(spec_path.read_text())
+        spec["script"]["token_delay"] = token_delay
+        (sub / spec_path.name).write_text(yaml.safe_dump(spec))
+    for agent_id, spec in (extra_agents or {}).items():
+        (sub / f"{agent_id}.yaml").write_text(yaml.safe_dump(spec))
+    paths = []
+    for name, worker in (("gateway", False), ("worker", True)):
+        data = {
+            "server": {"host": "127.0.0.1", "port": 0, "shutdown_timeout": 5},
+            "storage": {"url": redis_url, "durability": "relaxed"},
+            "models": {"default": {"provider": "scripted"}},
+            "subagents_dir": "subagents",
+            "cluster": {
+                "name": "test",
+                "worker": worker,
+                "lease_seconds": lease_seconds,
+                "max_runs": max_runs,
+            },
+        }
+        path = root / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+class Cluster:
+    """Start instances; every one is killed when the block ends."""
+
+    def __init__(self, nursery: trio.Nursery, gateway_config: Path, worker_config: Path) -> None:
+        self.nursery = nursery
+        self.gateway_config = gateway_config
+        self.worker_config = worker_config
+        self.instances: list[Instance] = []
+
+    async def start(self, kind: str, config: Path | None = None) -> Instance:
+        """`serve` (a gateway, on a free port) or `worker`; returns once it is ready."""
+        if config is None:
+            config = self.gateway_config if kind == "serve" else self.worker_config
+        args = [sys.executable, "-m", "orchestrator", kind, "--config", str(config)]
+        if kind == "serve":
+            args += ["--port", "0"]
+        process = await trio.lowlevel.open_process(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        instance = Instance(process, kind)
+        self.instances.append(instance)
+        self.nursery.start_soon(instance._drain)
+        with trio.fail_after(30):
+            while not instance.ready.is_set():
+                if process.returncode is not None:
+                    raise RuntimeError(f"{kind} exited early:\n{instance.log()}")
+                with trio.move_on_after(0.1):
+                    await instance.ready.wait()
+        return instance
+
+    def logs(self) -> str:
+        return "\n\n".join(f"--- {i.kind} {i.name or i.url}\n{i.log()}" for i in self.instances)
+
+
+@asynccontextmanager
+async def cluster(root: Path, redis_url: str, **options: Any) -> AsyncIterator[Cluster]:
+    """A cluster's configs in `root`; its processes are killed (and reaped) afterwards."""
+    gateway, worker = write_cluster_configs(root, redis_url, **options)
+    async with trio.open_nursery() as nursery:
+        group = Cluster(nursery, gateway, worker)
+        try:
+            yield group
+        except BaseException:
+            print(group.logs())
+            raise
+        finally:
+            for instance in group.instances:
+                if instance.process.returncode is None:
+                    instance.cont()
+                    instance.kill()
+            with trio.CancelScope(shield=True), trio.move_on_after(10):
+                for instance in group.instances:
+                    await instance.process.wait()
+            nursery.cancel_scope.cancel()
