@@ -186,6 +186,15 @@ class AgentRunner:
         self.messages.append(UserMessage(text=task))
         return self._run()  # not awaited here: one coroutine level less under every delta
 
+    def continue_run(self, pending: tuple[ToolCall, ...] = ()) -> Coroutine[Any, Any, AgentOutcome]:
+        """Go on after a takeover, from a conversation rebuilt into `messages`.
+
+        First the tool calls of the last turn that had no result: run again when
+        the tool is `idempotent` (an `agent_spawn` continues its child), else their
+        result is an error saying so; then model turns as usual.
+        """
+        return self._run(pending)
+
     async def wait_idle(self) -> None:
         """Return once no run of this agent is in progress."""
         while self.running:
@@ -203,7 +212,7 @@ class AgentRunner:
         self.messages.append(UserMessage(text=message))
         return await self._run()
 
-    async def _run(self) -> AgentOutcome:
+    async def _run(self, pending: tuple[ToolCall, ...] = ()) -> AgentOutcome:
         self.phase = Phase.RUNNING
         scope = self._scope = trio.CancelScope()
         failure: Exception | None = None
@@ -212,7 +221,7 @@ class AgentRunner:
                 async with trio.open_nursery() as background:
                     self._background = background
                     try:
-                        outcome = await self._loop()
+                        outcome = await self._loop(pending)
                     except Exception as exc:  # raised bare below, not as a group
                         failure = exc
                         background.cancel_scope.cancel()
@@ -250,7 +259,9 @@ class AgentRunner:
             self._background = None
             self._idle.unpark_all()
 
-    async def _loop(self) -> AgentOutcome:
+    async def _loop(self, pending: tuple[ToolCall, ...] = ()) -> AgentOutcome:
+        if pending:
+            self.messages.extend(await self._rerun(pending))
         turns = 0
         while True:
             if turns >= self.spec.max_turns:
@@ -277,6 +288,33 @@ class AgentRunner:
                 continue
             self.phase = Phase.FINISHING
             return await self._finish(message.text)
+
+    async def _rerun(self, calls: tuple[ToolCall, ...]) -> list[ToolResultMessage]:
+        """Results for tool calls a worker failure left without one (see `continue_run`)."""
+        results: dict[str, ToolResultMessage] = {}
+        async with trio.open_nursery() as nursery:
+            for call in calls:
+                tool = self._tools.get(call.name)
+                if tool is not None and getattr(tool, "idempotent", False):
+                    try:
+                        args: dict[str, Any] | None = parse_arguments(call.arguments)
+                        problem = None
+                    except ValueError as exc:
+                        args, problem = None, str(exc)
+                    nursery.start_soon(self._run_tool, call, args, problem, results)
+                    continue
+                content = (
+                    f"tool {call.name!r}: interrupted by a worker failure (it is not "
+                    "idempotent, so it was not run again; its effect is unknown)"
+                )
+                results[call.id] = ToolResultMessage(
+                    tool_call_id=call.id, name=call.name, content=content, is_error=True
+                )
+                await self.bus.emit(
+                    EventType.TOOL_RESULT,
+                    {"toolCallId": call.id, "name": call.name, "content": content, "isError": True},
+                )
+        return [results[call.id] for call in calls]
 
     def start_background(
         self, label: str, work: Callable[[], Awaitable[str]], *, report: bool = True

@@ -25,6 +25,11 @@ class EventType(enum.StrEnum):
     AGENT_RESULT = "AGENT_RESULT"
     AGENT_ERROR = "AGENT_ERROR"
     USER_MESSAGE = "USER_MESSAGE"
+    RUN_RESUMED = "RUN_RESUMED"
+    """Cluster mode: another worker took the run over and continues it."""
+    TURN_ABANDONED = "TURN_ABANDONED"
+    """Cluster mode: the agent's deltas since its last finished turn belong to a turn
+    that was cut off by a worker failure; the turn is asked of the model again."""
     RUN_FINISHED = "RUN_FINISHED"
 
 

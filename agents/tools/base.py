@@ -79,8 +79,9 @@ class Tool(Protocol):
     give the model an error result instead; the agent goes on either way.
     Optional attributes the runner reads: `concurrency_safe` (default True: may
     run in parallel with other calls of the same turn; False: calls run one at a
-    time, in call order) and `stream_paths` (argument paths reported while they
-    stream).
+    time, in call order), `stream_paths` (argument paths reported while they
+    stream) and `idempotent` (default False; True: a call a worker failure left
+    without a result is run again by the worker that takes the run over).
     """
 
     name: str

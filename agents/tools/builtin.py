@@ -95,6 +95,7 @@ class ReadFileTool(_PydanticTool, _Root):
     name = "read_file"
     description = "Read a text file (path relative to the workspace root)."
     args_model = ReadFileArgs
+    idempotent = True
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         """The file's text (cut at max_bytes)."""
@@ -187,6 +188,7 @@ class HttpGetTool(_PydanticTool):
     name = "http_get"
     description = "Fetch a URL with HTTP GET; returns the status and the body text."
     args_model = HttpGetArgs
+    idempotent = True
 
     def __init__(
         self,
@@ -256,6 +258,7 @@ class WaitTool(_PydanticTool):
     name = "wait"
     description = "Wait for a number of seconds."
     args_model = WaitArgs
+    idempotent = True
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         """Sleep (cancellable)."""

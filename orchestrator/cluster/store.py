@@ -326,10 +326,14 @@ class ClusterStore:
                 )
         return out
 
-    async def control_cursor(self, run_id: str) -> str:
-        """The id of the newest control request of the run ('0-0': none yet)."""
-        last = await self.client.xrevrange(self.control_key(run_id), count=1)
-        return _text(last[0].identifier) if last else "0-0"
+    async def control_done(self, run_id: str) -> str:
+        """The last control request the run's owners applied ('0-0': none)."""
+        raw = await self.client.get(f"{self.prefix}run:{{{run_id}}}:ctldone")
+        return "0-0" if raw is None else _text(raw)
+
+    async def set_control_done(self, run_id: str, entry_id: str) -> None:
+        """Note a control request as applied (a takeover goes on after it, not before)."""
+        await self.client.set(f"{self.prefix}run:{{{run_id}}}:ctldone", entry_id)
 
     # -- tailing -----------------------------------------------------------------
 

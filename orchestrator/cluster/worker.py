@@ -13,6 +13,7 @@ the journal holds nothing from it after another worker took over.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -22,11 +23,12 @@ import trio
 
 from orchestrator.cluster.store import ClusterStore, QueueEntry
 from orchestrator.config import ClusterConfig
-from orchestrator.core.events import Event, EventType, Source
+from orchestrator.core.events import Event, EventType
+from orchestrator.core.rebuild import rebuild
 from orchestrator.runtime.run import Run
 from orchestrator.server.run_manager import AgentNotRunning, RunManager
 from orchestrator.storage.base import RunRecord
-from orchestrator.storage.journal import Journal
+from orchestrator.storage.journal import Entry, Journal
 
 __all__ = ["Worker"]
 
@@ -118,20 +120,36 @@ class Worker:
         token = await store.acquire(run_id, self.name, self.config.lease_seconds)
         if token is None:  # its lease is alive: the owner is fine, the entry stays its
             return
-        attempt = record.attempt + 1
-        if attempt > 1:
-            self.takeovers += 1
-        self.owned[run_id] = _Owned(token, entry.entry_id)
+        # The queue's delivery count also counts workers that died before writing.
+        attempt = max(record.attempt + 1, entry.deliveries)
+        owned = self.owned[run_id] = _Owned(token, entry.entry_id)
         self._changed.unpark_all()
-        if attempt > self.config.max_attempts or record.attempt > 0:
-            # Continuing a run mid-tree after a takeover is not built yet: the run ends
-            # `failed` with `worker_lost` (every agent left running gets its AGENT_ERROR).
+        if attempt > self.config.max_attempts:
             await self._fail_lost(record, token, attempt)
             return
+        plan = None
+        if attempt > 1:  # a takeover: continue from the journal
+            self.takeovers += 1
+            owned.control_cursor = await store.control_done(run_id)
+            plan = rebuild([entry.event for entry in await self._events(run_id, record.last_seq)])
         record = msgspec.structs.replace(
             record, status="running", worker=self.name, attempt=attempt
         )
-        run = self.runs.execute_record(record)
+        if plan is not None and plan.finished:  # it ended just before its worker died
+            self.journal.own(record)
+            await self._release(run_id)
+            self.owned.pop(run_id, None)
+            return
+        resumed = {"attempt": attempt, "worker": self.name, "afterSeq": record.last_seq}
+        if plan is not None:
+            logger.warning(
+                "worker %s takes over run %s (attempt %d, after seq %d)",
+                self.name,
+                run_id,
+                attempt,
+                record.last_seq,
+            )
+        run = self.runs.execute_record(record, resume=plan, resumed=resumed)
         assert self._nursery is not None
         self._nursery.start_soon(self._finish, run_id, run)
 
@@ -167,7 +185,10 @@ class Worker:
         )
         log = self.journal.own(record)
         seq = log.committed
-        open_agents = await self._agents_without_end(run_id, seq)
+        plan = rebuild([entry.event for entry in await self._events(run_id, seq)])
+        open_agents = [
+            agent.source for agent in plan.agents.values() if not agent.ended and agent.agent_id
+        ]
         message = (
             f"worker_lost: the run's worker stopped {attempt - 1} time(s) "
             f"(cluster.max_attempts is {self.config.max_attempts})"
@@ -204,24 +225,15 @@ class Worker:
         self._changed.unpark_all()
         logger.warning("run %s failed: %s (token %s)", run_id, message, token)
 
-    async def _agents_without_end(self, run_id: str, last_seq: int) -> list[Source | None]:
-        """Sources (None: the root) of agents with a start and no terminal event yet."""
-        started: dict[str | None, Source | None] = {}
-        ended: set[str | None] = set()
-        after = 0
-        while after < last_seq:
+    async def _events(self, run_id: str, last_seq: int) -> list[Entry]:
+        """Every journaled event of the run up to `last_seq` (for a takeover)."""
+        out: list[Entry] = []
+        while (after := out[-1].seq if out else 0) < last_seq:
             entries = await self.journal.read(run_id, after, 1024)
             if not entries:
                 break
-            for entry in entries:
-                event = entry.event
-                key = event.source.agent_key if event.source is not None else None
-                if event.type in (EventType.RUN_STARTED, EventType.AGENT_STARTED):
-                    started[key] = event.source
-                elif event.type in (EventType.AGENT_RESULT, EventType.AGENT_ERROR):
-                    ended.add(key)
-            after = entries[-1].seq
-        return [source for key, source in started.items() if key not in ended]
+            out.extend(entries)
+        return out
 
     # -- leases ------------------------------------------------------------------
 
@@ -294,6 +306,8 @@ class Worker:
                 if owned is None:
                     continue
                 owned.control_cursor = entry_id
+                with contextlib.suppress(Exception):  # best effort: a takeover re-reads it
+                    await self.store.set_control_done(run_id, entry_id)
                 if control.op == "cancel":
                     run = self.runs.active.get(run_id)
                     if run is not None:

@@ -21,6 +21,7 @@ from agents.providers.factory import ProviderFactory
 from agents.runner import AgentRunner, TurnLimits
 from agents.spec import AgentSpec
 from agents.tools.base import Tool, ToolContext
+from orchestrator.core.rebuild import ResumePlan
 
 __all__ = ["AgentCatalog", "RunContext", "RunLimits", "UnknownAgent", "run_context_of"]
 
@@ -98,7 +99,7 @@ class AgentCatalog:
 class RunContext:
     """One run as its tools see it: the catalog, the limits, the live agent instances."""
 
-    __slots__ = ("agents", "catalog", "limits")
+    __slots__ = ("agents", "catalog", "limits", "resume")
 
     def __init__(self, catalog: AgentCatalog, limits: RunLimits) -> None:
         self.catalog = catalog
@@ -106,6 +107,9 @@ class RunContext:
         self.agents: dict[str, AgentRunner] = {}
         """Every child instance of the run by agentKey (valid for `agent_send` until the
         run ends)."""
+        self.resume: ResumePlan | None = None
+        """Cluster takeover: the agents rebuilt from the journal (spawn calls left
+        without a result continue their child from it)."""
 
 
 def run_context_of(ctx: ToolContext, tool: str) -> RunContext:

@@ -24,6 +24,7 @@ from orchestrator.core.bus import (
     new_session_id,
 )
 from orchestrator.core.events import EventType, RunStatus, Usage
+from orchestrator.core.rebuild import ResumePlan
 from orchestrator.runtime.context import AgentCatalog, RunContext, RunLimits
 
 __all__ = ["Run", "RunResult", "RunStatus"]
@@ -54,6 +55,8 @@ class Run:
         limits: RunLimits,
         sink: RunSink | None = None,
         run_id: str | None = None,
+        resume: ResumePlan | None = None,
+        resumed: dict[str, object] | None = None,
     ) -> None:
         self.catalog = catalog
         self.agent_id = agent_id
@@ -69,6 +72,10 @@ class Run:
         self.root: AgentRunner | None = None
         self._interrupted = False
         self._failure: str | None = None
+        self.resume = resume
+        """Cluster takeover: continue the run from its journal instead of starting it."""
+        self.resumed = resumed or {}
+        """RUN_RESUMED's data (`attempt`, `worker`, `afterSeq`)."""
 
     def cancel(self) -> None:
         """Cancel the whole tree; the run ends `cancelled`."""
@@ -98,7 +105,12 @@ class Run:
             if self.sink is not None
             else NullBus(self.run_id, new_session_id(root=True))
         )
-        bus.emit_nowait(EventType.RUN_STARTED, {"agentId": spec.id, "input": self.input})
+        plan = self.resume
+        if plan is None:
+            bus.emit_nowait(EventType.RUN_STARTED, {"agentId": spec.id, "input": self.input})
+        else:
+            self._announce_resume(bus, plan)
+            self.context.resume = plan
         bus_token = current_bus.set(bus)
         status: RunStatus = "failed"
         text = error = None
@@ -125,8 +137,16 @@ class Run:
         try:
             with self.scope, deadline:
                 try:
-                    outcome = await runner.run(self.input)
-                    status, text = "completed", outcome.text
+                    if plan is not None and plan.root.ended:  # only RUN_FINISHED was missing
+                        if plan.root.result is None:
+                            raise AgentFailed(plan.root.error or "failed", error_type="failed")
+                        text = plan.root.result
+                    elif plan is not None:
+                        runner.messages = list(plan.root.messages)
+                        text = (await runner.continue_run(tuple(plan.root.pending))).text
+                    else:
+                        text = (await runner.run(self.input)).text
+                    status = "completed"
                 except AgentFailed as exc:
                     error = f"{exc.error_type}: {exc}"
                 except Exception as exc:  # a bug: end the run visibly, keep the trace
@@ -157,3 +177,26 @@ class Run:
         data["usage"] = runner.subtree_usage.to_dict()
         bus.emit_nowait(EventType.RUN_FINISHED, data, last=True)
         return self.result
+
+    def _announce_resume(self, bus: AnyBus, plan: ResumePlan) -> None:
+        """RUN_RESUMED, then TURN_ABANDONED for cut-off turns and AGENT_ERROR for orphans."""
+        if not isinstance(bus, Bus):
+            return
+        bus.emit_nowait(EventType.RUN_RESUMED, dict(self.resumed))
+        attempt = self.resumed.get("attempt")
+        for agent in plan.cut_off():
+            Bus(bus.sink, agent.source).emit_nowait(
+                EventType.TURN_ABANDONED, {"reason": "worker_lost", "attempt": attempt}
+            )
+        for agent in plan.orphans():
+            Bus(bus.sink, agent.source).emit_nowait(
+                EventType.AGENT_ERROR,
+                {
+                    "errorType": "worker_lost",
+                    "message": (
+                        f"agent {agent.agent_id!r} was lost with its worker and nobody waits "
+                        "for it any more"
+                    ),
+                },
+                last=True,
+            )

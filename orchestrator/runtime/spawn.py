@@ -26,7 +26,8 @@ from agents.spec import AgentSpec
 from agents.tools.base import ToolContext
 from orchestrator.core.bus import Bus, NullBus, current_bus
 from orchestrator.core.events import EventType
-from orchestrator.runtime.context import run_context_of
+from orchestrator.core.rebuild import AgentPlan
+from orchestrator.runtime.context import RunContext, run_context_of
 
 __all__ = ["AgentSendTool", "AgentSpawnTool", "failure_text", "send_to"]
 
@@ -48,6 +49,9 @@ class AgentSpawnTool:
     name = "agent_spawn"
     stream_paths = ("$.agent_id", "$.task")
     """Argument paths reported while they stream (TOOL_CALL_DELTA `fields`)."""
+    idempotent = True
+    """After a takeover, a call left without a result continues the child it had
+    started (rebuilt from the journal) instead of spawning another."""
 
     def __init__(self, specs: Mapping[str, AgentSpec]) -> None:
         self._specs = specs
@@ -94,6 +98,11 @@ class AgentSpawnTool:
         except msgspec.ValidationError as exc:
             raise ToolError(f"agent_spawn: invalid arguments: {exc}") from None
         run = run_context_of(ctx, self.name)
+        if run.resume is not None:
+            parent = run.resume.agents.get(ctx.agent_key)
+            child = run.resume.child_of(parent, ctx.call_id) if parent is not None else None
+            if child is not None:
+                return await _continue_child(child, ctx, run)
         spec = run.catalog.specs.get(spawn.agent_id)
         if spec is None:
             known = ", ".join(sorted(run.catalog.specs)) or "none"
@@ -172,6 +181,50 @@ class AgentSpawnTool:
             return await run_child()
         except AgentFailed as exc:
             raise ToolError(failure_text(spec.id, exc)) from None
+
+
+async def _continue_child(child: AgentPlan, ctx: ToolContext, run: RunContext) -> str:
+    """After a takeover: the result of a child the journal shows started by this call.
+
+    A child that had ended gives its journaled result; one still running is rebuilt
+    (same agentKey, same Source, its conversation) and goes on from where it was.
+    """
+    assert child.key is not None and child.source is not None
+    if child.ended:
+        if child.result is not None:
+            return child.result
+        raise ToolError(f"subagent {child.agent_id!r} failed: {child.error}")
+    spec = run.catalog.spec(child.agent_id)
+    parent_bus = current_bus.get()
+    if not isinstance(parent_bus, Bus):  # takeovers only happen in journaled runs
+        raise ToolError("agent_spawn: cannot continue a child without the run's bus")
+    child_bus = Bus(parent_bus.sink, child.source)
+    scope = trio.CancelScope()
+    if spec.timeout_seconds:
+        scope.relative_deadline = spec.timeout_seconds
+    runner = run.catalog.runner(
+        spec,
+        child_bus,
+        run,
+        depth=child.source.depth,
+        timeout_scope=scope,
+        usage=UsageNode(ctx.usage, budget=spec.budget_tokens),
+    )
+    runner.messages = list(child.messages)
+    run.agents[child.key] = runner
+    ctx.instance.running_children += 1
+    token = current_bus.set(child_bus)
+    try:
+        with scope:
+            outcome = await runner.continue_run(tuple(child.pending))
+    except AgentFailed as exc:
+        raise ToolError(failure_text(spec.id, exc)) from None
+    finally:
+        ctx.instance.running_children -= 1
+        current_bus.reset(token)
+    if scope.cancelled_caught:
+        raise ToolError(f"subagent {spec.id!r} timed out after {spec.timeout_seconds:g} s")
+    return outcome.text
 
 
 def failure_text(agent_id: str, exc: AgentFailed) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
+from orchestrator.core.rebuild import ResumePlan
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
 from orchestrator.runtime.run import Run, RunResult
 from orchestrator.runtime.spawn import send_to
@@ -109,7 +110,13 @@ class RunManager:
         self._nursery.start_soon(self._execute, run)
         return run
 
-    def execute_record(self, record: RunRecord) -> Run:
+    def execute_record(
+        self,
+        record: RunRecord,
+        *,
+        resume: ResumePlan | None = None,
+        resumed: dict[str, object] | None = None,
+    ) -> Run:
         """Cluster workers: execute a run submitted elsewhere (its record says all).
 
         The record is the run's new state (`running`, this worker, its attempt); its
@@ -130,6 +137,8 @@ class RunManager:
             limits=orch.default_limits(),
             sink=sink,
             run_id=record.run_id,
+            resume=resume,
+            resumed=resumed,
         )
         self.active[record.run_id] = run
         self._done[record.run_id] = trio.Event()

@@ -155,3 +155,172 @@ async def test_ten_runs_spread_over_three_workers_within_max_runs(
                 for start, _ in spans:
                     running = sum(1 for s, e in spans if s <= start < e)
                     assert running <= 2
+
+
+async def watch_all(ws: ClientConnection, within: float = 60) -> tuple[list[dict[str, Any]], str]:
+    raws, status = await raw_events(ws, within=within)
+    return [json.loads(r) for r in raws], status
+
+
+def check_tree(events: list[dict[str, Any]]) -> None:
+    """seq gap-free, one terminal event per agent, no tool result twice."""
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+    def key(e: dict[str, Any]) -> str | None:
+        return e["source"]["agentKey"] if e["source"] else None
+
+    started = [key(e) for e in events if e["type"] in ("RUN_STARTED", "AGENT_STARTED")]
+    ended = [key(e) for e in events if e["type"] in ("AGENT_RESULT", "AGENT_ERROR")]
+    assert sorted(started, key=str) == sorted(ended, key=str), (started, ended)
+    results = [
+        (key(e), e["data"]["toolCallId"])
+        for e in events
+        if e["type"] == "TOOL_RESULT" and not e["data"].get("server")
+    ]
+    assert len(results) == len(set(results))
+    assert events[-1]["type"] == "RUN_FINISHED"
+
+
+async def test_kill_9_of_the_worker_mid_tree_another_worker_continues_the_run(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    async with cluster(tmp_path, redis_url, lease_seconds=2, token_delay=0.02) as c:
+        gateway = await c.start("serve")
+        first = await c.start("worker")
+        async with connect(gateway.url, max_size=None) as ws:
+            ack = await request(ws, op="run", id=1, agent="planner", input="survive a crash")
+            seen: list[dict[str, Any]] = []
+            with trio.fail_after(30):  # children are streaming
+                while sum(e["type"] == "AGENT_STARTED" for e in seen) < 2 or not any(
+                    e["type"] == "REASONING" and e["source"] for e in seen[-3:]
+                ):
+                    frame = json.loads(await ws.recv())
+                    seen.extend(frame.get("events", []))
+            first.kill()
+            killed_at = trio.current_time()
+            second = await c.start("worker")
+            rest, status = await watch_all(ws, within=60)
+            events = seen + rest
+            assert status == "completed", events[-1]
+            resumed = [e for e in events if e["type"] == "RUN_RESUMED"]
+            assert len(resumed) == 1
+            assert resumed[0]["data"]["attempt"] == 2
+            assert resumed[0]["data"]["worker"] == second.name
+            assert resumed[0]["data"]["afterSeq"] == resumed[0]["seq"] - 1
+            assert trio.current_time() - killed_at < 2 + 5 + 30
+            check_tree(events)
+            # The children streaming at the crash go on under their own agentKeys: their
+            # cut-off turns are marked, asked again, and they end once, after the takeover.
+            at = events.index(resumed[0])
+            before = {e["source"]["agentKey"] for e in events[:at] if e["type"] == "AGENT_STARTED"}
+            abandoned = {e["source"]["agentKey"] for e in events if e["type"] == "TURN_ABANDONED"}
+            assert abandoned and abandoned <= before
+            for agent_key in abandoned:
+                (end,) = [
+                    e
+                    for e in events
+                    if e["type"] in ("AGENT_RESULT", "AGENT_ERROR")
+                    and e["source"]
+                    and e["source"]["agentKey"] == agent_key
+                ]
+                assert end["type"] == "AGENT_RESULT" and end["seq"] > resumed[0]["seq"]
+        async with connect(gateway.url, max_size=None) as ws2:
+            sub = await request(ws2, op="subscribe", id=1, runId=ack["runId"])
+            assert sub["op"] == "ack"
+            journal, _ = await watch_all(ws2)
+            assert journal == events
+            runs = await request(ws2, op="runs", id=2)
+            assert runs["runs"][0]["attempt"] == 2 and runs["runs"][0]["worker"] == second.name
+
+
+async def runs_entry(ws: ClientConnection, run_id: str) -> dict[str, Any]:
+    listing = await request(ws, op="runs", id="runs", limit=50)
+    (entry,) = [r for r in listing["runs"] if r["runId"] == run_id]
+    assert isinstance(entry, dict)
+    return entry
+
+
+async def until(condition: Any, within: float = 30) -> None:
+    """Poll an async condition about other processes' state (nobody signals it)."""
+    with trio.fail_after(within):
+        while not await condition():  # noqa: ASYNC110 - polling state nobody signals
+            await trio.sleep(0.1)
+
+
+async def test_a_paused_worker_past_its_lease_is_fenced_off(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    async with cluster(tmp_path, redis_url, lease_seconds=2, token_delay=0.02) as c:
+        gateway = await c.start("serve")
+        paused = await c.start("worker")
+        async with connect(gateway.url, max_size=None) as ws, connect(gateway.url) as ctl:
+            ack = await request(ws, op="run", id=1, agent="planner", input="pause me")
+            seen: list[dict[str, Any]] = []
+            with trio.fail_after(30):
+                while not any(e["type"] == "AGENT_STARTED" for e in seen):
+                    seen.extend(json.loads(await ws.recv()).get("events", []))
+            paused.stop()  # SIGSTOP: its lease runs out while it sleeps
+            taker = await c.start("worker")
+
+            async def taken_over() -> bool:
+                entry = await runs_entry(ctl, ack["runId"])
+                return bool(entry["attempt"] == 2 and entry["worker"] == taker.name)
+
+            await until(taken_over)
+            paused.cont()  # it wakes up believing it still owns the run
+            rest, status = await watch_all(ws)
+            events = seen + rest
+            assert status == "completed"
+            check_tree(events)
+            assert [e["type"] for e in events].count("RUN_RESUMED") == 1
+            # It learnt it lost the lease (refused renewal or append) and stopped its copy.
+            await until(
+                lambda: _true(any("lost the lease of run" in line for line in paused.lines))
+            )
+            assert paused.process.returncode is None  # it lives on, serving other runs
+            ok = await request(
+                ctl, op="run", id=2, agent="critic", input="still fine", stream=False
+            )
+            result = json.loads(await ctl.recv()) if ok["op"] == "ack" else ok
+            assert result["status"] == "completed"
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_run_whose_worker_always_dies_fails_after_max_attempts(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    async with cluster(tmp_path, redis_url, lease_seconds=1, token_delay=0.05) as c:
+        gateway = await c.start("serve")
+        worker = await c.start("worker")
+        async with connect(gateway.url, max_size=None) as ws, connect(gateway.url) as ctl:
+            ack = await request(ws, op="run", id=1, agent="planner", input="doomed")
+            for attempt in (1, 2, 3):
+
+                async def running(attempt: int = attempt, name: str = worker.name) -> bool:
+                    entry = await runs_entry(ctl, ack["runId"])
+                    return bool(entry["attempt"] == attempt and entry["worker"] == name)
+
+                await until(running)
+                await trio.sleep(0.3)
+                worker.kill()
+                # Other runs keep flowing meanwhile, on another worker.
+                worker = await c.start("worker")
+                done = await request(
+                    ctl, op="run", id=attempt, agent="critic", input="x", stream=False
+                )
+                assert done["op"] == "ack"
+                assert json.loads(await ctl.recv())["status"] in ("completed",)
+            events, status = await watch_all(ws)
+            assert status == "failed"
+            check_tree(events)
+            finished = events[-1]
+            assert finished["data"]["errorType"] == "worker_lost"
+            assert [e["data"]["attempt"] for e in events if e["type"] == "RUN_RESUMED"] == [2, 3]
+            lost = [e for e in events if e["type"] == "AGENT_ERROR"]
+            assert lost and all(e["data"]["errorType"] in ("worker_lost",) for e in lost[-1:])

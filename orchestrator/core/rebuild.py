@@ -1,0 +1,212 @@
+"""Rebuild a run's agents from its journal, to continue it after its worker died.
+
+Pure: events in, a plan out. For every agent instance (the root is keyed None) the
+plan holds its Source, its conversation as its model saw it — the task, each
+finished turn (the `last` REASONING: text and tool calls), the tool results in
+call order, the messages sent into it — and what was in flight when the journal
+stopped:
+
+- `pending`: tool calls of its last finished turn that have no result yet. The
+  new worker runs them again only when the tool says so (`idempotent`; an
+  `agent_spawn` continues its child the same way), else their result is an error.
+- `cut_off`: deltas of a turn that never finished. They stay in the journal, a
+  TURN_ABANDONED event marks them, and the turn is asked of the model again.
+- `ended`: the agent already has its terminal event.
+
+Children are attached to the spawn call that made them (`parentToolCallId`). A
+child whose parent will not wait for it again — its call's result is already
+journaled, or its call belongs to a turn that was cut off — is an orphan: it gets
+an AGENT_ERROR `worker_lost` (with its own orphaned descendants), so every agent
+still ends exactly once. Background children (`taskId`) still running are
+orphaned too.
+
+Not rebuilt (docs/cluster.md): thinking blocks (the journal keeps no signatures),
+token budgets spent before the takeover, idle children for `agent_send`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.core.messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from orchestrator.core.events import Event, EventType, Source
+
+__all__ = ["AgentPlan", "ResumePlan", "rebuild"]
+
+
+@dataclass
+class AgentPlan:
+    """One agent instance as the journal left it."""
+
+    key: str | None
+    source: Source | None
+    agent_id: str
+    messages: list[Message] = field(default_factory=list)
+    pending: list[ToolCall] = field(default_factory=list)
+    cut_off: bool = False
+    ended: bool = False
+    result: str | None = None
+    """The text of its AGENT_RESULT (None: it failed, or has not ended)."""
+    error: str | None = None
+    children: dict[str, str] = field(default_factory=dict)
+    """Spawn call id → the child's agentKey."""
+    # Assembly state: the open turn's calls and the results seen for them.
+    _turn_calls: list[ToolCall] = field(default_factory=list)
+    _results: dict[str, ToolResultMessage] = field(default_factory=dict)
+    _inbox: list[str] = field(default_factory=list)
+    _in_turn: bool = False
+
+
+@dataclass
+class ResumePlan:
+    """The run's agents, and what the new worker must emit before going on."""
+
+    agents: dict[str | None, AgentPlan]
+    last_seq: int
+    finished: bool
+    """RUN_FINISHED is already journaled: nothing to continue."""
+
+    @property
+    def root(self) -> AgentPlan:
+        """The root agent."""
+        return self.agents[None]
+
+    def cut_off(self) -> list[AgentPlan]:
+        """Agents still running whose model turn was cut off (they get TURN_ABANDONED)."""
+        return [a for a in self.agents.values() if a.cut_off and not a.ended]
+
+    def orphans(self) -> list[AgentPlan]:
+        """Agents without a terminal event that nobody will wait for (children first)."""
+        waiting: set[str] = set()
+
+        def collect(agent: AgentPlan) -> None:
+            for call in agent.pending:
+                child = agent.children.get(call.id)
+                if child is not None and child in self.agents:
+                    waiting.add(child)
+                    collect(self.agents[child])
+
+        if not self.root.ended:
+            collect(self.root)
+        lost = [
+            a
+            for key, a in self.agents.items()
+            if key is not None and not a.ended and key not in waiting
+        ]
+        return sorted(lost, key=lambda a: -(a.source.depth if a.source else 0))
+
+    def child_of(self, parent: AgentPlan, call_id: str) -> AgentPlan | None:
+        """The child a pending spawn call made (None: it had not started one)."""
+        key = parent.children.get(call_id)
+        return None if key is None else self.agents.get(key)
+
+
+def rebuild(events: list[Event]) -> ResumePlan:
+    """The plan for continuing the run whose journal is `events` (all of them, in order)."""
+    agents: dict[str | None, AgentPlan] = {}
+    by_session: dict[str, AgentPlan] = {}
+    finished = False
+    for event in events:
+        key = event.source.agent_key if event.source is not None else None
+        kind, data = event.type, event.data
+        if kind is EventType.RUN_STARTED:
+            agents[None] = AgentPlan(None, None, str(data.get("agentId", "")))
+            agents[None].messages.append(UserMessage(text=str(data.get("input", ""))))
+            continue
+        if kind is EventType.RUN_FINISHED:
+            finished = True
+            continue
+        if kind is EventType.AGENT_STARTED and event.source is not None:
+            source = event.source
+            child = AgentPlan(key, source, source.agent_id)
+            child.messages.append(UserMessage(text=str(data.get("task", ""))))
+            agents[key] = child
+            by_session[source.session_id] = child
+            parent = (
+                agents.get(None) if source.depth == 1 else by_session.get(source.parent_session_id)
+            )
+            if parent is not None and source.parent_tool_call_id and source.task_id is None:
+                parent.children[source.parent_tool_call_id] = source.agent_key
+            continue
+        agent = agents.get(key)
+        if agent is None:
+            continue
+        if kind is EventType.REASONING:
+            if not agent._in_turn:
+                _start_turn(agent)
+            if event.last:
+                _finish_turn(agent, data)
+            else:
+                agent.cut_off = True
+        elif kind is EventType.TOOL_RESULT and not data.get("server"):
+            call_id = str(data.get("toolCallId", ""))
+            agent._results[call_id] = ToolResultMessage(
+                tool_call_id=call_id,
+                name=str(data.get("name", "")),
+                content=str(data.get("content", "")),
+                is_error=bool(data.get("isError", False)),
+            )
+            _settle(agent)
+        elif kind is EventType.USER_MESSAGE:
+            agent._inbox.append(str(data.get("text", "")))
+        elif kind is EventType.AGENT_RESULT:
+            agent.ended, agent.result = True, str(data.get("text", ""))
+        elif kind is EventType.AGENT_ERROR:
+            agent.ended, agent.error = True, str(data.get("message", ""))
+    for agent in agents.values():
+        if not agent._in_turn and agent._turn_calls:
+            agent.pending = [c for c in agent._turn_calls if c.id not in agent._results]
+        agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
+        agent._inbox.clear()
+    if None not in agents:
+        agents[None] = AgentPlan(None, None, "")
+    return ResumePlan(agents, events[-1].seq if events else 0, finished)
+
+
+def _start_turn(agent: AgentPlan) -> None:
+    """The first event of a new model turn: what waited in the inbox goes before it."""
+    _flush_turn(agent)
+    agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
+    agent._inbox.clear()
+    agent._in_turn = True
+
+
+def _finish_turn(agent: AgentPlan, data: dict[str, Any]) -> None:
+    calls = tuple(_tool_call(c) for c in data.get("toolCalls") or ())
+    agent.messages.append(AssistantMessage(text=str(data.get("text", "")), tool_calls=calls))
+    agent._turn_calls = list(calls)
+    agent._in_turn = False
+    agent.cut_off = False
+    _settle(agent)
+
+
+def _settle(agent: AgentPlan) -> None:
+    """Once every call of the last finished turn has its result, they join the conversation."""
+    if agent._in_turn or not agent._turn_calls:
+        return
+    if all(c.id in agent._results for c in agent._turn_calls):
+        _flush_turn(agent)
+
+
+def _flush_turn(agent: AgentPlan) -> None:
+    calls = agent._turn_calls
+    if calls:
+        agent.messages.extend(agent._results[c.id] for c in calls if c.id in agent._results)
+    agent._turn_calls = []
+    agent._results = {}
+
+
+def _tool_call(data: dict[str, Any]) -> ToolCall:
+    args = data.get("args")
+    arguments = args if isinstance(args, str) else json.dumps(args, separators=(",", ":"))
+    return ToolCall(
+        id=str(data.get("toolCallId", "")), name=str(data.get("name", "")), arguments=arguments
+    )
