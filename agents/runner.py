@@ -186,14 +186,18 @@ class AgentRunner:
         self.messages.append(UserMessage(text=task))
         return self._run()  # not awaited here: one coroutine level less under every delta
 
-    def continue_run(self, pending: tuple[ToolCall, ...] = ()) -> Coroutine[Any, Any, AgentOutcome]:
+    def continue_run(
+        self, pending: tuple[ToolCall, ...] = (), done: tuple[ToolResultMessage, ...] = ()
+    ) -> Coroutine[Any, Any, AgentOutcome]:
         """Go on after a takeover, from a conversation rebuilt into `messages`.
 
-        First the tool calls of the last turn that had no result: run again when
-        the tool is `idempotent` (an `agent_spawn` continues its child), else their
-        result is an error saying so; then model turns as usual.
+        When `messages` ends with a turn's tool calls, `done` holds the results the
+        journal has and `pending` the calls without one: those run again when the
+        tool is `idempotent` (an `agent_spawn` continues its child), else their
+        result is an error saying so. All results then follow the turn in call
+        order, and model turns go on as usual.
         """
-        return self._run(pending)
+        return self._run(pending, done)
 
     async def wait_idle(self) -> None:
         """Return once no run of this agent is in progress."""
@@ -212,7 +216,9 @@ class AgentRunner:
         self.messages.append(UserMessage(text=message))
         return await self._run()
 
-    async def _run(self, pending: tuple[ToolCall, ...] = ()) -> AgentOutcome:
+    async def _run(
+        self, pending: tuple[ToolCall, ...] = (), done: tuple[ToolResultMessage, ...] = ()
+    ) -> AgentOutcome:
         self.phase = Phase.RUNNING
         scope = self._scope = trio.CancelScope()
         failure: Exception | None = None
@@ -221,7 +227,7 @@ class AgentRunner:
                 async with trio.open_nursery() as background:
                     self._background = background
                     try:
-                        outcome = await self._loop(pending)
+                        outcome = await self._loop(pending, done)
                     except Exception as exc:  # raised bare below, not as a group
                         failure = exc
                         background.cancel_scope.cancel()
@@ -259,9 +265,15 @@ class AgentRunner:
             self._background = None
             self._idle.unpark_all()
 
-    async def _loop(self, pending: tuple[ToolCall, ...] = ()) -> AgentOutcome:
-        if pending:
-            self.messages.extend(await self._rerun(pending))
+    async def _loop(
+        self, pending: tuple[ToolCall, ...] = (), done: tuple[ToolResultMessage, ...] = ()
+    ) -> AgentOutcome:
+        if pending or done:
+            last = self.messages[-1] if self.messages else None
+            order = last.tool_calls if isinstance(last, AssistantMessage) else ()
+            known = {r.tool_call_id: r for r in done}
+            known.update((r.tool_call_id, r) for r in await self._rerun(pending))
+            self.messages.extend(known[c.id] for c in order if c.id in known)
         turns = 0
         while True:
             if turns >= self.spec.max_turns:

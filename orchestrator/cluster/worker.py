@@ -42,6 +42,9 @@ class _Owned:
     token: str
     entry_id: str
     control_cursor: str = "0-0"
+    started: bool = False
+    """The run executes here now: its control requests can be applied (not before,
+    or a cancel read during the takeover would find nothing to cancel and be lost)."""
 
 
 class Worker:
@@ -150,6 +153,8 @@ class Worker:
                 record.last_seq,
             )
         run = self.runs.execute_record(record, resume=plan, resumed=resumed)
+        owned.started = True
+        self._changed.unpark_all()
         assert self._nursery is not None
         self._nursery.start_soon(self._finish, run_id, run)
 
@@ -291,7 +296,11 @@ class Worker:
 
     async def _control_loop(self) -> None:
         while True:
-            cursors = {run_id: owned.control_cursor for run_id, owned in self.owned.items()}
+            cursors = {
+                run_id: owned.control_cursor
+                for run_id, owned in self.owned.items()
+                if owned.started
+            }
             if not cursors:
                 await self._changed.park()
                 continue

@@ -51,6 +51,8 @@ class AgentPlan:
     agent_id: str
     messages: list[Message] = field(default_factory=list)
     pending: list[ToolCall] = field(default_factory=list)
+    done: list[ToolResultMessage] = field(default_factory=list)
+    """Results already journaled for the other calls of that last turn."""
     cut_off: bool = False
     ended: bool = False
     result: str | None = None
@@ -164,6 +166,7 @@ def rebuild(events: list[Event]) -> ResumePlan:
     for agent in agents.values():
         if not agent._in_turn and agent._turn_calls:
             agent.pending = [c for c in agent._turn_calls if c.id not in agent._results]
+            agent.done = [agent._results[c.id] for c in agent._turn_calls if c.id in agent._results]
         agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
         agent._inbox.clear()
     if None not in agents:

@@ -99,7 +99,7 @@ class AgentCatalog:
 class RunContext:
     """One run as its tools see it: the catalog, the limits, the live agent instances."""
 
-    __slots__ = ("agents", "catalog", "limits", "resume")
+    __slots__ = ("agents", "catalog", "continued", "limits", "resume")
 
     def __init__(self, catalog: AgentCatalog, limits: RunLimits) -> None:
         self.catalog = catalog
@@ -110,6 +110,8 @@ class RunContext:
         self.resume: ResumePlan | None = None
         """Cluster takeover: the agents rebuilt from the journal (spawn calls left
         without a result continue their child from it)."""
+        self.continued: set[str] = set()
+        """agentKeys of rebuilt children that were continued (or answered from the journal)."""
 
 
 def run_context_of(ctx: ToolContext, tool: str) -> RunContext:

@@ -75,6 +75,7 @@ class Run:
         self.resume = resume
         """Cluster takeover: continue the run from its journal instead of starting it."""
         self.resumed = resumed or {}
+        self._orphaned: set[str] = set()
         """RUN_RESUMED's data (`attempt`, `worker`, `afterSeq`)."""
 
     def cancel(self) -> None:
@@ -143,7 +144,9 @@ class Run:
                         text = plan.root.result
                     elif plan is not None:
                         runner.messages = list(plan.root.messages)
-                        text = (await runner.continue_run(tuple(plan.root.pending))).text
+                        root = plan.root
+                        outcome = await runner.continue_run(tuple(root.pending), tuple(root.done))
+                        text = outcome.text
                     else:
                         text = (await runner.run(self.input)).text
                     status = "completed"
@@ -169,6 +172,8 @@ class Run:
             error=error,
             usage=runner.subtree_usage.copy(),
         )
+        if plan is not None:
+            self._end_unresumed(bus, plan, status)
         data: dict[str, object] = {"status": status}
         if text is not None:
             data["result"] = text
@@ -177,6 +182,25 @@ class Run:
         data["usage"] = runner.subtree_usage.to_dict()
         bus.emit_nowait(EventType.RUN_FINISHED, data, last=True)
         return self.result
+
+    def _end_unresumed(self, bus: AnyBus, plan: ResumePlan, status: str) -> None:
+        """Rebuilt children the run ended before continuing (a cancel during the
+        takeover): their terminal event, so every agent still ends exactly once."""
+        if not isinstance(bus, Bus):
+            return
+        skip = self.context.continued | self._orphaned
+        for agent in plan.agents.values():
+            if agent.key is None or agent.ended or agent.key in skip:
+                continue
+            Bus(bus.sink, agent.source).emit_nowait(
+                EventType.AGENT_ERROR,
+                {
+                    "errorType": "cancelled" if status == "cancelled" else "worker_lost",
+                    "message": f"agent {agent.agent_id!r}: the run ended ({status}) before "
+                    "it was continued after its worker's failure",
+                },
+                last=True,
+            )
 
     def _announce_resume(self, bus: AnyBus, plan: ResumePlan) -> None:
         """RUN_RESUMED, then TURN_ABANDONED for cut-off turns and AGENT_ERROR for orphans."""
@@ -189,6 +213,8 @@ class Run:
                 EventType.TURN_ABANDONED, {"reason": "worker_lost", "attempt": attempt}
             )
         for agent in plan.orphans():
+            assert agent.key is not None
+            self._orphaned.add(agent.key)
             Bus(bus.sink, agent.source).emit_nowait(
                 EventType.AGENT_ERROR,
                 {

@@ -190,6 +190,7 @@ async def _continue_child(child: AgentPlan, ctx: ToolContext, run: RunContext) -
     (same agentKey, same Source, its conversation) and goes on from where it was.
     """
     assert child.key is not None and child.source is not None
+    run.continued.add(child.key)
     if child.ended:
         if child.result is not None:
             return child.result
@@ -216,7 +217,7 @@ async def _continue_child(child: AgentPlan, ctx: ToolContext, run: RunContext) -
     token = current_bus.set(child_bus)
     try:
         with scope:
-            outcome = await runner.continue_run(tuple(child.pending))
+            outcome = await runner.continue_run(tuple(child.pending), tuple(child.done))
     except AgentFailed as exc:
         raise ToolError(failure_text(spec.id, exc)) from None
     finally:

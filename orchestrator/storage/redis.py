@@ -179,6 +179,7 @@ class RedisStorage:
             for run_id in run_ids:
                 pipe.delete([self._events_key(run_id)])
             pipe.hdel(self.prefix + "runs", run_ids)
+            pipe.zrem(self.prefix + "runs:index", run_ids)  # cluster mode's `runs` index
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

@@ -324,3 +324,40 @@ async def test_a_run_whose_worker_always_dies_fails_after_max_attempts(
             assert [e["data"]["attempt"] for e in events if e["type"] == "RUN_RESUMED"] == [2, 3]
             lost = [e for e in events if e["type"] == "AGENT_ERROR"]
             assert lost and all(e["data"]["errorType"] in ("worker_lost",) for e in lost[-1:])
+
+
+async def test_a_cancel_sent_while_the_run_has_no_worker_reaches_every_agent(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    """The worker dies; the cancel comes through the other gateway before anyone took
+    the run over; the next worker continues the run and cancels it at once."""
+    async with cluster(tmp_path, redis_url, lease_seconds=1, token_delay=0.05) as c:
+        g1 = await c.start("serve")
+        g2 = await c.start("serve")
+        first = await c.start("worker")
+        async with connect(g1.url, max_size=None) as a, connect(g2.url, max_size=None) as b:
+            ack = await request(b, op="run", id=1, agent="planner", input="cancel in flight")
+            seen: list[dict[str, Any]] = []
+            with trio.fail_after(30):
+                while sum(e["type"] == "AGENT_STARTED" for e in seen) < 2:
+                    seen.extend(json.loads(await b.recv()).get("events", []))
+            first.kill()
+            assert (await request(a, op="cancel", id=2, runId=ack["runId"]))["op"] == "ack"
+            await c.start("worker")
+            rest, status = await watch_all(b)
+            events = seen + rest
+            assert status == "cancelled", [
+                (
+                    e["seq"],
+                    e["type"],
+                    e["source"] and e["source"]["agentKey"][:12],
+                    str(e["data"])[:60],
+                )
+                for e in events
+                if e["type"] != "REASONING" or e["last"]
+            ]
+            check_tree(events)
+            assert [e["type"] for e in events].count("RUN_RESUMED") == 1
+            errors = [e for e in events if e["type"] == "AGENT_ERROR"]
+            assert errors and all(e["data"]["errorType"] == "cancelled" for e in errors)
