@@ -55,17 +55,6 @@ end
 return 0
 """
 
-# KEYS: lease, events, runs hash. ARGV: token, runId, record JSON ('' for none),
-# then seq, body pairs. 1: appended; 0: fenced off (the lease is not this token).
-_APPEND = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-for i = 4, #ARGV, 2 do
-  redis.call('XADD', KEYS[2], '0-' .. ARGV[i], 'd', ARGV[i + 1])
-end
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[3]) end
-return 1
-"""
-
 # KEYS: lease, queue. ARGV: token, group, entry id. Ends a run's ownership.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
@@ -108,7 +97,6 @@ class ClusterStore:
         self.runs = f"{prefix}runs"
         self._acquire = self.client.register_script(_ACQUIRE)
         self._renew = self.client.register_script(_RENEW)
-        self._append = self.client.register_script(_APPEND)
         self._release = self.client.register_script(_RELEASE)
 
     # -- keys --------------------------------------------------------------------
@@ -268,27 +256,7 @@ class ClusterStore:
 
         A run without a token here is refused too (it is not this worker's).
         """
-        by_run: dict[str, list[bytes | int]] = {}
-        for run_id, seq, body in events:
-            by_run.setdefault(run_id, []).extend((seq, body))
-        bodies = {r.run_id: _encode(r) for r in records}
-        runs = list(dict.fromkeys([*by_run, *bodies]))
-        refused = {run_id for run_id in runs if run_id not in tokens}
-        mine = [run_id for run_id in runs if run_id in tokens]
-        if not mine:
-            return refused
-        async with self.client.pipeline(transaction=False) as pipe:
-            requests: list[Awaitable[object]] = [
-                self._append(
-                    keys=[self.lease_key(run_id), self.events_key(run_id), self.runs],
-                    args=[tokens[run_id], run_id, bodies.get(run_id, b""), *by_run.get(run_id, [])],
-                    client=pipe,
-                )
-                for run_id in mine
-            ]
-        results = [await request for request in requests]
-        refused |= {run_id for run_id, ok in zip(mine, results, strict=True) if ok != 1}
-        return refused
+        return await self.storage.append(list(records), list(events), tokens)
 
     # -- control -----------------------------------------------------------------
 

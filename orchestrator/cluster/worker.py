@@ -168,7 +168,7 @@ class Worker:
 
     async def _release(self, run_id: str) -> None:
         """The run's terminal event is journaled (flush): drop its lease and request."""
-        await self.journal.flush()
+        await self.journal.flush_run(run_id)
         owned = self.owned.get(run_id)
         log = self.journal.get(run_id)
         if owned is None or log.fenced:

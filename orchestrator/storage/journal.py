@@ -335,6 +335,15 @@ class Journal:
         if stalled and self.on_stalled is not None:
             self.on_stalled(stalled, self.last_error or "storage unavailable")
 
+    async def flush_run(self, run_id: str) -> None:
+        """Wait until everything the run published so far is committed (or fenced off).
+
+        Unlike `flush`, other runs that keep streaming do not hold it up.
+        """
+        log = self.get(run_id)
+        while (log.pending or log.writing) and not log.fenced:
+            await log.readers.park()
+
     async def flush(self) -> None:
         """Wait until everything published so far is committed."""
         while self._dirty or self._writing:

@@ -2,7 +2,8 @@
 
 Stream entry ids are `0-<seq>`, so a stream id *is* the event's seq: replay after a
 cursor is `XRANGE key (0-<seq> + COUNT n`, and Redis refuses an id at or below the
-last one, which fences off a second writer. One batch is one MULTI/EXEC pipeline.
+last one. One batch is one pipelined round trip of one append script per run
+(events and record together, atomically per run; `APPEND_SCRIPT`).
 Uses coredis, which runs on trio (anyio): `async with RedisStorage.open(url)` holds
 the client for the block (coredis wants it entered and left in the same task).
 
@@ -21,9 +22,9 @@ a power loss, not on a Redis restart); `"relaxed"` logs a warning and goes on.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 import coredis
@@ -38,6 +39,28 @@ __all__ = ["RedisStorage", "check_persistence"]
 
 logger = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
+
+APPEND_SCRIPT = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local last = 0
+local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if #top > 0 then last = tonumber(string.match(top[1][1], '^0%-(%d+)$')) or 0 end
+for i = 4, #ARGV, 2 do
+  if tonumber(ARGV[i]) > last then
+    redis.call('XADD', KEYS[2], '0-' .. ARGV[i], 'd', ARGV[i + 1])
+  end
+end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[3]) end
+return 1
+"""
+"""Append one run's events and write its record, in one atomic step.
+
+KEYS: lease, events, runs hash. ARGV: fencing token ('' for none), runId, record JSON
+('' for none), then seq, body pairs. Returns 0 when the lease is not the token.
+Events at or below the stream's last seq are skipped, so a batch retried after a
+failure that left it half written (a lost connection) completes instead of
+failing on ids Redis refuses. One script per run is also ~4× cheaper than a
+MULTI/EXEC of XADDs for a batch of 256 (docs/benchmarks.md, "Cluster")."""
 _decode_record = msgspec.json.Decoder(RunRecord).decode
 Durability = Literal["strict", "relaxed"]
 
@@ -70,9 +93,13 @@ class RedisStorage:
         self.prefix = parse_qs(parts.query).get("prefix", ["aor:"])[0]
         self.durability = durability
         self._client: coredis.Redis[bytes] | None = None
+        self._append: Any = None
 
     def _events_key(self, run_id: str) -> str:
         return f"{self.prefix}run:{{{run_id}}}:ev"
+
+    def _lease_key(self, run_id: str) -> str:
+        return f"{self.prefix}run:{{{run_id}}}:lease"
 
     async def _probe(self) -> None:
         """Fail fast and cleanly when nothing listens (coredis leaks its internal
@@ -145,13 +172,51 @@ class RedisStorage:
         logger.warning("redis storage %s: %s (durability: relaxed)", self.url, problem)
 
     async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
-        """One MULTI/EXEC: the events (XADD with id 0-seq) and the records."""
+        """One append script per run (`APPEND_SCRIPT`), pipelined in one round trip."""
+        refused = await self.append(records, events, {}, fenced=False)
+        assert not refused
+
+    async def append(
+        self,
+        records: list[RunRecord],
+        events: list[tuple[str, int, bytes]],
+        tokens: Mapping[str, str],
+        *,
+        fenced: bool = True,
+    ) -> set[str]:
+        """Append each run's events and record; with `fenced`, behind its lease token.
+
+        Returns the runs refused (fenced: no token here, or the lease is not it).
+        """
         assert self._client is not None, "storage is not open"
-        async with self._client.pipeline(transaction=True) as pipe:
-            for run_id, seq, body in events:
-                pipe.xadd(self._events_key(run_id), {b"d": body}, identifier=f"0-{seq}")
-            if records:
-                pipe.hset(self.prefix + "runs", {r.run_id: _encode(r) for r in records})
+        by_run: dict[str, list[bytes | int]] = {}
+        for run_id, seq, body in events:
+            by_run.setdefault(run_id, []).extend((seq, body))
+        bodies = {r.run_id: _encode(r) for r in records}
+        runs = list(dict.fromkeys([*by_run, *bodies]))
+        refused = {run_id for run_id in runs if fenced and run_id not in tokens}
+        mine = [run_id for run_id in runs if run_id not in refused]
+        if not mine:
+            return refused
+        if self._append is None:
+            self._append = self._client.register_script(APPEND_SCRIPT)
+        script = self._append
+        async with self._client.pipeline(transaction=False) as pipe:
+            requests: list[Awaitable[object]] = [
+                script(
+                    keys=[self._lease_key(run_id), self._events_key(run_id), self.prefix + "runs"],
+                    args=[
+                        tokens.get(run_id, "") if fenced else "",
+                        run_id,
+                        bodies.get(run_id, b""),
+                        *by_run.get(run_id, []),
+                    ],
+                    client=pipe,
+                )
+                for run_id in mine
+            ]
+        results = [await request for request in requests]
+        return refused | {run_id for run_id, ok in zip(mine, results, strict=True) if ok != 1}
 
     async def read(self, run_id: str, after_seq: int, limit: int) -> list[bytes]:
         """Events with seq > after_seq, oldest first."""

@@ -202,3 +202,30 @@ async def test_strict_durability_refuses_a_redis_that_forgets(redis_url: str) ->
             pass
     async with RedisStorage.open(redis_url, durability="relaxed") as relaxed:
         assert await relaxed.load() == []
+
+
+async def test_a_redis_batch_written_twice_is_written_once(redis_url: str) -> None:
+    """Regression: a batch retried after a lost connection had left it half written
+    failed for ever on stream ids Redis refuses; the append script skips what is there."""
+    record = RunRecord(
+        run_id="run-r",
+        agent_id="a",
+        input="x",
+        status="running",
+        created_at=1.0,
+        root_session_id="s",
+        last_seq=3,
+    )
+    rows = [("run-r", seq, f'{{"seq":{seq}}}'.encode()) for seq in (1, 2, 3)]
+    async with RedisStorage.open(redis_url, durability="relaxed") as storage:
+        await storage.write([record], rows[:2])  # the first half made it
+        await storage.write([record], rows)  # the retry of the whole batch
+        assert await storage.read("run-r", 0, 10) == [body for _, _, body in rows]
+        (loaded,) = await storage.load()
+        assert loaded.last_seq == 3
+        # A fenced append without the run's lease writes nothing.
+        refused = await storage.append(
+            [record], [("run-r", 4, b'{"seq":4}')], {"run-r": "w:1"}, fenced=True
+        )
+        assert refused == {"run-r"}
+        assert len(await storage.read("run-r", 0, 10)) == 3
