@@ -113,6 +113,9 @@ class Connection:
         """
         if self._closing:
             return
+        # A frame may go out without a wait (no checkpoint): a feed whose subscription
+        # was just ended (`unsubscribe` cancels it, then acks) must not send after that.
+        await trio.lowlevel.checkpoint_if_cancelled()
         lock = self._send_lock
         try:  # the usual case, free: no extra trip through the scheduler per frame
             lock.acquire_nowait()

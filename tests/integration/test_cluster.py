@@ -200,6 +200,10 @@ async def test_kill_9_of_the_worker_mid_tree_another_worker_continues_the_run(
             first.kill()
             killed_at = trio.current_time()
             second = await c.start("worker")
+            # The takeover comes within lease_seconds + 5 s of the kill.
+            with trio.fail_after(2 + 5 - (trio.current_time() - killed_at)):
+                while not any(e["type"] == "RUN_RESUMED" for e in seen):
+                    seen.extend(json.loads(await ws.recv()).get("events", []))
             rest, status = await watch_all(ws, within=60)
             events = seen + rest
             assert status == "completed", events[-1]
@@ -208,7 +212,6 @@ async def test_kill_9_of_the_worker_mid_tree_another_worker_continues_the_run(
             assert resumed[0]["data"]["attempt"] == 2
             assert resumed[0]["data"]["worker"] == second.name
             assert resumed[0]["data"]["afterSeq"] == resumed[0]["seq"] - 1
-            assert trio.current_time() - killed_at < 2 + 5 + 30
             check_tree(events)
             # The children streaming at the crash go on under their own agentKeys: their
             # cut-off turns are marked, asked again, and they end once, after the takeover.
