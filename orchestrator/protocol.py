@@ -213,6 +213,8 @@ class RunInfo(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
     created_at: float
     finished_at: float | None
     owner: str | None
+    input: str = ""
+    """The run's task, cut to its first 200 characters (for lists)."""
     worker: str | None = None
     """Cluster mode: the instance executing (or that last executed) the run."""
     attempt: int | None = None

@@ -188,9 +188,22 @@ class ServerApp:
         """Plain HTTP routes; origin, token and connection-count checks on the upgrade."""
         url = urlsplit(request.path)
         if url.path in ("/", "/index.html"):
-            return _respond(conn, HTTPStatus.OK, _index_html(), "text/html; charset=utf-8")
+            return _respond(conn, HTTPStatus.OK, _static("index.html"), "text/html; charset=utf-8")
+        if url.path.startswith("/static/"):
+            name = url.path.removeprefix("/static/")
+            kind = STATIC_FILES.get(name)
+            if kind is None:
+                return conn.respond(HTTPStatus.NOT_FOUND, "not found\n")
+            return _respond(conn, HTTPStatus.OK, _static(name), kind)
         if url.path == "/healthz":
             return self._health(conn)
+        if url.path == "/auth":  # the console asks before connecting (200 either way:
+            # a 401 would be a console error in every browser)
+            principal = self.auth.identify(request.headers, url.query)
+            body: dict[str, object] = {"authorized": principal is not None}
+            if principal is not None:
+                body["name"], body["admin"] = principal.name, principal.admin
+            return _respond(conn, HTTPStatus.OK, json.dumps(body).encode(), "application/json")
         if url.path == "/metrics":
             if not self.auth.may_read_metrics(request.headers, url.query):
                 return conn.respond(
@@ -205,7 +218,7 @@ class ServerApp:
             )
         if url.path != "/ws":
             return conn.respond(
-                HTTPStatus.NOT_FOUND, "not found: use /, /ws, /healthz or /metrics\n"
+                HTTPStatus.NOT_FOUND, "not found: use /, /ws, /auth, /healthz or /metrics\n"
             )
         if not self.auth.origin_allowed(request.headers):
             return conn.respond(
@@ -251,10 +264,20 @@ class ServerApp:
         return lag
 
 
+STATIC_FILES = {
+    "app.js": "text/javascript; charset=utf-8",
+    "conn.js": "text/javascript; charset=utf-8",
+    "model.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
+"""The console's files under /static/ (a fixed list: no path from a request reaches the disk)."""
+
+
 @functools.cache
-def _index_html() -> bytes:
-    """The live tree viewer (one static page; it talks to /ws like any client)."""
-    return (resources.files("orchestrator.server") / "static" / "index.html").read_bytes()
+def _static(name: str) -> bytes:
+    """A file of the live tree console (static; it talks to /ws like any client)."""
+    return (resources.files("orchestrator.server") / "static" / name).read_bytes()
 
 
 def _respond(

@@ -283,6 +283,7 @@ class Connection:
                 created_at=r.created_at,
                 finished_at=r.finished_at,
                 owner=r.owner,
+                input=r.input[:200],
                 worker=r.worker if cluster else None,
                 attempt=r.attempt if cluster else None,
             )

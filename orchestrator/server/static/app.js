@@ -1,0 +1,520 @@
+// The live tree console: runs list, agent tree, detail pane, timeline.
+// Speaks only the public WebSocket protocol (docs/server.md).
+import { Connection } from "./conn.js";
+import { ROOT, RunModel } from "./model.js";
+
+const $ = (id) => document.getElementById(id);
+const el = (tag, cls, text) => {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+};
+
+const state = {
+  run: null,          // RunModel of the selected run
+  sub: null,          // its subscription id
+  selected: null,     // selected agent key
+  nodes: new Map(),   // agent key -> tree <li>
+  collapsed: new Set(),
+  runs: [],
+  specs: [],
+  starting: false,
+  frame: 0,
+  filter: {},
+  detail: "full",
+  search: "",
+};
+
+const conn = new Connection({ onFrame, onState });
+window.__console = { state, conn };   // for the browser tests and the curious
+
+// -- connection ------------------------------------------------------------------
+
+function onState(s) {
+  const label = { open: "connected", connecting: "connecting…", disconnected: "disconnected — retrying", unauthorized: "token needed" }[s];
+  $("conn").textContent = label;
+  $("conn").className = s;
+  $("go").disabled = s !== "open" || state.starting;
+  if (s === "unauthorized") askToken();
+}
+
+function askToken() {
+  const token = window.prompt("This server needs a token (kept for this browser session only):");
+  if (token) {
+    conn.token = token.trim();
+    conn.connect();
+  }
+}
+
+conn.onOpen = async () => {
+  try {
+    const [agents] = await Promise.all([conn.request("agents"), refreshRuns()]);
+    state.specs = agents.agents;
+    fillAgents();
+  } catch (error) { notice(error); }
+  if (state.run) subscribe(state.run.runId, state.run);   // resume after a reconnect
+  else {
+    const linked = new URLSearchParams(location.search).get("run");
+    if (linked) select(linked);
+  }
+};
+
+function onFrame(frame) {
+  if (frame.op === "events" && frame.sub === state.sub && state.run) {
+    for (const e of frame.events) state.run.apply(e);
+    schedule();
+  } else if (frame.op === "end" && frame.sub === state.sub && state.run) {
+    state.run.status = frame.status;
+    schedule();
+    refreshRuns();
+  } else if (frame.op === "gap" && frame.sub === state.sub) {
+    notice(`events ${frame.fromSeq}–${frame.toSeq} were removed by the retention policy`);
+  } else if (frame.op === "error") {
+    notice(frame);
+  }
+}
+
+function notice(error) {
+  const text = typeof error === "string" ? error : `${error.code || "error"}: ${error.message || ""}`;
+  $("notice").textContent = text;
+  clearTimeout(notice.timer);
+  notice.timer = setTimeout(() => { $("notice").textContent = ""; }, 8000);
+}
+
+// -- runs --------------------------------------------------------------------------
+
+async function refreshRuns() {
+  if (!conn.open) return;
+  const reply = await conn.request("runs", { limit: 100 });
+  state.runs = reply.runs;
+  renderRuns();
+}
+setInterval(() => { refreshRuns().catch(() => {}); }, 3000);
+
+function renderRuns() {
+  const list = $("runs-list");
+  list.replaceChildren(...state.runs.map((r) => {
+    const li = el("li", state.run && state.run.runId === r.runId ? "on" : "");
+    li.tabIndex = 0;
+    li.dataset.run = r.runId;
+    const task = el("span", "task", r.input || r.agentId);
+    task.title = r.input || "";
+    const meta = el("span", "meta");
+    const started = new Date(r.createdAt * 1000);
+    const took = r.finishedAt ? `${(r.finishedAt - r.createdAt).toFixed(1)} s` : "";
+    meta.append(el("span", `badge ${r.status}`, r.status), el("span", "", r.agentId),
+      el("span", "", started.toLocaleTimeString()), el("span", "", took));
+    li.append(task, meta);
+    li.onclick = () => select(r.runId);
+    li.onkeydown = (e) => { if (e.key === "Enter") select(r.runId); };
+    return li;
+  }));
+}
+
+function select(runId) {
+  if (state.run && state.run.runId === runId) return;
+  if (state.sub) conn.request("unsubscribe", { sub: state.sub }).catch(() => {});
+  const url = new URL(location.href);
+  url.searchParams.set("run", runId);
+  history.replaceState(null, "", url);
+  resetRun(new RunModel(runId));
+  subscribe(runId, state.run);
+  renderRuns();
+}
+
+function resetRun(model) {
+  state.run = model;
+  state.sub = null;
+  state.selected = null;
+  state.nodes.clear();
+  $("tree").replaceChildren();
+  $("detail").replaceChildren(el("div", "empty", "Select an agent to see everything it did."));
+  $("tree-empty").classList.add("hidden");
+  $("run-bar").classList.remove("hidden");
+  $("filters").classList.remove("hidden");
+  $("run-id").textContent = model.runId;
+  schedule();
+}
+
+async function subscribe(runId, model) {
+  const fields = { runId, afterSeq: model.lastSeq, detail: state.detail };
+  if (Object.keys(state.filter).length) fields.filter = state.filter;
+  try {
+    const ack = await conn.request("subscribe", fields);
+    if (state.run === model) state.sub = ack.sub;
+  } catch (error) { notice(error); }
+}
+
+// -- starting and controlling runs -----------------------------------------------------
+
+function fillAgents() {
+  const select = $("agent");
+  const current = select.value;
+  select.replaceChildren(...state.specs.map((s) => {
+    const option = el("option", "", s.name && s.name !== s.id ? `${s.name} (${s.id})` : s.id);
+    option.value = s.id;
+    option.title = s.description || "";
+    return option;
+  }));
+  if (current) select.value = current;
+  select.title = (state.specs.find((s) => s.id === select.value) || {}).description || "";
+}
+$("agent").onchange = () => fillAgents();
+
+$("start").onsubmit = async (event) => {
+  event.preventDefault();
+  const input = $("input").value.trim();
+  if (!input) { notice("write a task first"); $("input").focus(); return; }
+  if (state.starting) return;
+  state.starting = true;
+  $("go").disabled = true;
+  try {
+    const fields = { agent: $("agent").value, input, detail: state.detail };
+    if (Object.keys(state.filter).length) fields.filter = state.filter;
+    if (state.sub) conn.request("unsubscribe", { sub: state.sub }).catch(() => {});
+    const ack = await conn.request("run", fields);
+    const url = new URL(location.href);
+    url.searchParams.set("run", ack.runId);
+    history.replaceState(null, "", url);
+    resetRun(new RunModel(ack.runId));
+    state.sub = ack.sub;   // the run's events come on this subscription from seq 1
+    $("input").value = "";
+    refreshRuns();
+  } catch (error) {
+    notice(error);
+  } finally {
+    state.starting = false;
+    $("go").disabled = !conn.open;
+  }
+};
+
+$("cancel").onclick = async () => {
+  if (!state.run) return;
+  try { await conn.request("cancel", { runId: state.run.runId }); notice("cancel sent"); }
+  catch (error) { notice(error); }
+};
+
+$("copy-id").onclick = () => { if (state.run) copy(state.run.runId); };
+
+function copy(text) {
+  if (navigator.clipboard) navigator.clipboard.writeText(text).then(() => notice("copied"), () => {});
+}
+
+// -- filters ----------------------------------------------------------------------
+
+$("filters").onsubmit = (e) => e.preventDefault();
+for (const id of ["f-depth", "f-glob", "f-types", "f-status"]) $(id).onchange = applyFilters;
+$("f-search").oninput = () => { state.search = $("f-search").value.trim(); state.structure = true; schedule(true); };
+
+function applyFilters() {
+  const filter = {};
+  const depth = $("f-depth").value;
+  if (depth !== "") filter.maxDepth = Number(depth);
+  const glob = $("f-glob").value.trim();
+  if (glob) filter.pathGlob = glob;
+  const types = $("f-types").value.split(",").map((t) => t.trim().toUpperCase()).filter(Boolean);
+  if (types.length) filter.types = types;
+  state.filter = filter;
+  state.detail = $("f-status").checked ? "status" : "full";
+  if (state.run) {
+    const runId = state.run.runId;
+    if (state.sub) conn.request("unsubscribe", { sub: state.sub }).catch(() => {});
+    resetRun(new RunModel(runId));
+    subscribe(runId, state.run);
+  }
+}
+
+// -- rendering (once per animation frame, only what changed) ------------------------------
+
+function schedule(all = false) {
+  if (all && state.run) for (const key of state.run.agents.keys()) state.run.dirty.add(key);
+  if (!state.frame) state.frame = requestAnimationFrame(render);
+}
+
+const FRAME_BUDGET_MS = 10;
+// Work per animation frame is bounded: nodes left over wait for the next frame, so a
+// tree of hundreds of agents streaming at once never blocks the page for long.
+
+function render() {
+  state.frame = 0;
+  const run = state.run;
+  if (!run) return;
+  const started = performance.now();
+  $("run-status").textContent = run.status;
+  $("run-status").className = `badge ${run.status}`;
+  $("cancel").disabled = run.status !== "running";
+  if (run.structure) run.structure = !placeNodes(run, started);
+  if (state.selected && run.dirty.has(state.selected)) renderDetail(run, state.selected);
+  for (const key of run.dirty) {
+    if (performance.now() - started > FRAME_BUDGET_MS) break;
+    if (!state.nodes.has(key)) continue;   // not placed yet: stays dirty
+    updateNode(run, key);
+    run.dirty.delete(key);
+  }
+  const now = performance.now();
+  const settled = run.status !== "running" && run.dirty.size === 0 && !run.structure;
+  if (!state.timelineFrame && (now - (state.timelineAt || 0) > 500 || settled)) {
+    // Its own frame: drawing hundreds of lanes must not add to this one.
+    state.timelineFrame = requestAnimationFrame(() => {
+      state.timelineFrame = 0;
+      state.timelineAt = performance.now();
+      renderTimeline(run);
+    });
+  }
+  if (run.dirty.size || run.structure) schedule();
+}
+
+// Places new agents in the tree, parents first (the model's order); returns false when
+// the frame's budget ran out first (the rest goes in the next frame).
+function placeNodes(run, started) {
+  for (const agent of run.agents.values()) {
+    if (state.nodes.has(agent.key)) continue;
+    if (performance.now() - started > FRAME_BUDGET_MS) return false;
+    const li = el("li", "node");
+    li.setAttribute("role", "treeitem");
+    li.dataset.key = agent.key;
+    const row = el("div", "row");
+    row.tabIndex = -1;
+    const toggle = el("button", "toggle", "▾");
+    toggle.type = "button";
+    toggle.setAttribute("aria-label", "collapse");
+    toggle.onclick = (e) => { e.stopPropagation(); collapse(agent.key); };
+    const name = el("span", "name");
+    const stats = el("span", "stats");
+    stats.append(el("span", "badge"), el("span"), el("span"));
+    const preview = el("div", "preview");
+    row.append(toggle, name, stats, preview);
+    row.onclick = () => selectAgent(agent.key);
+    row.onkeydown = (e) => keyNav(e, agent.key);
+    const children = el("ul");
+    children.setAttribute("role", "group");
+    li.append(row, children);
+    state.nodes.set(agent.key, li);
+    const parent = agent.parent ? state.nodes.get(agent.parent) : null;
+    (parent ? parent.lastChild : $("tree")).append(li);
+    run.dirty.add(agent.key);
+    if (agent.parent) run.dirty.add(agent.parent);
+  }
+  if (!state.selected && run.agents.has(ROOT)) selectAgent(ROOT, false);
+  return true;
+}
+
+function updateNode(run, key) {
+  const agent = run.agents.get(key);
+  const li = state.nodes.get(key);
+  if (!agent || !li) return;
+  const [toggle, name, stats, preview] = li.firstChild.children;
+  const [badge, tokensSpan, timeSpan] = stats.children;
+  const status = agent.status === "error" ? agent.errorType || "error" : agent.status;
+  const tokens = run.tokens(agent);
+  const end = agent.endTs ?? (run.status === "running" ? Date.now() / 1000 : run.lastTs);
+  const seconds = agent.startTs ? Math.max(0, end - agent.startTs) : 0;
+  let last = "";
+  for (let i = agent.turns.length - 1; i >= 0 && !last; i--) if (!agent.turns[i].abandoned) last = agent.turns[i].text;
+  // Only what changed reaches the DOM (every write may cost a layout).
+  set(name, "textContent", agent.name + (agent.taskId ? " (background)" : ""));
+  set(name, "title", agent.path || agent.name);
+  set(toggle, "disabled", agent.children.length === 0);
+  set(badge, "className", `badge ${agent.status}`);
+  set(badge, "textContent", status);
+  set(tokensSpan, "textContent", tokens !== null ? `${tokens} tok` : "");
+  set(timeSpan, "textContent", `${seconds.toFixed(1)} s`);
+  set(preview, "textContent", tail(last || agent.task || ""));
+  const hidden = Boolean(state.search) && !run.matches(agent, state.search) && !hasMatch(run, agent);
+  if (li.classList.contains("hidden") !== hidden) li.classList.toggle("hidden", hidden);
+}
+
+function set(node, property, value) {
+  if (node[property] !== value) node[property] = value;
+}
+
+// The end of a text, from a word boundary (what the agent is saying now).
+function tail(text, size = 160) {
+  const flat = text.length > size * 2 ? text.slice(-size * 2).replace(/\s+/g, " ") : text.replace(/\s+/g, " ");
+  if (flat.length <= size) return flat;
+  const cut = flat.slice(-size);
+  const space = cut.indexOf(" ");
+  return "…" + (space >= 0 && space < 40 ? cut.slice(space + 1) : cut);
+}
+
+function hasMatch(run, agent) {
+  return agent.children.some((k) => { const c = run.agents.get(k); return c && (run.matches(c, state.search) || hasMatch(run, c)); });
+}
+
+function collapse(key) {
+  const li = state.nodes.get(key);
+  if (state.collapsed.has(key)) state.collapsed.delete(key); else state.collapsed.add(key);
+  li.classList.toggle("collapsed", state.collapsed.has(key));
+  li.firstChild.firstChild.textContent = state.collapsed.has(key) ? "▸" : "▾";
+}
+
+function selectAgent(key, focus = true) {
+  const old = state.nodes.get(state.selected);
+  if (old) old.classList.remove("selected");
+  state.selected = key;
+  const li = state.nodes.get(key);
+  if (li) {
+    li.classList.add("selected");
+    if (focus) li.firstChild.focus();
+  }
+  renderDetail(state.run, key);
+}
+
+function keyNav(event, key) {
+  const visible = [...$("tree").querySelectorAll(".node")].filter((n) => n.offsetParent !== null);
+  const at = visible.findIndex((n) => n.dataset.key === key);
+  const go = (i) => { const n = visible[i]; if (n) selectAgent(n.dataset.key); };
+  if (event.key === "ArrowDown") go(at + 1);
+  else if (event.key === "ArrowUp") go(at - 1);
+  else if (event.key === "ArrowLeft" && !state.collapsed.has(key)) collapse(key);
+  else if (event.key === "ArrowRight" && state.collapsed.has(key)) collapse(key);
+  else return;
+  event.preventDefault();
+}
+
+// -- the detail pane --------------------------------------------------------------------
+
+function renderDetail(run, key) {
+  const agent = run && run.agents.get(key);
+  const pane = $("detail");
+  if (!agent) return;
+  const keepScroll = pane.parentElement.scrollTop;
+  const parts = [];
+  const head = el("div", "block");
+  head.append(el("h3", "", agent.name), el("div", "sub", `${agent.key === ROOT ? "root agent" : agent.key} · ${agent.agentId} · depth ${agent.depth}`));
+  const status = el("div", "sub");
+  status.append(el("span", `badge ${agent.status}`, agent.status === "error" ? agent.errorType || "error" : agent.status));
+  if (agent.errorMessage) status.append(" ", el("span", "", agent.errorMessage));
+  head.append(status);
+  parts.push(head);
+  parts.push(section("Task", agent.task, "prose"));
+  if (agent.result) parts.push(section("Answer", agent.result, "prose answer"));
+  agent.turns.forEach((turn, i) => {
+    if (!turn.text && !turn.thinking && turn.calls.length === 0) return;
+    const box = el("div", "turn" + (turn.abandoned ? " abandoned" : ""));
+    box.append(el("div", "label", `turn ${i + 1}${turn.abandoned ? " — abandoned (worker lost)" : turn.finished ? "" : " — streaming"}`));
+    if (turn.thinking) box.append(el("div", "thinking", turn.thinking));
+    if (turn.text) box.append(el("div", "prose", turn.text));
+    for (const id of turn.calls) box.append(toolBox(agent.tools.get(id)));
+    parts.push(box);
+  });
+  if (agent.messages.length) {
+    const box = el("div", "block");
+    box.append(el("div", "label", "Messages sent in"));
+    for (const m of agent.messages) box.append(el("div", "msg", `${m.from}: ${m.text}`));
+    parts.push(box);
+  }
+  if (run.status === "running" && agent.status === "running") {
+    const form = el("form");
+    form.id = "send-box";
+    const input = el("input");
+    input.placeholder = `Message to ${agent.name}`;
+    input.setAttribute("aria-label", "message");
+    const button = el("button", "", "Send");
+    form.append(input, button);
+    form.onsubmit = async (e) => {
+      e.preventDefault();
+      const message = input.value.trim();
+      if (!message) return;
+      button.disabled = true;
+      try {
+        await conn.request("send", { runId: run.runId, agentKey: key === ROOT ? undefined : key, message });
+        input.value = "";
+        notice("message sent");
+      } catch (error) { notice(error); } finally { button.disabled = false; }
+    };
+    parts.push(form);
+  }
+  const raw = el("details");
+  raw.append(el("summary", "", `raw events (${agent.raw.length})`));
+  raw.addEventListener("toggle", () => {
+    if (raw.open && raw.childElementCount === 1) raw.append(el("pre", "", agent.raw.map((e) => JSON.stringify(e)).join("\n")));
+  }, { once: false });
+  parts.push(raw);
+  pane.replaceChildren(...parts);
+  pane.parentElement.scrollTop = keepScroll;
+}
+
+function section(title, text, cls) {
+  const box = el("div", "block");
+  const label = el("div", "label");
+  const button = el("button", "copy", "copy");
+  button.type = "button";
+  button.onclick = () => copy(text || "");
+  label.append(el("span", "", title), button);
+  box.append(label, el("div", cls, text || ""));
+  return box;
+}
+
+function toolBox(call) {
+  const box = el("div", "tool" + (call.isError ? " error" : ""));
+  box.append(el("div", "label", `${call.server ? "server tool" : "tool"} · ${call.name} · ${call.result === undefined ? "running" : call.isError ? "error" : "done"}`));
+  const args = call.args !== undefined ? JSON.stringify(call.args, null, 2) : call.argsText;
+  box.append(el("pre", "args", args || ""));
+  if (call.result !== undefined) box.append(el("pre", "result" + (call.isError ? " error" : ""), call.result));
+  return box;
+}
+
+// -- the timeline -------------------------------------------------------------------------
+
+function renderTimeline(run) {
+  const box = $("timeline");
+  let canvas = box.querySelector("canvas");
+  if (!canvas) {
+    canvas = document.createElement("canvas");
+    canvas.setAttribute("aria-label", "timeline of agents and tool calls");
+    canvas.onmousemove = (e) => { canvas.title = timelineLabel(run, e) || ""; };
+    box.append(canvas);
+  }
+  if (run.firstTs === null) return;
+  const agents = [...run.agents.values()];
+  const lane = 14, labelWidth = 150;
+  const width = box.clientWidth || 600;
+  const ratio = window.devicePixelRatio || 1;
+  canvas.style.width = `${width}px`;
+  canvas.style.height = `${agents.length * lane + 4}px`;
+  canvas.width = Math.floor(width * ratio);
+  canvas.height = Math.floor((agents.length * lane + 4) * ratio);
+  const ctx = canvas.getContext("2d");
+  ctx.scale(ratio, ratio);
+  const styles = getComputedStyle(document.documentElement);
+  const end = run.status === "running" ? Math.max(run.lastTs, Date.now() / 1000) : run.lastTs;
+  const span = Math.max(end - run.firstTs, 0.001);
+  const x = (t) => labelWidth + ((t - run.firstTs) / span) * (width - labelWidth - 4);
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.textBaseline = "middle";
+  agents.forEach((agent, i) => {
+    const y = i * lane + 2;
+    ctx.fillStyle = styles.getPropertyValue("--muted");
+    ctx.fillText(`${"· ".repeat(agent.depth)}${agent.name}`.slice(0, 26), 0, y + lane / 2);
+    const startTs = agent.startTs ?? run.firstTs;
+    ctx.fillStyle = styles.getPropertyValue("--bar");
+    ctx.fillRect(x(startTs), y + 1, Math.max(2, x(agent.endTs ?? end) - x(startTs)), lane - 4);
+    ctx.fillStyle = styles.getPropertyValue("--bar-tool");
+    for (const call of agent.tools.values()) {
+      ctx.fillRect(x(call.startTs), y + 4, Math.max(2, x(call.endTs ?? end) - x(call.startTs)), lane - 10);
+    }
+  });
+  state.timelineRows = agents;
+  state.timelineSpan = { first: run.firstTs, span, labelWidth, width, lane };
+}
+
+function timelineLabel(run, event) {
+  const rows = state.timelineRows, geo = state.timelineSpan;
+  if (!rows || !geo) return "";
+  const agent = rows[Math.floor((event.offsetY - 2) / geo.lane)];
+  if (!agent) return "";
+  const stop = agent.endTs ?? run.lastTs;
+  return `${agent.name}: ${((stop - (agent.startTs ?? geo.first))).toFixed(2)} s, ${agent.tools.size} tool call(s)`;
+}
+
+// Durations of running agents tick once a second (only theirs are redrawn).
+setInterval(() => {
+  const run = state.run;
+  if (!run || run.status !== "running") return;
+  for (const agent of run.agents.values()) if (agent.status === "running") run.dirty.add(agent.key);
+  schedule();
+}, 1000);
+
+conn.connect();

@@ -1,0 +1,165 @@
+// One run as the page knows it: its agents built from events, changed incrementally.
+//
+// `apply(event)` updates the agents and notes which ones changed (`dirty`), so the
+// view touches only those. Statuses are final only from the events: an agent
+// without a terminal event when RUN_FINISHED arrives takes the run's status
+// (interrupted after a crash, cancelled, …), so no card says "running" for ever.
+
+export const ROOT = "root";
+const RAW_PER_AGENT = 400;   // raw events kept per agent for the JSON view
+
+export class RunModel {
+  constructor(runId) {
+    this.runId = runId;
+    this.agents = new Map();   // key -> agent
+    this.lastSeq = 0;
+    this.status = "running";
+    this.error = null;
+    this.result = null;
+    this.firstTs = null;
+    this.lastTs = null;
+    this.dirty = new Set();
+    this.structure = false;    // agents were added (the tree must place them)
+    this.bySession = new Map();
+    this.eventCount = 0;
+  }
+
+  agent(source) {
+    const key = source ? source.agentKey : ROOT;
+    let agent = this.agents.get(key);
+    if (!agent) {
+      let parent = null;
+      if (source) {
+        parent = source.depth === 1 ? ROOT : (this.bySession.get(source.parentSessionId) || ROOT);
+        if (!this.agents.has(ROOT)) this.agent(null);
+        this.bySession.set(source.sessionId, key);
+      }
+      agent = {
+        key, parent, children: [],
+        agentId: source ? source.agentId : "", name: source ? source.agentName : "root",
+        depth: source ? source.depth : 0, path: source ? source.path : "", taskId: source ? source.taskId : null,
+        task: "", status: "running", errorType: null, errorMessage: null, result: null,
+        turns: [this.newTurn()], tools: new Map(), messages: [],
+        usage: null, subtreeUsage: null, startTs: null, endTs: null, raw: [],
+      };
+      this.agents.set(key, agent);
+      if (parent) this.agents.get(parent).children.push(key);
+      this.structure = true;
+    }
+    return agent;
+  }
+
+  newTurn() { return { text: "", thinking: "", calls: [], finished: false, abandoned: false }; }
+
+  currentTurn(agent) {
+    const turn = agent.turns[agent.turns.length - 1];
+    if (turn.finished || turn.abandoned) {
+      const next = this.newTurn();
+      agent.turns.push(next);
+      return next;
+    }
+    return turn;
+  }
+
+  apply(e) {
+    if (e.seq <= this.lastSeq) return;   // never twice (resume overlaps are dropped)
+    this.lastSeq = e.seq;
+    this.eventCount += 1;
+    if (this.firstTs === null) this.firstTs = e.ts;
+    this.lastTs = e.ts;
+    const agent = this.agent(e.source);
+    if (agent.startTs === null) agent.startTs = e.ts;
+    agent.raw.push(e);
+    if (agent.raw.length > RAW_PER_AGENT) agent.raw.splice(0, agent.raw.length - RAW_PER_AGENT);
+    this.dirty.add(agent.key);
+    const d = e.data || {};
+    switch (e.type) {
+      case "RUN_STARTED": agent.agentId = d.agentId || ""; agent.name = d.agentId || "root"; agent.task = d.input || ""; break;
+      case "AGENT_STARTED": agent.task = d.task || ""; break;
+      case "REASONING": {
+        const turn = this.currentTurn(agent);
+        if (d.delta !== undefined) turn.text += d.delta;
+        else if (d.thinkingDelta !== undefined) turn.thinking += d.thinkingDelta;
+        if (e.last) {
+          if (d.text !== undefined) turn.text = d.text;
+          turn.finished = true;
+          turn.finishReason = d.finishReason;
+        }
+        break;
+      }
+      case "TURN_ABANDONED": this.currentTurn(agent).abandoned = true; break;
+      case "TOOL_CALL_DELTA": {
+        const call = this.call(agent, d.toolCallId, d.name, e.ts);
+        call.argsText += d.argsDelta || "";
+        break;
+      }
+      case "TOOL_CALL": {
+        const call = this.call(agent, d.toolCallId, d.name, e.ts);
+        call.args = d.args; call.server = !!d.server; call.ready = true;
+        break;
+      }
+      case "TOOL_RESULT": {
+        const call = this.call(agent, d.toolCallId, d.name, e.ts);
+        call.result = d.content; call.isError = !!d.isError; call.endTs = e.ts;
+        break;
+      }
+      case "USER_MESSAGE": agent.messages.push({ text: d.text, from: d.from, ts: e.ts }); break;
+      case "AGENT_RESULT":
+        agent.status = "done"; agent.result = d.text; agent.usage = d.usage; agent.subtreeUsage = d.subtreeUsage; agent.endTs = e.ts;
+        break;
+      case "AGENT_ERROR":
+        agent.status = d.errorType === "cancelled" ? "cancelled" : "error";
+        agent.errorType = d.errorType; agent.errorMessage = d.message;
+        agent.usage = d.usage || agent.usage; agent.subtreeUsage = d.subtreeUsage || agent.subtreeUsage; agent.endTs = e.ts;
+        break;
+      case "RUN_FINISHED": this.finish(d.status, d, e.ts); break;
+      default: break;
+    }
+  }
+
+  call(agent, id, name, ts) {
+    let call = agent.tools.get(id);
+    if (!call) {
+      call = { id, name, argsText: "", args: undefined, result: undefined, isError: false, startTs: ts, endTs: null, server: false };
+      agent.tools.set(id, call);
+      this.currentTurn(agent).calls.push(id);
+    }
+    return call;
+  }
+
+  finish(status, data, ts) {
+    this.status = status || "completed";
+    this.error = data.error || null;
+    this.result = data.result ?? null;
+    const root = this.agents.get(ROOT);
+    if (root && root.status === "running" && this.status === "completed") root.status = "done";
+    for (const agent of this.agents.values()) {
+      if (agent.status !== "running") continue;
+      agent.status = this.status === "completed" ? "done" : this.status;   // interrupted, cancelled, failed
+      if (this.status === "failed") { agent.status = "error"; agent.errorType = agent.errorType || "failed"; }
+      agent.endTs = agent.endTs ?? ts;
+      this.dirty.add(agent.key);
+    }
+  }
+
+  // Tokens of an agent's subtree: its own report when it ended, else the sum so far.
+  tokens(agent) {
+    const u = agent.subtreeUsage || agent.usage;
+    return u ? (u.inputTokens || 0) + (u.outputTokens || 0) : null;
+  }
+
+  text(agent) {
+    return agent.turns.filter((t) => !t.abandoned).map((t) => t.text).filter(Boolean).join("\n\n");
+  }
+
+  matches(agent, needle) {
+    if (!needle) return true;
+    const n = needle.toLowerCase();
+    if ((agent.name + " " + agent.task + " " + (agent.result || "")).toLowerCase().includes(n)) return true;
+    if (this.text(agent).toLowerCase().includes(n)) return true;
+    for (const call of agent.tools.values()) {
+      if ((call.name + JSON.stringify(call.args ?? call.argsText) + (call.result || "")).toLowerCase().includes(n)) return true;
+    }
+    return false;
+  }
+}

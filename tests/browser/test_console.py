@@ -1,0 +1,405 @@
+"""The live tree console in a real browser: Debian's Chromium driven by Playwright.
+
+The server is a real `orchestrator serve` process; the tests are plain (sync)
+pytest functions, since Playwright's sync API runs its own loop. They skip, saying
+how to enable them, when Chromium or Playwright is missing; `.ci/run` installs both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent.parent
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = os.environ.get("CONSOLE_SCREENSHOTS")
+"""A directory to save the main states' screenshots in (docs/images/ was made with
+`CONSOLE_SCREENSHOTS=docs/images .venv/bin/python -m pytest tests/browser`)."""
+
+try:
+    from playwright.sync_api import Browser, Page, sync_playwright
+
+    HAVE_PLAYWRIGHT = True
+except ImportError:  # pragma: no cover - depends on the machine
+    HAVE_PLAYWRIGHT = False
+
+pytestmark = pytest.mark.skipif(
+    not HAVE_PLAYWRIGHT or not Path(CHROMIUM).exists(),
+    reason="browser tests need Chromium and Playwright: `apt-get install chromium` and "
+    "`pip install -e '.[dev]'` (as .ci/run does)",
+)
+
+
+class Server:
+    """An `orchestrator serve` process on a config in `root`."""
+
+    def __init__(self, root: Path, config: dict[str, Any]) -> None:
+        self.root = root
+        self.path = root / "server.yaml"
+        self.path.write_text(yaml.safe_dump(config))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.port = 0
+
+    def start(self) -> None:
+        args = [sys.executable, "-m", "orchestrator", "serve", "--config", str(self.path)]
+        args += ["--port", str(self.port)]
+        self.proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        assert line.startswith("orchestrator listening on "), line
+        ws = line.split()[3]
+        self.port = int(ws.rsplit(":", 1)[1].split("/")[0])
+        self.url = f"http://127.0.0.1:{self.port}/"
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=20)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def write_agents(root: Path, token_delay: float, extra: dict[str, Any] | None = None) -> None:
+    sub = root / "subagents"
+    sub.mkdir(exist_ok=True)
+    for spec_path in (REPO / "configs" / "subagents").glob("*.yaml"):
+        spec = yaml.safe_load(spec_path.read_text())
+        spec["script"]["token_delay"] = token_delay
+        (sub / spec_path.name).write_text(yaml.safe_dump(spec))
+    for agent_id, spec in (extra or {}).items():
+        (sub / f"{agent_id}.yaml").write_text(yaml.safe_dump(spec))
+
+
+def config(**over: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "server": {"host": "127.0.0.1", "port": 0, "shutdown_timeout": 3},
+        "storage": "sqlite:///journal.db",
+        "models": {"default": {"provider": "scripted"}},
+        "subagents_dir": "subagents",
+        "limits": {"max_agents": 1000, "max_children": 16},
+    }
+    for key, value in over.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+    return data
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    write_agents(tmp_path, token_delay=0.01)
+    srv = Server(tmp_path, config())
+    srv.start()
+    yield srv
+    srv.stop(signal.SIGKILL)
+
+
+def open_page(browser: Browser, url: str, width: int = 1280) -> tuple[Page, list[str]]:
+    page = browser.new_page(viewport={"width": width, "height": 800})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_selector("#conn.open", timeout=10_000)
+    page.wait_for_function("document.querySelectorAll('#agent option').length > 0")
+    return page, errors
+
+
+def shot(page: Page, name: str, *, full_page: bool = False) -> None:
+    if SHOTS:
+        page.screenshot(path=str(Path(SHOTS) / name), full_page=full_page)
+
+
+def start_run(page: Page, agent: str, task: str) -> str:
+    page.select_option("#agent", agent)
+    page.fill("#input", task)
+    page.press("#input", "Enter")
+    page.wait_for_function("window.__console.state.run !== null")
+    run_id: str = page.evaluate("window.__console.state.run.runId")
+    return run_id
+
+
+def node(page: Page, name: str) -> Any:
+    return page.locator(".node > .row", has=page.locator(".name", has_text=name))
+
+
+def model_events(page: Page) -> dict[str, int]:
+    seen: dict[str, int] = page.evaluate(
+        "({last: window.__console.state.run.lastSeq, count: window.__console.state.run.eventCount})"
+    )
+    return seen
+
+
+def test_a_run_started_with_enter_streams_to_completion_with_every_detail(
+    browser: Browser, server: Server
+) -> None:
+    page, errors = open_page(browser, server.url)
+    page.press("#input", "Enter")  # empty: refused, nothing starts
+    assert "task" in page.inner_text("#notice")
+    assert page.evaluate("window.__console.state.run") is None
+    run_id = start_run(page, "planner", "How do trio nurseries work?")
+    page.press("#input", "Enter")  # the input was cleared: no second run
+    page.wait_for_selector("#run-status.completed", timeout=30_000)
+    assert page.url.endswith(f"?run={run_id}")
+    assert page.locator(".node").count() == 5
+    assert page.locator(".node .badge.done").count() == 5
+    # The root's full answer, and a spawn call's arguments and result.
+    node(page, "planner").first.click()
+    detail = page.inner_text("#detail")
+    assert "Both threads were checked by a critic" in detail
+    assert '"agent_id": "researcher"' in detail and "Findings on" in detail
+    assert page.locator("#detail .thinking").count() >= 1
+    # The runs list has the task and a status.
+    page.wait_for_selector("#runs-list li .badge.completed")
+    assert "How do trio nurseries work?" in page.inner_text("#runs-list")
+    shot(page, "console-run.png")
+    assert errors == []
+
+
+def test_a_failing_agent_shows_its_error_on_its_card(browser: Browser, tmp_path: Path) -> None:
+    bomb = {
+        "description": "fails",
+        "instructions": "explode",
+        "script": {"turns": [{"fail": "the model is down"}]},
+    }
+    boss = {
+        "description": "spawns the bomb",
+        "instructions": "lead",
+        "tools": ["agent_spawn"],
+        "script": {
+            "turns": [
+                {
+                    "say": "try",
+                    "calls": [{"name": "agent_spawn", "args": {"agent_id": "bomb", "task": "go"}}],
+                },
+                {"say": "the bomb failed: {results}"},
+            ]
+        },
+    }
+    write_agents(tmp_path, 0.0, {"bomb": bomb, "boss": boss})
+    srv = Server(tmp_path, config())
+    srv.start()
+    try:
+        page, errors = open_page(browser, srv.url)
+        start_run(page, "boss", "detonate")
+        page.wait_for_selector("#run-status.completed", timeout=20_000)
+        card = node(page, "bomb").first
+        assert "provider_error" in card.inner_text()
+        card.click()
+        assert "scripted failure" in page.inner_text("#detail")
+        node(page, "boss").first.click()
+        assert page.locator("#detail .tool.error").count() == 1
+        assert errors == []
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_cancel_and_send_reach_the_run(browser: Browser, tmp_path: Path) -> None:
+    write_agents(tmp_path, token_delay=0.05)
+    srv = Server(tmp_path, config())
+    srv.start()
+    try:
+        page, errors = open_page(browser, srv.url)
+        start_run(page, "planner", "slow and steady")
+        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=20_000)
+        node(page, "planner").first.click()
+        page.fill("#send-box input", "please hurry")
+        page.press("#send-box input", "Enter")
+        page.wait_for_function(
+            "window.__console.state.run.agents.get('root').messages"
+            ".some(m => m.text === 'please hurry')"
+        )
+        page.click("#cancel")
+        page.wait_for_selector("#run-status.cancelled", timeout=20_000)
+        assert page.locator(".node .badge.running").count() == 0
+        assert page.locator(".node .badge.cancelled").count() >= 1
+        assert "please hurry" in page.inner_text("#detail")
+        assert errors == []
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_a_depth_filter_is_applied_by_the_server(browser: Browser, server: Server) -> None:
+    page, errors = open_page(browser, server.url)
+    start_run(page, "planner", "filtered")
+    page.wait_for_selector("#run-status.completed", timeout=30_000)
+    page.fill("#f-depth", "0")
+    page.press("#f-depth", "Tab")  # change event: resubscribe with filter {maxDepth: 0}
+    page.wait_for_selector("#run-status.completed", timeout=10_000)
+    page.wait_for_function("window.__console.state.run.lastSeq > 0")
+    assert page.locator(".node").count() == 1
+    depths = page.evaluate("[...window.__console.state.run.agents.values()].map(a => a.depth)")
+    assert depths == [0]
+    assert errors == []
+
+
+def test_after_a_server_restart_the_page_resumes_without_loss_or_duplicates(
+    browser: Browser, tmp_path: Path
+) -> None:
+    write_agents(tmp_path, token_delay=0.03)
+    srv = Server(tmp_path, config())
+    srv.start()
+    try:
+        page, _ = open_page(browser, srv.url)
+        run_id = start_run(page, "planner", "restart me")
+        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=20_000)
+        srv.stop(signal.SIGTERM)  # graceful: the run ends `interrupted`, its events kept
+        page.wait_for_selector("#conn.disconnected", timeout=10_000)
+        srv.start()  # same port, same journal
+        page.wait_for_selector("#conn.open", timeout=20_000)
+        page.wait_for_selector("#run-status.interrupted", timeout=20_000)
+        seen = model_events(page)
+        assert seen["count"] == seen["last"]  # every seq once, none missing
+        statuses = page.evaluate(
+            "[...window.__console.state.run.agents.values()].map(a => a.status)"
+        )
+        assert "running" not in statuses
+        assert page.evaluate("window.__console.state.run.runId") == run_id
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_after_kill_9_and_a_restart_every_card_says_interrupted(
+    browser: Browser, tmp_path: Path
+) -> None:
+    write_agents(tmp_path, token_delay=0.03)
+    srv = Server(tmp_path, config())
+    srv.start()
+    try:
+        page, _ = open_page(browser, srv.url)
+        run_id = start_run(page, "planner", "crash me")
+        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=20_000)
+        srv.stop(signal.SIGKILL)
+        srv.start()  # marks the run interrupted at start
+        fresh, errors = open_page(browser, f"{srv.url}?run={run_id}")
+        fresh.wait_for_selector("#run-status.interrupted", timeout=20_000)
+        fresh.wait_for_function("window.__console.state.run.agents.size >= 3")
+        assert fresh.locator(".node .badge.running").count() == 0
+        assert fresh.locator(".node .badge.interrupted").count() >= 2
+        shot(fresh, "console-interrupted.png")
+        assert errors == []
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_a_server_with_tokens_asks_for_one_and_keeps_it_out_of_the_url(
+    browser: Browser, tmp_path: Path
+) -> None:
+    write_agents(tmp_path, token_delay=0.0)
+    srv = Server(
+        tmp_path, config(server={"tokens": [{"name": "ann", "token": "s3cret", "role": "admin"}]})
+    )
+    srv.start()
+    try:
+        page = browser.new_page()
+        asked: list[str] = []
+
+        def answer(dialog: Any) -> None:
+            asked.append(dialog.message)
+            dialog.accept("s3cret")
+
+        page.on("dialog", answer)
+        page.goto(srv.url)
+        page.wait_for_selector("#conn.open", timeout=10_000)
+        assert asked and "token" in asked[0]
+        start_run(page, "critic", "with a token")
+        page.wait_for_selector("#run-status.completed", timeout=20_000)
+        assert "s3cret" not in page.url
+        assert page.evaluate("sessionStorage.getItem('orchestrator.token')") == "s3cret"
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_at_390_px_the_controls_fit_the_screen(browser: Browser, server: Server) -> None:
+    page, errors = open_page(browser, server.url, width=390)
+    box = page.locator("#go").bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390
+    start_run(page, "planner", "on a phone")
+    page.wait_for_selector("#run-status.completed", timeout=30_000)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    shot(page, "console-390px.png", full_page=True)
+    assert errors == []
+
+
+def test_500_agents_stream_without_long_frames(browser: Browser, tmp_path: Path) -> None:
+    """8 children of 8 of 8 (585 agents) streaming at once: no task over 50 ms."""
+    specs: dict[str, Any] = {}
+    for level in range(4):
+        turns: list[dict[str, Any]] = []
+        words = "w " * 40
+        if level < 3:
+            calls = [
+                {
+                    "name": "agent_spawn",
+                    "args": {"agent_id": f"level{level + 1}", "task": f"part {i}"},
+                }
+                for i in range(8)
+            ]
+            turns = [{"say": words, "calls": calls}, {"say": "ok"}]
+        else:
+            turns = [{"say": words}]
+        specs[f"level{level}"] = {
+            "description": "load",
+            "instructions": "load",
+            "tools": ["agent_spawn"],
+            "script": {"token_delay": 0.02, "turns": turns},
+        }
+    write_agents(tmp_path, token_delay=0.0, extra=specs)
+    srv = Server(tmp_path, config(limits={"max_agents": 1000, "max_depth": 4}))
+    srv.start()
+    try:
+        page, errors = open_page(browser, srv.url)
+        page.evaluate(
+            """window.__long = [];
+            new PerformanceObserver((list) => {
+              for (const entry of list.getEntries()) window.__long.push(entry.duration);
+            }).observe({type: "longtask", buffered: false});"""
+        )
+        start_run(page, "level0", "load")
+        page.wait_for_selector("#run-status.completed", timeout=120_000)
+        agents = page.evaluate("window.__console.state.run.agents.size")
+        assert agents == 585
+        long_tasks = page.evaluate("window.__long")
+        assert max(long_tasks, default=0) <= 50, sorted(long_tasks)[-5:]
+        shot(page, "console-585-agents.png")
+        assert errors == []
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_the_page_files_are_served_and_nothing_else(server: Server) -> None:
+    import urllib.error
+    import urllib.request
+
+    for name in ("", "static/app.js", "static/style.css", "static/favicon.svg"):
+        with urllib.request.urlopen(server.url + name, timeout=5) as response:
+            assert response.status == 200
+    for name in ("static/../config.py", "static/nope.js", "static/"):
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(server.url + name, timeout=5)
+    with urllib.request.urlopen(server.url + "auth", timeout=5) as response:
+        assert json.loads(response.read())["authorized"] is True
