@@ -235,6 +235,8 @@ class AgentInfo(msgspec.Struct, kw_only=True):
     id: str
     name: str
     description: str
+    model: str = ""
+    """The `models:` entry the agent uses."""
 
 
 class AgentsReply(_Frame, tag="agents"):

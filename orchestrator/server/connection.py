@@ -264,7 +264,9 @@ class Connection:
             await self._runs(op)
         elif isinstance(op, protocol.Agents):
             agents = [
-                protocol.AgentInfo(id=s.id, name=s.display_name, description=s.description)
+                protocol.AgentInfo(
+                    id=s.id, name=s.display_name, description=s.description, model=s.model
+                )
                 for s in app.orchestrator.specs.values()
             ]
             await self.reply(protocol.encode(protocol.AgentsReply(agents=agents, id=op.id)))

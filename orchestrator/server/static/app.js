@@ -26,8 +26,19 @@ const state = {
   search: "",
 };
 
-const conn = new Connection({ onFrame, onState });
-window.__console = { state, conn };   // for the browser tests and the curious
+const conn = new Connection({ onFrame: timed("frame", onFrame), onState });
+const timings = {};   // the longest run of each piece of work, in ms (for tests and the curious)
+window.__console = { state, conn, timings };
+
+function timed(name, fn) {
+  return (...args) => {
+    const started = performance.now();
+    try { return fn(...args); } finally {
+      const took = performance.now() - started;
+      if (took > (timings[name] || 0)) timings[name] = took;
+    }
+  };
+}
 
 // -- connection ------------------------------------------------------------------
 
@@ -204,7 +215,7 @@ function copy(text) {
 // -- filters ----------------------------------------------------------------------
 
 $("filters").onsubmit = (e) => e.preventDefault();
-for (const id of ["f-depth", "f-glob", "f-types", "f-status"]) $(id).onchange = applyFilters;
+for (const id of ["f-depth", "f-glob", "f-agents", "f-types", "f-status"]) $(id).onchange = applyFilters;
 $("f-search").oninput = () => { state.search = $("f-search").value.trim(); state.structure = true; schedule(true); };
 
 function applyFilters() {
@@ -213,6 +224,8 @@ function applyFilters() {
   if (depth !== "") filter.maxDepth = Number(depth);
   const glob = $("f-glob").value.trim();
   if (glob) filter.pathGlob = glob;
+  const agentIds = $("f-agents").value.split(",").map((t) => t.trim()).filter(Boolean);
+  if (agentIds.length) filter.agentIds = agentIds;
   const types = $("f-types").value.split(",").map((t) => t.trim().toUpperCase()).filter(Boolean);
   if (types.length) filter.types = types;
   state.filter = filter;
@@ -236,7 +249,8 @@ const FRAME_BUDGET_MS = 10;
 // Work per animation frame is bounded: nodes left over wait for the next frame, so a
 // tree of hundreds of agents streaming at once never blocks the page for long.
 
-function render() {
+const render = timed("render", renderFrame);
+function renderFrame() {
   state.frame = 0;
   const run = state.run;
   if (!run) return;
@@ -259,7 +273,7 @@ function render() {
     state.timelineFrame = requestAnimationFrame(() => {
       state.timelineFrame = 0;
       state.timelineAt = performance.now();
-      renderTimeline(run);
+      timed("timeline", renderTimeline)(run);
     });
   }
   if (run.dirty.size || run.structure) schedule();
@@ -379,10 +393,20 @@ function renderDetail(run, key) {
   const agent = run && run.agents.get(key);
   const pane = $("detail");
   if (!agent) return;
+  // Someone is selecting text in the pane (to copy it): redraw once they are done.
+  const selection = document.getSelection();
+  const typing = pane.contains(document.activeElement) && document.activeElement.tagName === "INPUT";
+  if (typing || (selection && !selection.isCollapsed && pane.contains(selection.anchorNode))) {
+    state.detailStale = true;
+    return;
+  }
+  state.detailStale = false;
   const keepScroll = pane.parentElement.scrollTop;
   const parts = [];
   const head = el("div", "block");
-  head.append(el("h3", "", agent.name), el("div", "sub", `${agent.key === ROOT ? "root agent" : agent.key} · ${agent.agentId} · depth ${agent.depth}`));
+  const spec = state.specs.find((s) => s.id === agent.agentId);
+  const where = `${agent.key === ROOT ? "root agent" : agent.key} · ${agent.agentId} · depth ${agent.depth}`;
+  head.append(el("h3", "", agent.name), el("div", "sub", spec && spec.model ? `${where} · model ${spec.model}` : where));
   const status = el("div", "sub");
   status.append(el("span", `badge ${agent.status}`, agent.status === "error" ? agent.errorType || "error" : agent.status));
   if (agent.errorMessage) status.append(" ", el("span", "", agent.errorMessage));
@@ -405,7 +429,7 @@ function renderDetail(run, key) {
     for (const m of agent.messages) box.append(el("div", "msg", `${m.from}: ${m.text}`));
     parts.push(box);
   }
-  if (run.status === "running" && agent.status === "running") {
+  if (run.status === "running") {   // running agents queue it; idle children run again on it
     const form = el("form");
     form.id = "send-box";
     const input = el("input");
@@ -427,10 +451,10 @@ function renderDetail(run, key) {
     parts.push(form);
   }
   const raw = el("details");
-  raw.append(el("summary", "", `raw events (${agent.raw.length})`));
+  raw.append(el("summary", "", `raw events (${agent.events}; the run's latest 3000 are kept)`));
   raw.addEventListener("toggle", () => {
-    if (raw.open && raw.childElementCount === 1) raw.append(el("pre", "", agent.raw.map((e) => JSON.stringify(e)).join("\n")));
-  }, { once: false });
+    if (raw.open && raw.childElementCount === 1) raw.append(el("pre", "", run.raw(agent).map((e) => JSON.stringify(e)).join("\n")));
+  });
   parts.push(raw);
   pane.replaceChildren(...parts);
   pane.parentElement.scrollTop = keepScroll;
@@ -455,6 +479,14 @@ function toolBox(call) {
   if (call.result !== undefined) box.append(el("pre", "result" + (call.isError ? " error" : ""), call.result));
   return box;
 }
+
+document.addEventListener("selectionchange", () => {
+  const selection = document.getSelection();
+  if (state.detailStale && state.run && selection && selection.isCollapsed) renderDetail(state.run, state.selected);
+});
+$("detail").addEventListener("focusout", () => {
+  if (state.detailStale && state.run) setTimeout(() => renderDetail(state.run, state.selected), 0);
+});
 
 // -- the timeline -------------------------------------------------------------------------
 

@@ -6,7 +6,9 @@
 // (interrupted after a crash, cancelled, …), so no card says "running" for ever.
 
 export const ROOT = "root";
-const RAW_PER_AGENT = 400;   // raw events kept per agent for the JSON view
+const RAW_KEPT = 3000;   // the run's latest events kept whole for the JSON view
+// (keeping every parsed event of a 100k-event run made the browser's garbage
+// collector pause the page for over 50 ms)
 
 export class RunModel {
   constructor(runId) {
@@ -22,6 +24,7 @@ export class RunModel {
     this.structure = false;    // agents were added (the tree must place them)
     this.bySession = new Map();
     this.eventCount = 0;
+    this.recent = [];   // the last RAW_KEPT events, whole
   }
 
   agent(source) {
@@ -40,7 +43,7 @@ export class RunModel {
         depth: source ? source.depth : 0, path: source ? source.path : "", taskId: source ? source.taskId : null,
         task: "", status: "running", errorType: null, errorMessage: null, result: null,
         turns: [this.newTurn()], tools: new Map(), messages: [],
-        usage: null, subtreeUsage: null, startTs: null, endTs: null, raw: [],
+        usage: null, subtreeUsage: null, startTs: null, endTs: null, events: 0,
       };
       this.agents.set(key, agent);
       if (parent) this.agents.get(parent).children.push(key);
@@ -69,8 +72,9 @@ export class RunModel {
     this.lastTs = e.ts;
     const agent = this.agent(e.source);
     if (agent.startTs === null) agent.startTs = e.ts;
-    agent.raw.push(e);
-    if (agent.raw.length > RAW_PER_AGENT) agent.raw.splice(0, agent.raw.length - RAW_PER_AGENT);
+    agent.events += 1;
+    this.recent.push(e);
+    if (this.recent.length > RAW_KEPT * 1.5) this.recent.splice(0, this.recent.length - RAW_KEPT);
     this.dirty.add(agent.key);
     const d = e.data || {};
     switch (e.type) {
@@ -146,6 +150,11 @@ export class RunModel {
   tokens(agent) {
     const u = agent.subtreeUsage || agent.usage;
     return u ? (u.inputTokens || 0) + (u.outputTokens || 0) : null;
+  }
+
+  // The agent's events among the run's latest ones (the JSON view).
+  raw(agent) {
+    return this.recent.filter((e) => (e.source ? e.source.agentKey : ROOT) === agent.key);
   }
 
   text(agent) {
