@@ -393,14 +393,14 @@ function renderDetail(run, key) {
   const agent = run && run.agents.get(key);
   const pane = $("detail");
   if (!agent) return;
-  // Someone is selecting text in the pane (to copy it): redraw once they are done.
-  const selection = document.getSelection();
+  // Someone typing a message here: redraw once they leave the field.
   const typing = pane.contains(document.activeElement) && document.activeElement.tagName === "INPUT";
-  if (typing || (selection && !selection.isCollapsed && pane.contains(selection.anchorNode))) {
+  if (typing) {
     state.detailStale = true;
     return;
   }
   state.detailStale = false;
+  const selection = saveSelection(pane);
   const keepScroll = pane.parentElement.scrollTop;
   const parts = [];
   const head = el("div", "block");
@@ -458,6 +458,30 @@ function renderDetail(run, key) {
   parts.push(raw);
   pane.replaceChildren(...parts);
   pane.parentElement.scrollTop = keepScroll;
+  restoreSelection(pane, selection);
+}
+
+// A selection inside the pane, as child-index paths from the pane: the redraw builds
+// the same structure (streamed text only grows), so it can be put back where it was.
+function saveSelection(root) {
+  const s = document.getSelection();
+  if (!s || s.isCollapsed || !root.contains(s.anchorNode) || !root.contains(s.focusNode)) return null;
+  const path = (node) => {
+    const out = [];
+    for (; node && node !== root; node = node.parentNode) out.unshift([...node.parentNode.childNodes].indexOf(node));
+    return out;
+  };
+  return { anchor: path(s.anchorNode), anchorOffset: s.anchorOffset, focus: path(s.focusNode), focusOffset: s.focusOffset };
+}
+
+function restoreSelection(root, saved) {
+  if (!saved) return;
+  const at = (path) => path.reduce((node, i) => (node ? node.childNodes[i] : null), root);
+  const anchor = at(saved.anchor), focus = at(saved.focus);
+  const fits = (node, offset) => node && offset <= (node.nodeType === 3 ? node.length : node.childNodes.length);
+  if (fits(anchor, saved.anchorOffset) && fits(focus, saved.focusOffset)) {
+    document.getSelection().setBaseAndExtent(anchor, saved.anchorOffset, focus, saved.focusOffset);
+  }
 }
 
 function section(title, text, cls) {
@@ -480,10 +504,6 @@ function toolBox(call) {
   return box;
 }
 
-document.addEventListener("selectionchange", () => {
-  const selection = document.getSelection();
-  if (state.detailStale && state.run && selection && selection.isCollapsed) renderDetail(state.run, state.selected);
-});
 $("detail").addEventListener("focusout", () => {
   if (state.detailStale && state.run) setTimeout(() => renderDetail(state.run, state.selected), 0);
 });
