@@ -173,9 +173,26 @@ def test_a_run_started_with_enter_streams_to_completion_with_every_detail(
     assert "Both threads were checked by a critic" in detail
     assert '"agent_id": "researcher"' in detail and "Findings on" in detail
     assert page.locator("#detail .thinking").count() >= 1
-    # The runs list has the task and a status.
+    # The runs list has the task and a status, and shows runs other clients start.
     page.wait_for_selector("#runs-list li .badge.completed")
     assert "How do trio nurseries work?" in page.inner_text("#runs-list")
+    from websockets.sync.client import connect
+
+    with connect(server.url.replace("http", "ws") + "ws") as other:
+        other.send(json.dumps({"op": "run", "id": 1, "agent": "critic", "input": "from elsewhere"}))
+        assert json.loads(other.recv())["op"] == "ack"
+        page.wait_for_function(
+            "document.querySelector('#runs-list').innerText.includes('from elsewhere')",
+            timeout=10_000,
+        )
+    # Keyboard: arrows move through the tree, left collapses a subtree.
+    node(page, "planner").first.click()
+    page.keyboard.press("ArrowDown")
+    assert page.evaluate("window.__console.state.selected") != "root"
+    page.keyboard.press("ArrowUp")
+    assert page.evaluate("window.__console.state.selected") == "root"
+    page.keyboard.press("ArrowLeft")
+    assert page.locator(".node.collapsed").count() == 1
     shot(page, "console-run.png")
     assert errors == []
 
