@@ -171,6 +171,7 @@ def test_a_run_started_with_enter_streams_to_completion_with_every_detail(
     node(page, "planner").first.click()
     detail = page.inner_text("#detail")
     assert "Both threads were checked by a critic" in detail
+    assert "model default" in detail and "subtree" in detail
     assert '"agent_id": "researcher"' in detail and "Findings on" in detail
     assert page.locator("#detail .thinking").count() >= 1
     # The runs list has the task and a status, and shows runs other clients start.
@@ -359,6 +360,18 @@ def test_a_server_with_tokens_asks_for_one_and_keeps_it_out_of_the_url(
         assert page.evaluate("sessionStorage.getItem('orchestrator.token')") == "s3cret"
     finally:
         srv.stop(signal.SIGKILL)
+
+
+def test_dark_mode_follows_the_system(browser: Browser, server: Server) -> None:
+    light = browser.new_page(color_scheme="light")
+    dark = browser.new_page(color_scheme="dark")
+    colors = []
+    for page in (light, dark):
+        page.goto(server.url)
+        page.wait_for_selector("#conn.open")
+        colors.append(page.evaluate("getComputedStyle(document.body).backgroundColor"))
+    assert colors[0] != colors[1]
+    assert colors[1] == "rgb(17, 20, 24)"
 
 
 def test_at_390_px_the_controls_fit_the_screen(browser: Browser, server: Server) -> None:

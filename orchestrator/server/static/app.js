@@ -328,7 +328,8 @@ function updateNode(run, key) {
   for (let i = agent.turns.length - 1; i >= 0 && !last; i--) if (!agent.turns[i].abandoned) last = agent.turns[i].text;
   // Only what changed reaches the DOM (every write may cost a layout).
   set(name, "textContent", agent.name + (agent.taskId ? " (background)" : ""));
-  set(name, "title", agent.path || agent.name);
+  const spec = state.specs.find((s) => s.id === agent.agentId);
+  set(name, "title", `${agent.path || agent.name}${spec && spec.model ? ` · model ${spec.model}` : ""}`);
   set(toggle, "disabled", agent.children.length === 0);
   set(badge, "className", `badge ${agent.status}`);
   set(badge, "textContent", status);
@@ -411,6 +412,10 @@ function renderDetail(run, key) {
   status.append(el("span", `badge ${agent.status}`, agent.status === "error" ? agent.errorType || "error" : agent.status));
   if (agent.errorMessage) status.append(" ", el("span", "", agent.errorMessage));
   head.append(status);
+  const own = agent.usage, tree = agent.subtreeUsage;
+  const fmt = (u) => `${u.inputTokens} in + ${u.outputTokens} out`;
+  const took = agent.startTs ? ((agent.endTs ?? run.lastTs) - agent.startTs).toFixed(2) : "0";
+  head.append(el("div", "sub", `${took} s` + (own ? ` · own ${fmt(own)} tokens` : "") + (tree ? ` · subtree ${fmt(tree)}` : "")));
   parts.push(head);
   parts.push(section("Task", agent.task, "prose"));
   if (agent.result) parts.push(section("Answer", agent.result, "prose answer"));
