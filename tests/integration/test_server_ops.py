@@ -195,7 +195,7 @@ async def test_runs_agents_ping_and_blocking_run(tmp_path: Path) -> None:
         assert await request(ws, op="ping", id=1) == {"op": "pong", "id": 1}
         agents = await request(ws, op="agents", id=2)
         assert sorted(a["id"] for a in agents["agents"]) == ["critic", "planner", "researcher"]
-        assert {"id", "name", "description"} == set(agents["agents"][0])
+        assert {"id", "name", "description", "model"} == set(agents["agents"][0])
         ack = await request(ws, op="run", id=3, agent="planner", input="blocking", stream=False)
         assert ack == {"op": "ack", "id": 3, "runId": ack["runId"]}
         result = await recv(ws)
@@ -327,7 +327,10 @@ async def test_healthz_metrics_and_404(tmp_path: Path) -> None:
             page = await client.get(base + "/")
             assert page.status_code == 200
             assert page.headers["content-type"] == "text/html; charset=utf-8"
-            assert "new WebSocket(wsUrl)" in page.text
+            assert '<script type="module" src="/static/app.js">' in page.text
+            script = await client.get(base + "/static/app.js")
+            assert script.status_code == 200 and "new Connection" in script.text
+            assert script.headers["content-type"] == "text/javascript; charset=utf-8"
             missing = await client.get(base + "/nope")
             assert missing.status_code == 404
 
