@@ -138,10 +138,13 @@ class Worker:
         record = msgspec.structs.replace(
             record, status="running", worker=self.name, attempt=attempt
         )
-        if plan is not None and plan.finished:  # it ended just before its worker died
-            self.journal.own(record)
-            await self._release(run_id)
+        if plan is not None and plan.finished:
+            # It ended just before its worker died (its record was written with the
+            # RUN_FINISHED): only the queue entry and the lease are left to drop.
+            with contextlib.suppress(Exception):
+                await store.release(run_id, token, entry.entry_id)
             self.owned.pop(run_id, None)
+            self._changed.unpark_all()
             return
         resumed = {"attempt": attempt, "worker": self.name, "afterSeq": record.last_seq}
         if plan is not None:
