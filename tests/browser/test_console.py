@@ -165,8 +165,9 @@ def test_a_run_started_with_enter_streams_to_completion_with_every_detail(
     page.press("#input", "Enter")  # the input was cleared: no second run
     page.wait_for_selector("#run-status.completed", timeout=30_000)
     assert page.url.endswith(f"?run={run_id}")
+    # The DOM follows the model within a few frames.
+    page.wait_for_function("document.querySelectorAll('.node .badge.done').length === 5")
     assert page.locator(".node").count() == 5
-    assert page.locator(".node .badge.done").count() == 5
     # The root's full answer, and a spawn call's arguments and result.
     node(page, "planner").first.click()
     detail = page.inner_text("#detail")
@@ -174,6 +175,7 @@ def test_a_run_started_with_enter_streams_to_completion_with_every_detail(
     assert "model default" in detail and "subtree" in detail
     assert '"agent_id": "researcher"' in detail and "Findings on" in detail
     assert page.locator("#detail .thinking").count() >= 1
+    shot(page, "console-run.png")
     # The runs list has the task and a status, and shows runs other clients start.
     page.wait_for_selector("#runs-list li .badge.completed")
     assert "How do trio nurseries work?" in page.inner_text("#runs-list")
@@ -194,7 +196,6 @@ def test_a_run_started_with_enter_streams_to_completion_with_every_detail(
     assert page.evaluate("window.__console.state.selected") == "root"
     page.keyboard.press("ArrowLeft")
     assert page.locator(".node.collapsed").count() == 1
-    shot(page, "console-run.png")
     assert errors == []
 
 
@@ -225,6 +226,10 @@ def test_a_failing_agent_shows_its_error_on_its_card(browser: Browser, tmp_path:
         page, errors = open_page(browser, srv.url)
         start_run(page, "boss", "detonate")
         page.wait_for_selector("#run-status.completed", timeout=20_000)
+        page.wait_for_function(
+            "[...document.querySelectorAll('.node .badge')]"
+            ".some(b => b.textContent === 'provider_error')"
+        )
         card = node(page, "bomb").first
         assert "provider_error" in card.inner_text()
         card.click()
@@ -263,8 +268,10 @@ def test_cancel_and_send_reach_the_run(browser: Browser, tmp_path: Path) -> None
         assert page.evaluate("document.getSelection().toString()") == "slow and steady"
         page.click("#cancel")
         page.wait_for_selector("#run-status.cancelled", timeout=20_000)
-        assert page.locator(".node .badge.running").count() == 0
-        assert page.locator(".node .badge.cancelled").count() >= 1
+        page.wait_for_function(
+            "document.querySelectorAll('.node .badge.running').length === 0"
+            " && document.querySelectorAll('.node .badge.cancelled').length >= 1"
+        )
         assert "please hurry" in page.inner_text("#detail")
         assert errors == []
     finally:
@@ -277,8 +284,12 @@ def test_a_depth_filter_is_applied_by_the_server(browser: Browser, server: Serve
     page.wait_for_selector("#run-status.completed", timeout=30_000)
     page.fill("#f-depth", "0")
     page.press("#f-depth", "Tab")  # change event: resubscribe with filter {maxDepth: 0}
-    page.wait_for_selector("#run-status.completed", timeout=10_000)
-    page.wait_for_function("window.__console.state.run.lastSeq > 0")
+    page.wait_for_function(
+        "window.__console.state.filter.maxDepth === 0"
+        " && window.__console.state.run.status === 'completed'"
+        " && document.querySelectorAll('.node').length > 0",
+        timeout=10_000,
+    )
     assert page.locator(".node").count() == 1
     depths = page.evaluate("[...window.__console.state.run.agents.values()].map(a => a.depth)")
     assert depths == [0]
@@ -325,9 +336,11 @@ def test_after_kill_9_and_a_restart_every_card_says_interrupted(
         srv.start()  # marks the run interrupted at start
         fresh, errors = open_page(browser, f"{srv.url}?run={run_id}")
         fresh.wait_for_selector("#run-status.interrupted", timeout=20_000)
-        fresh.wait_for_function("window.__console.state.run.agents.size >= 3")
-        assert fresh.locator(".node .badge.running").count() == 0
-        assert fresh.locator(".node .badge.interrupted").count() >= 2
+        fresh.wait_for_function(
+            "window.__console.state.run.agents.size >= 3"
+            " && document.querySelectorAll('.node .badge.running').length === 0"
+            " && document.querySelectorAll('.node .badge.interrupted').length >= 2"
+        )
         shot(fresh, "console-interrupted.png")
         assert errors == []
     finally:

@@ -245,7 +245,7 @@ function schedule(all = false) {
   if (!state.frame) state.frame = requestAnimationFrame(render);
 }
 
-const FRAME_BUDGET_MS = 10;
+const FRAME_BUDGET_MS = 8;
 // Work per animation frame is bounded: nodes left over wait for the next frame, so a
 // tree of hundreds of agents streaming at once never blocks the page for long.
 
@@ -515,52 +515,74 @@ $("detail").addEventListener("focusout", () => {
 
 // -- the timeline -------------------------------------------------------------------------
 
+// Only the lanes in view are drawn, on a canvas the size of the view: a canvas as
+// tall as 585 lanes cost ~50 ms a redraw just to allocate.
 function renderTimeline(run) {
   const box = $("timeline");
   let canvas = box.querySelector("canvas");
   if (!canvas) {
+    const spacer = el("div", "spacer");
     canvas = document.createElement("canvas");
     canvas.setAttribute("aria-label", "timeline of agents and tool calls");
     canvas.onmousemove = (e) => { canvas.title = timelineLabel(run, e) || ""; };
-    box.append(canvas);
+    spacer.append(canvas);
+    box.append(spacer);
+    box.addEventListener("scroll", () => {
+      if (!state.timelineFrame && state.run) {
+        state.timelineFrame = requestAnimationFrame(() => { state.timelineFrame = 0; renderTimeline(state.run); });
+      }
+    });
   }
   if (run.firstTs === null) return;
   const agents = [...run.agents.values()];
   const lane = 14, labelWidth = 150;
-  const width = box.clientWidth || 600;
+  const width = box.clientWidth - 24 || 600;
+  const view = Math.min(agents.length * lane + 4, box.clientHeight || 300);
+  canvas.parentElement.style.height = `${agents.length * lane + 4}px`;
   const ratio = window.devicePixelRatio || 1;
-  canvas.style.width = `${width}px`;
-  canvas.style.height = `${agents.length * lane + 4}px`;
-  canvas.width = Math.floor(width * ratio);
-  canvas.height = Math.floor((agents.length * lane + 4) * ratio);
+  const pixelsW = Math.floor(width * ratio), pixelsH = Math.floor(view * ratio);
+  if (canvas.width !== pixelsW || canvas.height !== pixelsH) {
+    canvas.width = pixelsW;
+    canvas.height = pixelsH;
+    canvas.style.width = `${width}px`;
+    canvas.style.height = `${view}px`;
+  }
   const ctx = canvas.getContext("2d");
-  ctx.scale(ratio, ratio);
-  const styles = getComputedStyle(document.documentElement);
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  ctx.clearRect(0, 0, width, view);
+  if (!state.colors) {
+    const styles = getComputedStyle(document.documentElement);
+    state.colors = ["--muted", "--bar", "--bar-tool"].map((name) => styles.getPropertyValue(name));
+  }
+  const [muted, bar, toolBar] = state.colors;
   const end = run.status === "running" ? Math.max(run.lastTs, Date.now() / 1000) : run.lastTs;
   const span = Math.max(end - run.firstTs, 0.001);
   const x = (t) => labelWidth + ((t - run.firstTs) / span) * (width - labelWidth - 4);
+  const first = Math.floor(box.scrollTop / lane);
+  const last = Math.min(agents.length, first + Math.ceil(view / lane) + 1);
   ctx.font = "11px system-ui, sans-serif";
   ctx.textBaseline = "middle";
-  agents.forEach((agent, i) => {
-    const y = i * lane + 2;
-    ctx.fillStyle = styles.getPropertyValue("--muted");
+  for (let i = first; i < last; i++) {
+    const agent = agents[i];
+    const y = i * lane + 2 - box.scrollTop;
+    ctx.fillStyle = muted;
     ctx.fillText(`${"· ".repeat(agent.depth)}${agent.name}`.slice(0, 26), 0, y + lane / 2);
     const startTs = agent.startTs ?? run.firstTs;
-    ctx.fillStyle = styles.getPropertyValue("--bar");
+    ctx.fillStyle = bar;
     ctx.fillRect(x(startTs), y + 1, Math.max(2, x(agent.endTs ?? end) - x(startTs)), lane - 4);
-    ctx.fillStyle = styles.getPropertyValue("--bar-tool");
+    ctx.fillStyle = toolBar;
     for (const call of agent.tools.values()) {
       ctx.fillRect(x(call.startTs), y + 4, Math.max(2, x(call.endTs ?? end) - x(call.startTs)), lane - 10);
     }
-  });
+  }
   state.timelineRows = agents;
-  state.timelineSpan = { first: run.firstTs, span, labelWidth, width, lane };
+  state.timelineSpan = { first: run.firstTs, span, labelWidth, width, lane, scroll: box.scrollTop };
 }
 
 function timelineLabel(run, event) {
   const rows = state.timelineRows, geo = state.timelineSpan;
   if (!rows || !geo) return "";
-  const agent = rows[Math.floor((event.offsetY - 2) / geo.lane)];
+  const agent = rows[Math.floor((event.offsetY + geo.scroll - 2) / geo.lane)];
   if (!agent) return "";
   const stop = agent.endTs ?? run.lastTs;
   return `${agent.name}: ${((stop - (agent.startTs ?? geo.first))).toFixed(2)} s, ${agent.tools.size} tool call(s)`;
