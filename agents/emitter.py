@@ -49,6 +49,10 @@ class Emitter(Protocol):
         """
         ...
 
+    def offer_deltas(self, texts: list[str]) -> bool:
+        """REASONING `{delta}` events for texts read together; True: the outlet is full."""
+        ...
+
     async def wait_writable(self) -> None:
         """Return once the run's outlet has room again."""
         ...
@@ -69,6 +73,10 @@ class NullEmitter:
         """Nothing to do."""
 
     def offer(self, type: EventType, data: dict[str, Any]) -> bool:
+        """Nothing to do; never full."""
+        return False
+
+    def offer_deltas(self, texts: list[str]) -> bool:
         """Nothing to do; never full."""
         return False
 

@@ -423,8 +423,10 @@ class AgentRunner:
         turn_usage: UsageReport | None = None
         limits = self.turn_limits
         parts_seen, check_at = 0, _CHECK_EVERY
-        # Looked up once, used per delta: a plain call, and an await only when full.
-        offer, wait_writable, add_text = bus.offer, bus.wait_writable, turn.text_parts.append
+        # Looked up once: the text deltas of a read go out in one call, an await only
+        # when the outlet is full.
+        offer, offer_deltas, wait_writable = bus.offer, bus.offer_deltas, bus.wait_writable
+        add_text, add_texts = turn.text_parts.append, turn.text_parts.extend
         async with trio.open_nursery() as nursery:
             try:
                 with trio.CancelScope(relative_deadline=limits.timeout) as deadline:
@@ -434,13 +436,23 @@ class AgentRunner:
                             if parts_seen >= check_at:  # every 256 parts: cheap per delta
                                 check_at = parts_seen + _CHECK_EVERY
                                 self._check_turn_size(turn, parts_seen)
+                            if len(batch) == 1 and type(batch[0]) is TextDelta:
+                                text = batch[0].text  # one delta per read: a slow stream
+                                add_text(text)
+                                if offer(_REASONING, {"delta": text}):
+                                    await wait_writable()
+                                continue
+                            texts: list[str] = []
                             for part in batch:
                                 if type(part) is TextDelta:  # the common case, first and exact
-                                    text = part.text
-                                    add_text(text)
-                                    if offer(_REASONING, {"delta": text}):
+                                    texts.append(part.text)
+                                    continue
+                                if texts:  # what streamed before this part goes out first
+                                    add_texts(texts)
+                                    if offer_deltas(texts):
                                         await wait_writable()
-                                elif isinstance(part, ThinkingDelta):
+                                    texts = []
+                                if isinstance(part, ThinkingDelta):
                                     turn.add_thinking(part.text)
                                     await bus.emit(_REASONING, {"thinkingDelta": part.text})
                                 elif isinstance(part, ToolCallStart):
@@ -472,6 +484,10 @@ class AgentRunner:
                                 else:  # ThinkingEnd, ToolCallEnd, Finish: the assembler decides
                                     for ready in turn.apply(part):
                                         await self._start_tool(nursery, ready, results)
+                            if texts:
+                                add_texts(texts)
+                                if offer_deltas(texts):
+                                    await wait_writable()
                 if deadline.cancelled_caught:
                     raise AgentFailed(
                         f"agent {self.spec.id!r}: a model turn streamed for over "

@@ -107,6 +107,10 @@ class Outlet(Protocol):
         """
         ...
 
+    def put_many(self, events: list[Event]) -> bool:
+        """`put_nowait` for several events at once (the deltas of one network read)."""
+        ...
+
     async def wait_writable(self) -> None:
         """Return once the outlet has room again (or is closed)."""
 
@@ -225,6 +229,25 @@ class Bus:
             Event(sink.run_id, seq, sink._clock(), type, self.source, last, data)
         )
 
+    def offer_deltas(self, texts: list[str]) -> bool:
+        """REASONING `{delta}` events for texts that arrived together; True: full.
+
+        One call, one clock reading and one hand-over for the whole read (each delta
+        still gets its own event and seq): per delta, the calls were most of the cost.
+        """
+        sink = self.sink
+        if sink.closed:
+            raise RuntimeError(f"run {sink.run_id} already finished; cannot emit REASONING")
+        seq = sink._seq
+        sink._seq = seq + len(texts)
+        run_id, ts, source, kind = sink.run_id, sink._clock(), self.source, EventType.REASONING
+        return sink._outlet.put_many(
+            [
+                Event(run_id, seq + i, ts, kind, source, False, {"delta": text})
+                for i, text in enumerate(texts, 1)
+            ]
+        )
+
     async def wait_writable(self) -> None:
         """Return once the run's outlet has room again."""
         await self.sink._outlet.wait_writable()
@@ -272,6 +295,10 @@ class NullBus:
         """Dropped."""
 
     def offer(self, type: EventType, data: dict[str, Any]) -> bool:
+        """Dropped; never full."""
+        return False
+
+    def offer_deltas(self, texts: list[str]) -> bool:
         """Dropped; never full."""
         return False
 

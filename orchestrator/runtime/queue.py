@@ -48,6 +48,17 @@ class EventQueue:
             self._readers.unpark_all()
         return len(items) >= self.capacity
 
+    def put_many(self, events: list[Event]) -> bool:
+        """`put_nowait` for several events at once."""
+        if self._closed:
+            raise trio.ClosedResourceError("event queue is closed")
+        items = self._items
+        items.extend(events)
+        if self._reader_parked:
+            self._reader_parked = False
+            self._readers.unpark_all()
+        return len(items) >= self.capacity
+
     async def wait_writable(self) -> None:
         """Wait until the consumer has made room (or the queue is closed)."""
         while len(self._items) >= self.capacity and not self._closed:

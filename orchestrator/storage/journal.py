@@ -123,6 +123,13 @@ class RunOutlet:
         self._journal.mark(log)
         return len(log.pending) >= self._journal.max_pending
 
+    def put_many(self, events: list[Event]) -> bool:
+        """`put_nowait` for each (every event is encoded and may be cut on its own)."""
+        wait = False
+        for event in events:
+            wait = self.put_nowait(event)
+        return wait
+
     async def wait_writable(self) -> None:
         """Wait for the writer to take the pending batch."""
         while len(self._log.pending) >= self._journal.max_pending:

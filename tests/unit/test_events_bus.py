@@ -21,6 +21,10 @@ class ListOutlet:
         self.events.append(event)
         return len(self.events) >= self.capacity
 
+    def put_many(self, events: list[Event]) -> bool:
+        self.events.extend(events)
+        return len(self.events) >= self.capacity
+
     async def wait_writable(self) -> None:
         raise AssertionError("not expected to wait")
 
