@@ -156,3 +156,22 @@ def test_source_is_shared_not_copied() -> None:
     )
     with pytest.raises(AttributeError):
         src.depth = 2  # type: ignore[misc]
+
+
+def test_deltas_read_together_become_one_event_each_handed_over_at_once() -> None:
+    outlet = ListOutlet(capacity=4)
+    sink = RunSink("run-1", "sess-root", outlet, clock=lambda: 7.0)
+    bus = Bus(sink)
+    assert bus.offer(EventType.REASONING, {"delta": "a"}) is False
+    assert bus.offer_deltas(["b", "c"]) is False
+    assert bus.offer_deltas(["d"]) is True  # the outlet is full now: wait
+    assert [(e.seq, e.data, e.ts, e.last) for e in outlet.events] == [
+        (1, {"delta": "a"}, 7.0, False),
+        (2, {"delta": "b"}, 7.0, False),
+        (3, {"delta": "c"}, 7.0, False),
+        (4, {"delta": "d"}, 7.0, False),
+    ]
+    assert sink.last_seq == 4
+    sink.closed = True
+    with pytest.raises(RuntimeError, match="already finished"):
+        bus.offer_deltas(["e"])
