@@ -176,6 +176,11 @@ def test_a_run_started_with_enter_streams_to_completion_with_every_detail(
     assert '"agent_id": "researcher"' in detail and "Findings on" in detail
     assert page.locator("#detail .thinking").count() >= 1
     shot(page, "console-run.png")
+    # Search filters the loaded tree, and clearing it brings every row back.
+    page.fill("#f-search", "no agent says this")
+    page.wait_for_function("document.querySelectorAll('.node:not(.hidden)').length === 0")
+    page.fill("#f-search", "")
+    page.wait_for_function("document.querySelectorAll('.node:not(.hidden)').length === 5")
     # The runs list has the task and a status, and shows runs other clients start.
     page.wait_for_selector("#runs-list li .badge.completed")
     assert "How do trio nurseries work?" in page.inner_text("#runs-list")

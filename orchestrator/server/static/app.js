@@ -16,6 +16,7 @@ const state = {
   sub: null,          // its subscription id
   selected: null,     // selected agent key
   nodes: new Map(),   // agent key -> tree <li>
+  onScreen: new Set(), // keys of the rows in (or near) the view
   collapsed: new Set(),
   runs: [],
   specs: [],
@@ -139,6 +140,8 @@ function resetRun(model) {
   state.sub = null;
   state.selected = null;
   state.nodes.clear();
+  state.onScreen.clear();
+  rowWatcher.disconnect();
   $("tree").replaceChildren();
   $("detail").replaceChildren(el("div", "empty", "Select an agent to see everything it did."));
   $("tree-empty").classList.add("hidden");
@@ -216,7 +219,18 @@ function copy(text) {
 
 $("filters").onsubmit = (e) => e.preventDefault();
 for (const id of ["f-depth", "f-glob", "f-agents", "f-types", "f-status"]) $(id).onchange = applyFilters;
-$("f-search").oninput = () => { state.search = $("f-search").value.trim(); state.structure = true; schedule(true); };
+$("f-search").oninput = () => {
+  state.search = $("f-search").value.trim();
+  const run = state.run;
+  if (!run) return;
+  // Every row at once (hidden rows are never on screen, so the frame loop would not
+  // reach them): only a class changes.
+  for (const [key, li] of state.nodes) {
+    const agent = run.agents.get(key);
+    const hidden = Boolean(state.search) && !run.matches(agent, state.search) && !hasMatch(run, agent);
+    li.classList.toggle("hidden", hidden);
+  }
+};
 
 function applyFilters() {
   const filter = {};
@@ -262,7 +276,9 @@ function renderFrame() {
   if (state.selected && run.dirty.has(state.selected)) renderDetail(run, state.selected);
   for (const key of run.dirty) {
     if (performance.now() - started > FRAME_BUDGET_MS) break;
-    if (!state.nodes.has(key)) continue;   // not placed yet: stays dirty
+    // Not placed yet, or off screen: it stays dirty and is drawn once it shows (every
+    // write to an off-screen row would still cost the browser style and layout work).
+    if (!state.nodes.has(key) || !state.onScreen.has(key)) continue;
     updateNode(run, key);
     run.dirty.delete(key);
   }
@@ -276,8 +292,19 @@ function renderFrame() {
       timed("timeline", renderTimeline)(run);
     });
   }
-  if (run.dirty.size || run.structure) schedule();
+  if (run.structure || [...run.dirty].some((key) => state.onScreen.has(key))) schedule();
 }
+
+// Which tree rows are on screen (rows entering the view are redrawn if they changed).
+const rowWatcher = new IntersectionObserver((entries) => {
+  let shown = false;
+  for (const entry of entries) {
+    const key = entry.target.parentElement.dataset.key;
+    if (entry.isIntersecting) { state.onScreen.add(key); shown = true; }
+    else state.onScreen.delete(key);
+  }
+  if (shown) schedule();
+}, { rootMargin: "200px 0px" });
 
 // Places new agents in the tree, parents first (the model's order); returns false when
 // the frame's budget ran out first (the rest goes in the next frame).
@@ -305,6 +332,7 @@ function placeNodes(run, started) {
     children.setAttribute("role", "group");
     li.append(row, children);
     state.nodes.set(agent.key, li);
+    rowWatcher.observe(row);
     const parent = agent.parent ? state.nodes.get(agent.parent) : null;
     (parent ? parent.lastChild : $("tree")).append(li);
     run.dirty.add(agent.key);
