@@ -425,7 +425,8 @@ def test_500_agents_stream_without_long_frames(browser: Browser, tmp_path: Path)
             "description": "load",
             "instructions": "load",
             "tools": ["agent_spawn"],
-            "script": {"token_delay": 0.005, "turns": turns},
+            # 50 words/s per agent, a model's pace: ~29k events/s with all 512 leaves on.
+            "script": {"token_delay": 0.02, "turns": turns},
         }
     write_agents(tmp_path, token_delay=0.0, extra=specs)
     srv = Server(tmp_path, config(limits={"max_agents": 1000, "max_depth": 4}))
