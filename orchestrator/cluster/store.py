@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import coredis
 import coredis.exceptions
 import msgspec
+from coredis.tokens import PureToken
 
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.redis import RedisStorage
@@ -36,6 +37,8 @@ __all__ = ["ClusterStore", "Control", "QueueEntry"]
 _encode = msgspec.json.Encoder().encode
 _decode_record = msgspec.json.Decoder(RunRecord).decode
 GROUP = "workers"
+CONTROL_KEPT = 1000
+"""About the most control requests a run's stream keeps (older ones are trimmed)."""
 
 # KEYS: lease, epoch. ARGV: worker, lease ms. Returns the token, or nil when leased.
 _ACQUIRE = """
@@ -55,10 +58,12 @@ end
 return 0
 """
 
-# KEYS: lease, queue. ARGV: token, group, entry id. Ends a run's ownership.
+# KEYS: lease, queue. ARGV: token, group, entry id. Ends a run's ownership; the
+# request leaves the queue stream (acknowledged entries would otherwise stay for ever).
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
+redis.call('XDEL', KEYS[2], ARGV[3])
 return 1
 """
 
@@ -213,8 +218,11 @@ class ClusterStore:
         return 0
 
     async def ack(self, entry_id: str) -> None:
-        """Drop a request from the queue (its run is over)."""
-        await self.client.xack(self.queue, GROUP, [entry_id])
+        """Drop a request from the queue (its run is over): acknowledged and deleted,
+        so the queue holds only runs not yet over."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.xack(self.queue, GROUP, [entry_id])
+            pipe.xdel(self.queue, [entry_id])
 
     # -- leases ------------------------------------------------------------------
 
@@ -265,7 +273,13 @@ class ClusterStore:
         fields: dict[bytes, bytes] = {b"op": control.op.encode(), b"m": control.message.encode()}
         if control.agent_key is not None:
             fields[b"k"] = control.agent_key.encode()
-        await self.client.xadd(self.control_key(run_id), fields)
+        await self.client.xadd(
+            self.control_key(run_id),
+            fields,
+            trim_strategy=PureToken.MAXLEN,
+            threshold=CONTROL_KEPT,
+            trim_operator=PureToken.APPROXIMATELY,
+        )
 
     async def read_control(
         self, cursors: Mapping[str, str], block: float

@@ -183,6 +183,8 @@ class Journal:
         """Cluster workers: writes behind the runs' leases; returns the refused runs."""
         self.on_fenced: Callable[[list[str]], None] | None = None
         """Called with runs whose writes were refused (this instance lost their lease)."""
+        self._watched: dict[str, RunLog] = {}
+        """Runs with at least one watcher here (what the tailer looks at, not every run)."""
         self.watch_changed = trio.lowlevel.ParkingLot()
         """Unparked when a remote run gains or loses its first watcher."""
 
@@ -435,6 +437,11 @@ class Journal:
     def watch(self, log: RunLog, delta: int) -> None:
         """A subscription starts (+1) or stops (-1) reading the run here."""
         log.watchers += delta
+        run_id = log.record.run_id
+        if log.watchers > 0:
+            self._watched[run_id] = log
+        else:
+            self._watched.pop(run_id, None)
         if log.remote and log.watchers == (1 if delta > 0 else 0):
             self.watch_changed.unpark_all()
 
@@ -442,8 +449,8 @@ class Journal:
         """Remote, unfinished runs someone here watches: runId → committed seq."""
         return {
             run_id: log.committed
-            for run_id, log in self._logs.items()
-            if log.remote and log.watchers > 0 and log.finished_status is None
+            for run_id, log in self._watched.items()
+            if log.remote and log.finished_status is None
         }
 
     def outlet(self, run_id: str) -> RunOutlet:

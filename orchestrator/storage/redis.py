@@ -238,11 +238,12 @@ class RedisStorage:
         await self._client.xtrim(self._events_key(run_id), PureToken.MINID, threshold)
 
     async def delete_runs(self, run_ids: list[str]) -> None:
-        """DEL the streams and HDEL the records, in one MULTI/EXEC."""
+        """DEL the streams (and cluster keys) and HDEL the records, in one MULTI/EXEC."""
         assert self._client is not None, "storage is not open"
         async with self._client.pipeline(transaction=True) as pipe:
             for run_id in run_ids:
-                pipe.delete([self._events_key(run_id)])
+                base = f"{self.prefix}run:{{{run_id}}}:"
+                pipe.delete([base + name for name in ("ev", "lease", "epoch", "ctl", "ctldone")])
             pipe.hdel(self.prefix + "runs", run_ids)
             pipe.zrem(self.prefix + "runs:index", run_ids)  # cluster mode's `runs` index
 

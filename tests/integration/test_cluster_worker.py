@@ -69,6 +69,7 @@ async def test_a_run_that_ended_just_before_its_worker_died_is_only_released(
         stored = await store.record("run-done")
         assert stored is not None and stored.status == "completed" and stored.attempt == 1
         assert len(await storage.read("run-done", 0, 10)) == 3
+        assert await store.client.xlen(store.queue) == 0  # the request left the stream
         assert entry.run_id == "run-done"
 
 
