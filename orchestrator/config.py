@@ -90,6 +90,11 @@ class ServerSection(BaseModel):
     compression: bool = True
     """Offer permessage-deflate. Compressing each small frame costs server CPU (about a
     tenth of it with 100 live watchers); off saves that on fast networks."""
+    compression_threshold: int = Field(default=1024, ge=0)
+    """Frames smaller than this many bytes go uncompressed even when the client accepts
+    compression (RFC 7692 marks each message): live frames of a few events gain little
+    from deflate, and an uncompressed frame is the same bytes for every watcher (the
+    default is that of Node's `ws` library). 0: compress every frame."""
     live_coalesce_ms: float = Field(default=0.0, ge=0, le=50)
     """A caught-up subscription waits this long after new events arrive, so the events
     of that moment go out as one frame (0: a frame per wake-up; see benchmarks.md)."""

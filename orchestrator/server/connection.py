@@ -18,6 +18,7 @@ controls only the runs it started; anything else is `not_found`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 import trio
@@ -32,7 +33,7 @@ from orchestrator.runtime.engine import UnknownAgent
 from orchestrator.runtime.run import Run
 from orchestrator.server import direct_send
 from orchestrator.server.auth import Principal
-from orchestrator.server.feed import Feed
+from orchestrator.server.feed import Feed, Sent
 from orchestrator.server.run_manager import AgentNotRunning, LimitExceeded, StorageUnavailable
 from orchestrator.storage.journal import RunLog, UnknownRun
 
@@ -64,6 +65,22 @@ async def release(ws: ServerConnection) -> None:
         flow.set()
 
 
+class _FeedSink:
+    """What a live feed writes through (`LiveSink`): its connection and subscription."""
+
+    __slots__ = ("_connection", "_scope")
+
+    def __init__(self, connection: Connection, scope: trio.CancelScope) -> None:
+        self._connection = connection
+        self._scope = scope
+
+    def send_now(self, frame: bytes) -> Sent:
+        return self._connection.send_now(frame, self._scope)
+
+    async def flush(self) -> None:
+        await self._connection.flush()
+
+
 class Connection:
     """Serves one client until it disconnects."""
 
@@ -73,6 +90,10 @@ class Connection:
         self.principal = principal
         self._send_lock = trio.Lock()
         self._fd = direct_send.socket_fd(ws) if app.config.server.direct_send else None
+        self._compress_from = app.config.server.compression_threshold
+        """Frames this long or longer are compressed (if the client accepted it)."""
+        self._unsent = b""
+        """The rest of a frame the socket did not take at once: goes out before anything."""
         self.feeds: dict[str, Feed] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
         self._calls: set[Run | QueuedRun] = set()
@@ -126,11 +147,54 @@ class Connection:
         finally:
             lock.release()
 
+    def send_now(self, frame: bytes, scope: trio.CancelScope) -> Sent:
+        """Write a feed's frame at once, from any task, if nothing stands in the way.
+
+        For live feeds that the journal hands new events directly (`Feed.offer`):
+        nothing awaits, so the frame goes out only if the connection is idle —
+        no send under way, nothing left over, the feed's subscription (`scope`) not
+        ended. Bytes the socket did not take are kept and go out first with the
+        next `reply` or `flush`.
+        """
+        if (
+            self._closing
+            or self._fd is None
+            or self._unsent
+            or scope.cancel_called
+            or self._send_lock.locked()
+        ):
+            return Sent.NOT_NOW
+        try:
+            rest = direct_send.write_now(
+                self.ws, self._fd, frame, compress=len(frame) >= self._compress_from
+            )
+        except OSError:  # the feed's own send finds the broken socket and ends things
+            return Sent.NOT_NOW
+        if rest is None:
+            return Sent.NOT_NOW
+        if rest:
+            self._unsent = rest
+            self._sending_since = trio.current_time()
+            return Sent.PARTLY
+        return Sent.WHOLE
+
+    async def flush(self) -> None:
+        """Write what `send_now` left over, if anything."""
+        if self._unsent and not self._closing:
+            async with self._send_lock:
+                await self._write_rest()
+
     async def _send(self, frame: bytes) -> None:
         ws = self.ws
+        if self._unsent:
+            await self._write_rest()
+            if self._closing:
+                return
         if self._fd is not None:
             try:
-                rest = direct_send.write_now(ws, self._fd, frame)
+                rest = direct_send.write_now(
+                    ws, self._fd, frame, compress=len(frame) >= self._compress_from
+                )
             except OSError:
                 await trio.aclose_forcefully(ws.stream)
                 self._gone()
@@ -140,19 +204,34 @@ class Connection:
                 return
         else:
             rest = None
-        # A cancelled feed must not cut a frame in half (that would break the stream
-        # for every subscription), so the send is shielded — bounded by a deadline
-        # past the watchdog's, after which the socket is dropped.
+        if rest is None:
+            await self._shielded(ws.send(frame, text=True))
+        else:
+            self._unsent = rest
+            await self._write_rest()
+
+    async def _write_rest(self) -> None:
+        """Write `_unsent` (under the send lock): the rest of a frame half written."""
+        ws, rest = self.ws, self._unsent
+        self._unsent = b""
+
+        async def write() -> None:
+            async with ws.send_lock:
+                await ws.stream.send_all(rest)
+
+        await self._shielded(write())
+
+    async def _shielded(self, sending: Awaitable[None]) -> None:
+        """Await a send whole: a cancelled feed must not cut a frame in half (that would
+        break the stream for every subscription), so the send is shielded — bounded by
+        a deadline past the watchdog's, after which the socket is dropped."""
+        ws = self.ws
         timeout = self.app.config.server.slow_client_timeout
         self._sending_since = trio.current_time()
         try:
             with trio.CancelScope(shield=True) as shield:
                 shield.relative_deadline = timeout + 10
-                if rest is None:
-                    await ws.send(frame, text=True)
-                else:
-                    async with ws.send_lock:
-                        await ws.stream.send_all(rest)
+                await sending
         except (ConnectionClosed, trio.ClosedResourceError, trio.BrokenResourceError):
             self._gone()
         finally:
@@ -386,7 +465,9 @@ class Connection:
         try:
             with scope:
                 try:
-                    await feed.run(self.reply)
+                    await feed.run(
+                        self.reply, _FeedSink(self, scope) if self._fd is not None else None
+                    )
                 except UnknownRun:
                     await self.reply(
                         protocol.error_frame(

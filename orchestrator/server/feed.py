@@ -6,23 +6,54 @@ one frame queue. Because it reads by cursor, a subscription with `afterSeq: N`
 gets exactly the matching events with seq > N — replayed, then live, with no race
 between the two and no duplicates. Events the retention policy has trimmed are
 reported as one `gap` frame (`fromSeq`..`toSeq`) in their place.
+
+A caught-up feed with a `LiveSink` *follows* the run instead of waiting: the
+journal offers it each committed batch (`offer`), and it writes the frame to its
+client there and then if the connection is idle. So a live event reaches a
+thousand watchers in one pass of the journal's writer, not through a thousand
+woken tasks, and watchers with the same filter share one encoded frame. Anything
+that stands in the way (a send under way, a full socket, a gap, a batch too big
+for one frame) hands the feed back to its own task, which reads from its cursor.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
+import msgspec
 import trio
 
 from orchestrator.core.blocks import BlockMerger
 from orchestrator.core.events import Event, EventType, encode_event
 from orchestrator.core.filters import FeedFilter, FilterSpec
 from orchestrator.protocol import end_frame, events_frame, gap_frame
-from orchestrator.storage.journal import Entry, Journal
+from orchestrator.storage.journal import Entry, Journal, RunLog
 
-__all__ = ["Feed"]
+__all__ = ["Feed", "LiveSink", "Sent"]
 
 _STATUS_HIDDEN = frozenset({EventType.REASONING, EventType.TOOL_CALL_DELTA})
+
+
+class Sent(enum.Enum):
+    """What became of a frame handed to `LiveSink.send_now`."""
+
+    WHOLE = "whole"
+    """On the socket."""
+    PARTLY = "partly"
+    """Taken, but not all of it is on the socket yet: `flush` writes the rest."""
+    NOT_NOW = "not now"
+    """Nothing written (the connection is busy or closing): send it the usual way."""
+
+
+class LiveSink(Protocol):
+    """How a live feed writes from the journal's writer task (no awaiting there)."""
+
+    def send_now(self, frame: bytes) -> Sent: ...
+
+    async def flush(self) -> None:
+        """Write what a `Sent.PARTLY` frame left over."""
 
 
 class Feed:
@@ -57,6 +88,15 @@ class Feed:
         self.coalesce = coalesce
         """Seconds a caught-up (live) feed waits after a wake-up, so the events of the
         next moment share one frame: with many watchers, frames — not events — cost."""
+        self.everything = self.filter.everything and not self.status_only and self.blocks is None
+        self._share_key: object = (
+            sub,
+            detail,
+            msgspec.json.encode(filter) if filter is not None else b"",
+        )
+        """Feeds with equal keys make equal frames of the same events."""
+        self._live: LiveSink | None = None
+        self._woken = trio.lowlevel.ParkingLot()
 
     def wants(self, event: Event) -> bool:
         """Does this subscription deliver the event?"""
@@ -64,19 +104,28 @@ class Feed:
             return False
         return self.filter.matches(event)
 
-    async def run(self, send: Callable[[bytes], Awaitable[None]]) -> None:
-        """Send matching events as `events` frames, then `end`; returns after `end`."""
+    async def run(
+        self, send: Callable[[bytes], Awaitable[None]], live: LiveSink | None = None
+    ) -> None:
+        """Send matching events as `events` frames, then `end`; returns after `end`.
+
+        With `live`, the caught-up feed follows the run (module docstring); a
+        `blocks` or coalescing feed always reads for itself.
+        """
         log = self.journal.get(self.run_id)
+        if self.blocks is None and not self.coalesce:
+            self._live = live
         self.journal.watch(log, +1)  # a run of another instance is tailed while watched
         try:
             await self._run(send)
         finally:
+            self.journal.unfollow(log, self)
             self.journal.watch(log, -1)
 
     async def _run(self, send: Callable[[bytes], Awaitable[None]]) -> None:
         journal, run_id = self.journal, self.run_id
         log = journal.get(run_id)
-        everything = self.filter.everything and not self.status_only and self.blocks is None
+        everything = self.everything
         behind = False
         while True:
             entries = await journal.read(run_id, self.cursor, self.batch_events)
@@ -103,9 +152,52 @@ class Feed:
                         await send(events_frame(self.sub, rest))
                 await send(end_frame(self.sub, run_id, log.finished_status or "completed"))
                 return
+            if self._live is not None:
+                await self._follow(log, self._live)
+                continue
             await journal.wait(run_id, self.cursor)
             if self.coalesce:
                 await trio.sleep(self.coalesce)
+
+    async def _follow(self, log: RunLog, live: LiveSink) -> None:
+        """Follow the run until the journal hands the feed back (`wake`)."""
+        if log.committed > self.cursor or log.finished or log.fenced:
+            await trio.lowlevel.checkpoint()
+            return
+        self.journal.follow(log, self)
+        try:
+            await self._woken.park()
+        finally:
+            self.journal.unfollow(log, self)
+        await live.flush()
+
+    def offer(self, entries: list[Entry], shared: dict[object, bytes]) -> bool:
+        """`Follower.offer`: write the frame of `entries` now, or decline (module doc)."""
+        live = self._live
+        if live is None or entries[0].seq != self.cursor + 1 or len(entries) > self.batch_events:
+            return False
+        frame = shared.get(self._share_key)
+        if frame is None:
+            if self.everything:
+                raws = [e.raw for e in entries]
+            else:
+                raws = [e.raw for e in entries if self.wants(e.event)]
+            frame = events_frame(self.sub, raws) if raws else b""
+            shared[self._share_key] = frame
+        if len(frame) > self.frame_bytes:
+            return False
+        if frame:
+            sent = live.send_now(frame)
+            if sent is Sent.NOT_NOW:
+                return False
+        else:
+            sent = Sent.WHOLE  # nothing of it matches
+        self.cursor = entries[-1].seq
+        return sent is Sent.WHOLE
+
+    def wake(self) -> None:
+        """`Follower.wake`: the feed's task reads for itself again."""
+        self._woken.unpark_all()
 
     async def _gap(self, send: Callable[[bytes], Awaitable[None]], to_seq: int) -> None:
         if self.blocks is not None:

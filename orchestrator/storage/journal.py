@@ -2,9 +2,11 @@
 
 Runs publish into a `RunOutlet` (the bus's outlet). Events wait in the run's
 `pending` list until the writer task has written them to storage in one batch;
-then they are *committed*: they join the run's in-memory tail and feeds are woken.
-Feeds only ever read committed events, so a client never sees an event that a
-restart could lose.
+then they are *committed*: they join the run's in-memory tail, are offered to the
+run's followers (live feeds, which write them to their clients there and then:
+one pass over the watchers instead of a task woken per watcher) and the other
+feeds are woken. Feeds only ever read committed events, so a client never sees an
+event that a restart could lose.
 
 Memory stays bounded: a run whose pending list is full makes its producers wait
 (`put_nowait` says so); a durable backend keeps only the last `tail` events of a running
@@ -28,6 +30,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 import msgspec
 import trio
@@ -36,7 +39,7 @@ from orchestrator.core.capping import cap_event
 from orchestrator.core.events import Event, EventType, decode_event
 from orchestrator.storage.base import RunRecord, Storage
 
-__all__ = ["Entry", "Journal", "RunLog", "RunOutlet", "UnknownRun"]
+__all__ = ["Entry", "Follower", "Journal", "RunLog", "RunOutlet", "UnknownRun"]
 
 logger = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
@@ -63,6 +66,22 @@ class Entry:
         self.seq = event.seq
 
 
+class Follower(Protocol):
+    """A reader that takes a run's events as they are committed (a live feed)."""
+
+    def offer(self, entries: list[Entry], shared: dict[object, bytes]) -> bool:
+        """Take newly committed `entries` now, without awaiting; False: stop following.
+
+        `shared` lives for one batch: followers that would make the same bytes of it
+        (the same frame for watchers with the same filter) make them once.
+        """
+        ...
+
+    def wake(self) -> None:
+        """No longer following: the reader's task reads for itself again."""
+        ...
+
+
 class RunLog:
     """The journal's state for one run."""
 
@@ -76,6 +95,8 @@ class RunLog:
         self.pending: list[Entry] = []
         self.writing = 0
         self.readers = trio.lowlevel.ParkingLot()
+        self.followers: dict[Follower, None] = {}
+        """Readers offered each committed batch (`Journal.follow`), in arrival order."""
         self.writers = trio.lowlevel.ParkingLot()
         self.finished_status: str | None = None if record.status in _UNFINISHED else record.status
         """Set once RUN_FINISHED (or a call run's end) is committed."""
@@ -432,7 +453,7 @@ class Journal:
             log.record.finished_at = last.ts
         if self.storage.durable:
             self._evict(log)
-        log.readers.unpark_all()
+        _hand_over(log, fresh)
 
     def watch(self, log: RunLog, delta: int) -> None:
         """A subscription starts (+1) or stops (-1) reading the run here."""
@@ -556,8 +577,7 @@ class Journal:
                 log.fenced = log.remote = True
                 log.pending.clear()
                 fenced.append(log.record.run_id)
-                if log.readers:
-                    log.readers.unpark_all()
+                _hand_over(log, [])
                 continue
             if batch:
                 log.record.last_seq = batch[-1].seq
@@ -568,8 +588,7 @@ class Journal:
                 log.finished_status = log.record.status
             if durable:
                 self._evict(log)
-            if log.readers:
-                log.readers.unpark_all()
+            _hand_over(log, batch)
         if not self._dirty and self._idle:
             self._idle.unpark_all()
         if fenced:
@@ -675,6 +694,14 @@ class Journal:
             await log.readers.park()
             self.get(run_id)
 
+    def follow(self, log: RunLog, follower: Follower) -> None:
+        """Offer `follower` the run's next committed batches (until it says stop)."""
+        log.followers[follower] = None
+
+    def unfollow(self, log: RunLog, follower: Follower) -> None:
+        """Stop offering batches to `follower` (no effect if it is not following)."""
+        log.followers.pop(follower, None)
+
     async def wait(self, run_id: str, after_seq: int) -> None:
         """Return once the run has committed events past `after_seq`, or has finished.
 
@@ -685,3 +712,26 @@ class Journal:
         while log.committed <= after_seq and not log.finished:
             await log.readers.park()
             self.get(run_id)
+
+
+def _hand_over(log: RunLog, batch: list[Entry]) -> None:
+    """Newly committed events (maybe none): offer them to the followers, wake readers.
+
+    A follower that declines, fails, or follows a run that has ended is woken
+    instead; a failing follower never fails the write that committed the batch.
+    """
+    followers = log.followers
+    ended = log.finished_status is not None or log.fenced
+    if followers and (batch or ended):  # a record-only write changes nothing for them
+        shared: dict[object, bytes] = {}
+        for follower in list(followers):
+            try:
+                keep = bool(batch) and follower.offer(batch, shared) and not ended
+            except Exception:
+                logger.exception("a follower of run %s failed", log.record.run_id)
+                keep = False
+            if not keep:
+                del followers[follower]
+                follower.wake()
+    if log.readers:
+        log.readers.unpark_all()
