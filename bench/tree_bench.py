@@ -12,10 +12,12 @@ as the baseline.
     python -m bench.tree_bench --fanout 4 --depth 2 --deltas 20000 --yielding
 
 Every run also reports the garbage collector's full (generation 2) collections and
-the longest collection pause during it (`gc.callbacks`), and a `send_nowait`
-baseline of the same shape: one producer task per agent pushing the same number of
-items into one bounded trio channel (`send_nowait`, awaiting only when full), the
-consumer taking batches. `--yielding` makes every scripted delta (and every
+the longest collection pause during it (`gc.callbacks`), and two `send_nowait`
+baselines: one producer task per agent pushing the same number of items into one
+bounded trio channel (`send_nowait`, awaiting only when full), the consumer taking
+batches — *flat* (every producer from the start: `nowait/s`) and *shaped* (started
+as the tree starts its agents: one, then its F children once it has streamed, and
+so on: `shaped/s`). `--yielding` makes every scripted delta (and every
 baseline item) yield to the scheduler, as deltas read from sockets do.
 """
 
@@ -134,14 +136,26 @@ async def run_tree(
 
 
 async def nowait_baseline(
-    producers: int, items: int, capacity: int, *, yielding: bool
+    producers: int,
+    items: int,
+    capacity: int,
+    *,
+    yielding: bool,
+    tree: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The bare-trio limit for the same shape: `producers` tasks × `items` items."""
+    """The bare-trio limit: `producers` tasks × `items` items into one bounded channel.
+
+    Flat (`tree=None`): every producer from the start. `tree=(F, D)`: the tree's
+    own shape — one producer first, each starting F more once its items are out,
+    D levels deep — as the agents do (each streams, then spawns its children). The
+    flat shape has more tasks runnable at once, so each scheduler round (and its
+    `epoll_wait`) is shared by more items: it is faster than the same tree can be.
+    """
     send, recv = trio.open_memory_channel[tuple[float, int]](capacity)
     latencies: list[float] = []
     count = 0
 
-    async def produce() -> None:
+    async def produce(level: int, nursery: trio.Nursery) -> None:
         for i in range(items):
             item = (time.time(), i)
             try:
@@ -150,12 +164,15 @@ async def nowait_baseline(
                 await send.send(item)
             if yielding or i % 64 == 63:
                 await trio.lowlevel.checkpoint()
+        if tree is not None and level < tree[1]:
+            for _ in range(tree[0]):
+                nursery.start_soon(produce, level + 1, nursery)
 
     start = time.perf_counter()
     with GcWatch() as watch:
         async with trio.open_nursery() as nursery:
-            for _ in range(producers):
-                nursery.start_soon(produce)
+            for _ in range(1 if tree is not None else producers):
+                nursery.start_soon(produce, 0, nursery)
             total = producers * items
             while count < total:
                 batch = [await recv.receive()]
@@ -218,6 +235,7 @@ async def main(args: argparse.Namespace) -> None:
     rss0 = max_rss_mb()
     runs: dict[tuple[int, int, int], list[dict[str, Any]]] = {w: [] for w in matrix}
     limits: dict[tuple[int, int, int], list[dict[str, Any]]] = {w: [] for w in matrix}
+    shaped: dict[tuple[int, int, int], list[dict[str, Any]]] = {w: [] for w in matrix}
     for _ in range(args.repeat):  # round-robin, so machine noise spreads over all rows
         for fanout, depth, deltas in matrix:
             shape = (fanout, depth, deltas)
@@ -228,25 +246,36 @@ async def main(args: argparse.Namespace) -> None:
             limits[shape].append(
                 await nowait_baseline(agents, per_agent, args.capacity, yielding=args.yielding)
             )
+            shaped[shape].append(
+                await nowait_baseline(
+                    agents,
+                    per_agent,
+                    args.capacity,
+                    yielding=args.yielding,
+                    tree=(fanout, depth),
+                )
+            )
     rss1 = max_rss_mb()
-    rows = [(w, median_of(r), median_of(limits[w])) for w, r in runs.items()]
+    rows = [(w, median_of(r), median_of(limits[w]), median_of(shaped[w])) for w, r in runs.items()]
 
     print(
         f"{'workload':<28}{'agents':>7}{'events':>9}{'events/s':>11}{'p50 µs':>9}{'p99 µs':>9}"
-        f"{'full GCs':>9}{'GC ms':>7}{'nowait/s':>11}{'ratio':>7}"
+        f"{'full GCs':>9}{'GC ms':>7}{'nowait/s':>11}{'ratio':>7}{'shaped/s':>11}{'ratio':>7}"
     )
     print(
         f"{'trio channel baseline':<28}{'-':>7}{base['events']:>9}{base['eps']:>11,.0f}"
         f"{base['p50_us']:>9.0f}{base['p99_us']:>9.0f}"
     )
-    for (fanout, depth, deltas), r, limit in rows:
+    for (fanout, depth, deltas), r, limit, tree_limit in rows:
         name = f"tree F={fanout} D={depth} T={deltas}"
         print(
             f"{name:<28}{r['agents']:>7}{r['events']:>9}{r['eps']:>11,.0f}"
             f"{r['p50_us']:>9.0f}{r['p99_us']:>9.0f}{r['full_gc']:>9}{r['gc_pause_ms']:>7.1f}"
-            f"{limit['eps']:>11,.0f}{r['eps'] / limit['eps']:>7.2f}   runs: {r['eps_all']}"
+            f"{limit['eps']:>11,.0f}{r['eps'] / limit['eps']:>7.2f}"
+            f"{tree_limit['eps']:>11,.0f}{r['eps'] / tree_limit['eps']:>7.2f}"
+            f"   runs: {r['eps_all']}, shaped: {tree_limit['eps_all']}"
         )
-    by_shape = {(f, d): r["eps"] for (f, d, _), r, _limit in rows}
+    by_shape = {(f, d): r["eps"] for (f, d, _), r, _limit, _tree in rows}
     for fanout in (2, 1):
         if (fanout, 1) in by_shape and (fanout, 4) in by_shape:
             ratio = by_shape[(fanout, 4)] / by_shape[(fanout, 1)]
@@ -254,7 +283,10 @@ async def main(args: argparse.Namespace) -> None:
     print(f"max RSS: {rss0:.0f} MB before the tree runs, {rss1:.0f} MB after")
     print(f"repeats: {args.repeat} (median shown), queue capacity {args.capacity}")
     mode = "every delta yields" if args.yielding else "a checkpoint every 64 deltas"
-    print(f"provider: {mode}; nowait/s = the send_nowait channel of the same shape")
+    print(
+        f"provider: {mode}; nowait/s = a send_nowait channel with every producer at once,"
+        " shaped/s = the same with producers started as the tree starts its agents"
+    )
 
 
 if __name__ == "__main__":
