@@ -11,6 +11,11 @@ per subscription for it. Feeds wait on the socket, never the run. A send that
 makes no progress for `slow_client_timeout` seconds closes the client with code
 4000; it reconnects and resumes with `afterSeq`.
 
+A caught-up feed follows its run (`Feed.offer`): the journal's writer hands it
+each committed batch and it writes the frame through `send_now` — only when the
+connection is idle, so the order above holds; what the socket did not take is
+kept in `_unsent` and goes out before any other frame.
+
 Every op is checked against the connection's principal: a `user` token sees and
 controls only the runs it started; anything else is `not_found`.
 """
