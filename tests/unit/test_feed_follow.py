@@ -18,9 +18,9 @@ from orchestrator.core.bus import Bus, RunSink
 from orchestrator.core.events import EventType
 from orchestrator.core.filters import FilterSpec
 from orchestrator.server.feed import Feed, Sent
-from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Entry, Journal
 from orchestrator.storage.memory import MemoryStorage
+from tests.unit.test_journal import record
 
 
 class FakeSink:
@@ -50,17 +50,6 @@ class FakeSink:
             body = json.loads(frame)
             out.extend(e["seq"] for e in body.get("events", []))
         return out
-
-
-def record() -> RunRecord:
-    return RunRecord(
-        run_id="run-1",
-        agent_id="planner",
-        input="q",
-        status="running",
-        created_at=1.0,
-        root_session_id="sess-1",
-    )
 
 
 @asynccontextmanager
@@ -118,29 +107,25 @@ async def test_different_filters_and_subs_make_their_own_frames() -> None:
         nursery.cancel_scope.cancel()
 
 
-async def test_a_busy_connection_gets_the_batch_from_the_feeds_own_task() -> None:
+@pytest.mark.parametrize(
+    ("answer", "wire"),
+    [
+        (Sent.NOT_NOW, ["task", "live"]),  # busy: the feed's task reads and sends it
+        (Sent.PARTLY, ["live", "live"]),  # taken: the rest is flushed, never resent
+    ],
+)
+async def test_a_declined_or_half_written_frame_and_then_following_again(
+    answer: Sent, wire: list[str]
+) -> None:
     async with live_run() as (journal, bus), trio.open_nursery() as nursery:
-        sink = FakeSink([Sent.NOT_NOW])
-        feed = Feed(journal, "s1", "run-1")
-        nursery.start_soon(feed.run, sink.send, sink)
-        await trio.testing.wait_all_tasks_blocked()
-        await emit_and_commit(journal, bus, 2)  # refused: the task reads and sends it
-        await emit_and_commit(journal, bus, 1)  # following again
-        assert [kind for kind, _ in sink.wire] == ["task", "live"]
-        assert sink.seqs() == [1, 2, 3]
-        nursery.cancel_scope.cancel()
-
-
-async def test_a_frame_half_written_is_flushed_before_the_feed_goes_on() -> None:
-    async with live_run() as (journal, bus), trio.open_nursery() as nursery:
-        sink = FakeSink([Sent.PARTLY])
+        sink = FakeSink([answer])
         feed = Feed(journal, "s1", "run-1")
         nursery.start_soon(feed.run, sink.send, sink)
         await trio.testing.wait_all_tasks_blocked()
         await emit_and_commit(journal, bus, 2)
-        assert sink.flushes == 1 and feed.cursor == 2  # taken: not sent again
-        await emit_and_commit(journal, bus, 1)
-        assert [kind for kind, _ in sink.wire] == ["live", "live"]
+        assert feed.cursor == 2 and sink.flushes == 1  # woken once: what is left goes out
+        await emit_and_commit(journal, bus, 1)  # following again
+        assert [kind for kind, _ in sink.wire] == wire
         assert sink.seqs() == [1, 2, 3]
         nursery.cancel_scope.cancel()
 
