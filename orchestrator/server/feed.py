@@ -50,7 +50,9 @@ class Sent(enum.Enum):
 class LiveSink(Protocol):
     """How a live feed writes from the journal's writer task (no awaiting there)."""
 
-    def send_now(self, frame: bytes) -> Sent: ...
+    def send_now(self, frame: bytes) -> Sent:
+        """Write `frame` to the client now if the connection is idle (never awaits)."""
+        ...
 
     async def flush(self) -> None:
         """Write what a `Sent.PARTLY` frame left over."""
