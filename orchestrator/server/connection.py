@@ -170,9 +170,7 @@ class Connection:
         ):
             return Sent.NOT_NOW
         try:
-            rest = direct_send.write_now(
-                self.ws, self._fd, frame, compress=len(frame) >= self._compress_from
-            )
+            rest = self._write_now(self._fd, frame)
         except OSError:  # the feed's own send finds the broken socket and ends things
             return Sent.NOT_NOW
         if rest is None:
@@ -197,9 +195,7 @@ class Connection:
                 return
         if self._fd is not None:
             try:
-                rest = direct_send.write_now(
-                    ws, self._fd, frame, compress=len(frame) >= self._compress_from
-                )
+                rest = self._write_now(self._fd, frame)
             except OSError:
                 await trio.aclose_forcefully(ws.stream)
                 self._gone()
@@ -214,6 +210,10 @@ class Connection:
         else:
             self._unsent = rest
             await self._write_rest()
+
+    def _write_now(self, fd: int, frame: bytes) -> bytes | None:
+        """`direct_send.write_now`, compressing from `server.compression_threshold` up."""
+        return direct_send.write_now(self.ws, fd, frame, compress=len(frame) >= self._compress_from)
 
     async def _write_rest(self) -> None:
         """Write `_unsent` (under the send lock): the rest of a frame half written."""

@@ -127,7 +127,6 @@ class Feed:
     async def _run(self, send: Callable[[bytes], Awaitable[None]]) -> None:
         journal, run_id = self.journal, self.run_id
         log = journal.get(run_id)
-        everything = self.everything
         behind = False
         while True:
             entries = await journal.read(run_id, self.cursor, self.batch_events)
@@ -137,12 +136,10 @@ class Feed:
             if entries and entries[0].seq > self.cursor + 1:
                 await self._gap(send, entries[0].seq - 1)
             if entries:
-                if everything:
-                    raws = [e.raw for e in entries]
-                elif self.blocks is not None:
+                if self.blocks is not None:
                     raws = _merged_raws(self.blocks, entries, self.wants)
                 else:
-                    raws = [e.raw for e in entries if self.wants(e.event)]
+                    raws = self._raws(entries)
                 for frame_raws in _split(raws, self.frame_bytes):
                     await send(events_frame(self.sub, frame_raws))
                 self.cursor = entries[-1].seq
@@ -180,10 +177,7 @@ class Feed:
             return False
         frame = shared.get(self._share_key)
         if frame is None:
-            if self.everything:
-                raws = [e.raw for e in entries]
-            else:
-                raws = [e.raw for e in entries if self.wants(e.event)]
+            raws = self._raws(entries)
             frame = events_frame(self.sub, raws) if raws else b""
             shared[self._share_key] = frame
         if len(frame) > self.frame_bytes:
@@ -196,6 +190,12 @@ class Feed:
             sent = Sent.WHOLE  # nothing of it matches
         self.cursor = entries[-1].seq
         return sent is Sent.WHOLE
+
+    def _raws(self, entries: list[Entry]) -> list[bytes]:
+        """The encoded events of `entries` this subscription delivers (not `blocks`)."""
+        if self.everything:
+            return [e.raw for e in entries]
+        return [e.raw for e in entries if self.wants(e.event)]
 
     def wake(self) -> None:
         """`Follower.wake`: the feed's task reads for itself again."""
