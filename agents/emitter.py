@@ -8,7 +8,7 @@ bus?".
 
 from __future__ import annotations
 
-from typing import Any, Protocol, final
+from typing import Any, Protocol
 
 from agents.core.events import EventType
 
@@ -58,13 +58,18 @@ class Emitter(Protocol):
         ...
 
 
-@final
 class NullEmitter:
-    """Drops every event."""
+    """Drops every event (`orchestrator.core.bus.NullBus` adds a Source and children)."""
 
-    agent_key: str | None = None
+    __slots__ = ()
+
     run_id = ""
     closed = False
+
+    @property
+    def agent_key(self) -> str | None:
+        """No agent instance: None."""
+        return None
 
     async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
         """Nothing to do."""

@@ -30,6 +30,7 @@ import msgspec
 from coredis.tokens import PureToken
 
 from orchestrator.storage.base import RunRecord
+from orchestrator.storage.paging import RunPage
 from orchestrator.storage.redis import RedisStorage
 
 __all__ = ["ClusterStore", "Control", "QueueEntry"]
@@ -152,19 +153,12 @@ class ClusterStore:
         ids = [_text(i) for i in await self.client.zrange(self.index, 0, -1, rev=True)]
         if before is not None:
             ids = ids[ids.index(before) + 1 :] if before in ids else []
-        found: list[RunRecord] = []
+        page = RunPage(limit=limit, owner=owner)
         for start in range(0, len(ids), 200):
-            chunk = ids[start : start + 200]
-            for raw in await self.client.hmget(self.runs, chunk):
-                if raw is None:
-                    continue
-                record = _decode_record(raw)
-                if owner is not None and record.owner != owner:
-                    continue
-                if len(found) == limit:
-                    return found, True
-                found.append(record)
-        return found, False
+            raws = await self.client.hmget(self.runs, ids[start : start + 200])
+            if page.add(_decode_record(raw) for raw in raws if raw is not None):
+                break
+        return page.result()
 
     # -- the queue ---------------------------------------------------------------
 

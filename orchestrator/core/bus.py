@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
+from agents.emitter import NullEmitter
 from orchestrator.core.events import Event, EventType, Source
 
 __all__ = [
@@ -262,16 +263,15 @@ class Bus:
         return Bus(self.sink, source)
 
 
-class NullBus:
+class NullBus(NullEmitter):
     """A bus whose events go nowhere: a non-streaming `call()`.
 
-    Children still get a Source (their agentKey stays valid for `agent_send`),
-    built the same way, but nothing is numbered or stored.
+    It drops events as `agents.emitter.NullEmitter` does; what it adds is a Source,
+    so children still get one built the same way (their agentKey stays valid for
+    `agent_send`), but nothing is numbered or stored.
     """
 
     __slots__ = ("root_session_id", "run_id", "source")
-
-    closed = False
 
     def __init__(self, run_id: str, root_session_id: str, source: Source | None = None) -> None:
         self.run_id = run_id
@@ -287,23 +287,6 @@ class NullBus:
     def depth(self) -> int:
         """Depth of the agent that owns this bus (0 for the root)."""
         return 0 if self.source is None else self.source.depth
-
-    async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
-        """Dropped."""
-
-    def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
-        """Dropped."""
-
-    def offer(self, type: EventType, data: dict[str, Any]) -> bool:
-        """Dropped; never full."""
-        return False
-
-    def offer_deltas(self, texts: list[str]) -> bool:
-        """Dropped; never full."""
-        return False
-
-    async def wait_writable(self) -> None:
-        """Never full."""
 
     def child(self, **tags: Unpack[ChildTags]) -> NullBus:
         """A null bus for a new child instance."""

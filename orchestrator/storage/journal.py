@@ -38,6 +38,7 @@ import trio
 from orchestrator.core.capping import cap_event
 from orchestrator.core.events import Event, EventType, decode_event
 from orchestrator.storage.base import RunRecord, Storage
+from orchestrator.storage.paging import RunPage
 
 __all__ = ["Entry", "Follower", "Journal", "RunLog", "RunOutlet", "UnknownRun"]
 
@@ -512,19 +513,14 @@ class Journal:
         """
         if before is not None:
             self.get(before)
-        found: list[RunRecord] = []
-        started = before is None
-        for log in reversed(self._logs.values()):
-            record = log.record
-            if not started:
-                started = record.run_id == before
-                continue
-            if owner is not None and record.owner != owner:
-                continue
-            if len(found) == limit:
-                return found, True
-            found.append(record)
-        return found, False
+        newest_first = (log.record for log in reversed(self._logs.values()))
+        if before is not None:
+            for record in newest_first:
+                if record.run_id == before:
+                    break
+        page = RunPage(limit=limit, owner=owner)
+        page.add(newest_first)
+        return page.result()
 
     def mark(self, log: RunLog) -> None:
         """The run has something to write: queue it for the next batch."""
