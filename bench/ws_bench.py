@@ -36,7 +36,8 @@ from websockets.trio.client import connect
 from websockets.uri import parse_uri
 
 from orchestrator.config import load_config
-from orchestrator.server.app import RunningServer, serve, settle_heap
+from orchestrator.server.app import RunningServer, serve
+from orchestrator.server.heap import settle_heap
 
 
 class _Stamp(msgspec.Struct):

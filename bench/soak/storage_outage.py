@@ -98,7 +98,7 @@ async def one(outage: float, fail_after: float) -> list[object]:
                     await redis.wait()
                     down_at = time.perf_counter()
                     with trio.move_on_after(5):
-                        await eventually(lambda: not server.app.journal.healthy)
+                        await eventually(lambda: not server.app.journal.writer.healthy)
                     health = await http.get(f"{base}/healthz")
                     health_during = str(health.status_code)
                     async with connect(server.url) as other:
@@ -107,7 +107,7 @@ async def one(outage: float, fail_after: float) -> list[object]:
                     await trio.sleep(max(0.0, outage - (time.perf_counter() - down_at)))
                     redis = await start_redis(root, port)
                     back_at = time.perf_counter()
-                    await eventually(lambda: server.app.journal.healthy, within=60)
+                    await eventually(lambda: server.app.journal.writer.healthy, within=60)
                     recovered = time.perf_counter() - back_at
             replayed = await replay(server.url, ack["runId"])
             health_after = (await http.get(f"{base}/healthz")).status_code

@@ -31,7 +31,8 @@ from orchestrator.runtime.engine import (
     UnknownAgent,
     builtin_tool_names,
 )
-from orchestrator.server.app import serve, settle_heap
+from orchestrator.server.app import serve
+from orchestrator.server.heap import settle_heap
 from orchestrator.storage.base import StorageError
 
 __all__ = ["main"]

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Collection
 
 import trio
 
 from orchestrator.cluster.store import ClusterStore, Control
 from orchestrator.core.bus import new_run_id, new_session_id
+from orchestrator.runs.service import StorageUnavailable
+from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.run import RunResult
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
-
-if TYPE_CHECKING:
-    from orchestrator.server.auth import Principal
 
 __all__ = ["ClusterGateway", "QueuedRun"]
 
@@ -35,25 +34,50 @@ _TAIL_BLOCK = 0.1
 
 
 class QueuedRun:
-    """What a gateway knows of a run it queued: its id."""
+    """A run this gateway queued: its id, and its result read from the journal."""
 
-    def __init__(self, run_id: str) -> None:
+    __slots__ = ("_gateway", "run_id")
+
+    def __init__(self, gateway: ClusterGateway, run_id: str) -> None:
+        self._gateway = gateway
         self.run_id = run_id
+
+    async def wait(self) -> RunResult:
+        """Wait for the run's end (a blocking `run`), from its journaled events."""
+        return await self._gateway.result(self.run_id)
 
 
 class ClusterGateway:
-    """The cluster side of one instance's WebSocket server."""
+    """The cluster side of one instance's WebSocket server (a `RunService`)."""
 
-    def __init__(self, store: ClusterStore, journal: Journal) -> None:
+    def __init__(self, store: ClusterStore, journal: Journal, agents: Collection[str]) -> None:
         self.store = store
         self.journal = journal
-        journal.lookup = store.record
+        self.agents = agents
+        """The subagents a run may start with (every instance has the same files)."""
+        journal.mirrors.lookup = store.record
         self.tail_reads = 0
 
     async def start(
-        self, agent_id: str, input: str, *, principal: Principal | None = None
+        self,
+        agent_id: str,
+        input: str,
+        *,
+        stream: bool = True,
+        owner: str | None = None,
+        max_runs: int | None = None,
     ) -> QueuedRun:
-        """Queue a run; it is the cluster's from here on."""
+        """Queue a run; it is the cluster's from here on.
+
+        `stream` does not matter here (a worker journals every run) and `max_runs`
+        is not counted across the cluster.
+
+        Raises:
+            UnknownAgent: no such subagent.
+            StorageUnavailable: the run cannot be queued.
+        """
+        if agent_id not in self.agents:
+            raise UnknownAgent(agent_id, sorted(self.agents))
         record = RunRecord(
             run_id=new_run_id(),
             agent_id=agent_id,
@@ -61,39 +85,48 @@ class ClusterGateway:
             status="queued",
             created_at=time.time(),
             root_session_id=new_session_id(root=True),
-            owner=principal.name if principal is not None else None,
+            owner=owner,
         )
-        await self.store.submit(record)
-        self.journal.adopt(record)
-        return QueuedRun(record.run_id)
+        try:
+            await self.store.submit(record)
+        except Exception as exc:
+            raise StorageUnavailable(f"cannot queue the run: {type(exc).__name__}: {exc}") from exc
+        self.journal.mirrors.adopt(record)
+        return QueuedRun(self, record.run_id)
 
     async def cancel(self, run_id: str) -> None:
         """Ask the run's owner to cancel it (a finished run is left as it is)."""
-        log = await self.journal.find(run_id)
+        log = await self.journal.mirrors.find(run_id)
         if log.finished_status is None:
             await self.store.send_control(run_id, Control("cancel"))
 
     async def send(self, run_id: str, agent_key: str | None, message: str) -> None:
         """Hand a person's message to the run's owner, for that agent (default: root)."""
-        await self.journal.find(run_id)
+        await self.journal.mirrors.find(run_id)
         await self.store.send_control(run_id, Control("send", agent_key, message))
 
-    async def wait(self, run: QueuedRun) -> RunResult:
-        """Wait for a queued run's end (a blocking `run`), from its journaled events."""
+    async def page(
+        self, *, limit: int, before: str | None, owner: str | None
+    ) -> tuple[list[RunRecord], bool]:
+        """A page of every run of the cluster, newest first."""
+        return await self.store.page(limit=limit, before=before, owner=owner)
+
+    async def result(self, run_id: str) -> RunResult:
+        """Wait for a run's end, from its journaled events."""
         journal = self.journal
-        log = await journal.find(run.run_id)
-        journal.watch(log, +1)
+        log = await journal.mirrors.find(run_id)
+        journal.mirrors.watch(log, +1)
         try:
-            await journal.wait_finished(run.run_id)
+            await journal.wait_finished(run_id)
         finally:
-            journal.watch(log, -1)
-        entries = await journal.read(run.run_id, log.committed - 1, 1)
+            journal.mirrors.watch(log, -1)
+        entries = await journal.read(run_id, log.committed - 1, 1)
         data = entries[-1].event.data if entries else {}
         status = str(data.get("status", log.finished_status or "failed"))
         result = data.get("result")
         error = data.get("error")
         return RunResult(
-            run_id=run.run_id,
+            run_id=run_id,
             status=status,  # type: ignore[arg-type]
             text=result if isinstance(result, str) else None,
             error=error if isinstance(error, str) else None,
@@ -103,9 +136,9 @@ class ClusterGateway:
         """Feed the mirrors of watched runs from Redis, until cancelled."""
         journal = self.journal
         while True:
-            cursors = journal.tailed()
+            cursors = journal.mirrors.tailed()
             if not cursors:
-                await journal.watch_changed.park()
+                await journal.mirrors.watch_changed.park()
                 continue
             try:
                 got = await self.store.tail(cursors, _TAIL_BLOCK)
@@ -115,4 +148,4 @@ class ClusterGateway:
                 continue
             self.tail_reads += 1
             for run_id, raws in got.items():
-                journal.append_remote(run_id, raws)
+                journal.mirrors.append_remote(run_id, raws)

@@ -15,8 +15,10 @@ from orchestrator.cluster.gateway import ClusterGateway
 from orchestrator.cluster.store import ClusterStore
 from orchestrator.cluster.worker import Worker
 from orchestrator.config import ClusterConfig, ConfigError, ServerConfig
-from orchestrator.server.run_manager import RunManager
+from orchestrator.runs.host import RunHost
+from orchestrator.runtime.engine import Orchestrator
 from orchestrator.storage.journal import Journal
+from orchestrator.storage.open import open_journal
 from orchestrator.storage.redis import RedisStorage
 
 __all__ = ["Node", "instance_name", "open_node", "run_worker"]
@@ -63,7 +65,7 @@ class Node:
 
 @asynccontextmanager
 async def open_node(
-    config: ClusterConfig, journal: Journal, runs: RunManager, *, gateway: bool
+    config: ClusterConfig, journal: Journal, host: RunHost, *, gateway: bool
 ) -> AsyncIterator[Node]:
     """Join the cluster for the block: tail watched runs (gateway), execute runs (worker)."""
     storage = journal.storage
@@ -74,8 +76,8 @@ async def open_node(
     node = Node(
         config,
         store,
-        ClusterGateway(store, journal) if gateway else None,
-        Worker(config, store, runs, instance_name()) if config.worker else None,
+        ClusterGateway(store, journal, host.orchestrator.specs) if gateway else None,
+        Worker(config, store, host, instance_name()) if config.worker else None,
     )
     async with trio.open_nursery() as nursery:
         if node.gateway is not None:
@@ -103,9 +105,6 @@ async def run_worker(
     Runs until cancelled; then the runs it executes end `interrupted` (bounded by
     `server.shutdown_timeout`) and their leases and queue entries are released.
     """
-    from orchestrator.runtime.engine import Orchestrator
-    from orchestrator.server.app import open_journal
-
     cluster = config.cluster
     if cluster is None or not cluster.worker:
         raise ConfigError("orchestrator worker: the config needs `cluster:` with `worker: true`")
@@ -114,8 +113,8 @@ async def run_worker(
         Orchestrator.open(config) as orch,
         trio.open_nursery() as run_nursery,
     ):
-        runs = RunManager(orch, journal, run_nursery)
-        async with open_node(cluster, journal, runs, gateway=False) as node:
+        host = RunHost(orch, journal, run_nursery)
+        async with open_node(cluster, journal, host, gateway=False) as node:
             task_status.started(node)
             try:
                 await trio.sleep_forever()
@@ -124,5 +123,5 @@ async def run_worker(
                     trio.CancelScope(shield=True),
                     trio.move_on_after(config.server.shutdown_timeout),
                 ):
-                    await runs.interrupt_all()
-                    await journal.flush()
+                    await host.interrupt_all()
+                    await journal.writer.flush()

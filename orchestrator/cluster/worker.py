@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
 
 import msgspec
@@ -23,12 +22,11 @@ import trio
 
 from orchestrator.cluster.store import ClusterStore, QueueEntry
 from orchestrator.config import ClusterConfig
-from orchestrator.core.events import Event, EventType
-from orchestrator.core.rebuild import rebuild
-from orchestrator.runtime.run import Run
-from orchestrator.server.run_manager import AgentNotRunning, RunManager
+from orchestrator.runs.host import HostedRun, RunHost
+from orchestrator.runs.resume import end_unresumable, plan_resume
+from orchestrator.runs.service import AgentNotRunning
 from orchestrator.storage.base import RunRecord
-from orchestrator.storage.journal import Entry, Journal
+from orchestrator.storage.journal import Journal
 
 __all__ = ["Worker"]
 
@@ -51,12 +49,12 @@ class Worker:
     """Executes the cluster's runs on this instance (`run()` until cancelled)."""
 
     def __init__(
-        self, config: ClusterConfig, store: ClusterStore, runs: RunManager, name: str
+        self, config: ClusterConfig, store: ClusterStore, host: RunHost, name: str
     ) -> None:
         self.config = config
         self.store = store
-        self.runs = runs
-        self.journal: Journal = runs.journal
+        self.host = host
+        self.journal: Journal = host.journal
         self.name = name
         self.owned: dict[str, _Owned] = {}
         self.lease_renewals = 0
@@ -69,8 +67,8 @@ class Worker:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Work until cancelled."""
         journal = self.journal
-        journal.fenced_write = self._write
-        journal.on_fenced = self._lost
+        journal.writer.fenced_write = self._write
+        journal.writer.on_fenced = self._lost
         await self.store.ensure_group()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -134,7 +132,7 @@ class Worker:
         if attempt > 1:  # a takeover: continue from the journal
             self.takeovers += 1
             owned.control_cursor = await store.control_done(run_id)
-            plan = rebuild([entry.event for entry in await self._events(run_id, record.last_seq)])
+            plan = await plan_resume(self.journal, record)
         record = msgspec.structs.replace(
             record, status="running", worker=self.name, attempt=attempt
         )
@@ -155,15 +153,15 @@ class Worker:
                 attempt,
                 record.last_seq,
             )
-        run = self.runs.execute_record(record, resume=plan, resumed=resumed)
+        run = self.host.resume(record, plan=plan, resumed=resumed)
         owned.started = True
         self._changed.unpark_all()
         assert self._nursery is not None
         self._nursery.start_soon(self._finish, run_id, run)
 
-    async def _finish(self, run_id: str, run: Run) -> None:
+    async def _finish(self, run_id: str, run: HostedRun) -> None:
         try:
-            await self.runs.wait(run)
+            await run.wait()
             await self._release(run_id)
         finally:
             self.owned.pop(run_id, None)
@@ -188,60 +186,20 @@ class Worker:
     async def _fail_lost(self, record: RunRecord, token: str, attempt: int) -> None:
         """End a run whose workers kept dying: AGENT_ERRORs, then RUN_FINISHED `failed`."""
         run_id = record.run_id
-        record = msgspec.structs.replace(
-            record, status="running", worker=self.name, attempt=attempt
-        )
-        log = self.journal.own(record)
-        seq = log.committed
-        plan = rebuild([entry.event for entry in await self._events(run_id, seq)])
-        open_agents = [
-            agent.source for agent in plan.agents.values() if not agent.ended and agent.agent_id
-        ]
         message = (
             f"worker_lost: the run's worker stopped {attempt - 1} time(s) "
             f"(cluster.max_attempts is {self.config.max_attempts})"
         )
-        outlet = self.journal.outlet(run_id)
-        now = time.time()
-        for source in open_agents:
-            seq += 1
-            outlet.put_nowait(
-                Event(
-                    run_id,
-                    seq,
-                    now,
-                    EventType.AGENT_ERROR,
-                    source,
-                    False,
-                    {"errorType": "worker_lost", "message": message},
-                )
-            )
-        seq += 1
-        outlet.put_nowait(
-            Event(
-                run_id,
-                seq,
-                now,
-                EventType.RUN_FINISHED,
-                None,
-                True,
-                {"status": "failed", "error": message, "errorType": "worker_lost"},
-            )
+        await end_unresumable(
+            self.journal,
+            msgspec.structs.replace(record, status="running", worker=self.name, attempt=attempt),
+            error_type="worker_lost",
+            message=message,
         )
         await self._release(run_id)
         self.owned.pop(run_id, None)
         self._changed.unpark_all()
         logger.warning("run %s failed: %s (token %s)", run_id, message, token)
-
-    async def _events(self, run_id: str, last_seq: int) -> list[Entry]:
-        """Every journaled event of the run up to `last_seq` (for a takeover)."""
-        out: list[Entry] = []
-        while (after := out[-1].seq if out else 0) < last_seq:
-            entries = await self.journal.read(run_id, after, 1024)
-            if not entries:
-                break
-            out.extend(entries)
-        return out
 
     # -- leases ------------------------------------------------------------------
 
@@ -268,7 +226,7 @@ class Worker:
                 continue
             log.fenced = log.remote = True
             log.pending.clear()
-            run = self.runs.active.get(run_id)
+            run = self.host.active.get(run_id)
             if run is not None:
                 run.cancel()
         self._changed.unpark_all()
@@ -321,12 +279,12 @@ class Worker:
                 with contextlib.suppress(Exception):  # best effort: a takeover re-reads it
                     await self.store.set_control_done(run_id, entry_id)
                 if control.op == "cancel":
-                    run = self.runs.active.get(run_id)
+                    run = self.host.active.get(run_id)
                     if run is not None:
                         run.cancel()
                 elif control.op == "send":
                     try:
-                        self.runs.send(run_id, control.agent_key, control.message)
+                        await self.host.send(run_id, control.agent_key, control.message)
                     except (AgentNotRunning, LookupError) as exc:
                         logger.warning("run %s: message not delivered: %s", run_id, exc)
 

@@ -16,8 +16,7 @@ each committed batch and it writes the frame through `send_now` — only when th
 connection is idle, so the order above holds; what the socket did not take is
 kept in `_unsent` and goes out before any other frame.
 
-Every op is checked against the connection's principal: a `user` token sees and
-controls only the runs it started; anything else is `not_found`.
+The ops themselves, and how each is authorized, are the table in `server/ops.py`.
 """
 
 from __future__ import annotations
@@ -31,16 +30,14 @@ from websockets.exceptions import ConnectionClosed
 from websockets.trio.server import ServerConnection
 
 from orchestrator import protocol
-from orchestrator.cluster.gateway import QueuedRun
 from orchestrator.core.filters import FilterSpec
 from orchestrator.protocol import ProtocolError
-from orchestrator.runtime.engine import UnknownAgent
-from orchestrator.runtime.run import Run
+from orchestrator.runs.service import StartedRun
 from orchestrator.server import direct_send
 from orchestrator.server.auth import Principal
 from orchestrator.server.feed import Feed, Sent
-from orchestrator.server.run_manager import AgentNotRunning, LimitExceeded, StorageUnavailable
-from orchestrator.storage.journal import RunLog, UnknownRun
+from orchestrator.server.ops import dispatch
+from orchestrator.storage.runlog import UnknownRun
 
 if TYPE_CHECKING:
     from orchestrator.server.app import ServerApp
@@ -101,7 +98,7 @@ class Connection:
         """The rest of a frame the socket did not take at once: goes out before anything."""
         self.feeds: dict[str, Feed] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
-        self._calls: set[Run | QueuedRun] = set()
+        self._calls: set[StartedRun] = set()
         """Blocking (`stream: false`) runs started here: cancelled if the client leaves."""
         self._next_sub = 0
         self._sending_since: float | None = None
@@ -122,12 +119,12 @@ class Connection:
                 finally:
                     nursery.cancel_scope.cancel()
         finally:
-            for run in self._calls:  # nobody is left to get their result
-                if isinstance(run, Run):
-                    run.cancel()
-                else:  # queued in the cluster: ask its worker, briefly
-                    with trio.CancelScope(shield=True), trio.move_on_after(2):
-                        await self.app.cancel_run(run.run_id)
+            for run in list(self._calls):  # nobody is left to get their result
+                with trio.CancelScope(shield=True), trio.move_on_after(2):
+                    try:  # in the cluster: asks its worker, briefly
+                        await self.app.runs.cancel(run.run_id)
+                    except Exception as exc:
+                        logger.warning("cancelling run %s: %s", run.run_id, exc)
 
     # -- output ----------------------------------------------------------------
 
@@ -286,7 +283,7 @@ class Connection:
         try:
             op = protocol.parse(message)
             msg_id = op.id
-            await self._dispatch(op)
+            await dispatch(self, op)
         except ProtocolError as exc:
             await self.reply(protocol.error_frame(exc.code, exc.message, exc.id or msg_id))
         except Exception as exc:
@@ -295,117 +292,14 @@ class Connection:
                 protocol.error_frame("internal", f"{type(exc).__name__}: {exc}", msg_id)
             )
 
-    async def _visible(self, run_id: str, msg_id: protocol.MessageId) -> RunLog:
-        """The run, if this principal may see it (else `not_found`, as if it did not exist)."""
-        try:
-            log = await self.app.journal.find(run_id)
-        except UnknownRun as exc:
-            raise ProtocolError("not_found", str(exc), msg_id) from None
-        if not self.principal.may_see(log.record.owner):
-            raise ProtocolError("not_found", f"unknown run {run_id!r}", msg_id)
-        return log
+    def await_result(self, run: StartedRun, msg_id: protocol.MessageId) -> None:
+        """Send a blocking run's `result` frame once it ends (cancelled if the client leaves)."""
+        assert self._nursery is not None
+        self._calls.add(run)
+        self._nursery.start_soon(self._await_result, run, msg_id)
 
-    def _check_size(self, field: str, text: str, msg_id: protocol.MessageId) -> None:
-        limit = self.app.config.limits.max_input_bytes
-        if len(text) > limit or len(text.encode()) > limit:
-            raise ProtocolError(
-                "bad_request",
-                f"{field} is over limits.max_input_bytes ({limit} bytes)",
-                msg_id,
-            )
-
-    async def _dispatch(self, op: protocol.ClientOp) -> None:
-        app = self.app
-        if isinstance(op, protocol.Ping):
-            await self.reply(protocol.encode(protocol.Pong(id=op.id)))
-        elif isinstance(op, protocol.Subscribe):
-            await self._visible(op.run_id, op.id)
-            feed = self._new_feed(op.run_id, op.after_seq, op.filter, op.detail, op.id)
-            await self.reply(protocol.ack(op.id, sub=feed.sub))
-            self._start_feed(feed)
-        elif isinstance(op, protocol.Run):
-            await self._run(op)
-        elif isinstance(op, protocol.Unsubscribe):
-            scope = self._scopes.pop(op.sub, None)
-            if scope is None:
-                raise ProtocolError("not_found", f"no subscription {op.sub!r}", op.id)
-            scope.cancel()
-            self.feeds.pop(op.sub, None)
-            await self.reply(protocol.ack(op.id))
-        elif isinstance(op, protocol.Cancel):
-            await self._visible(op.run_id, op.id)
-            await app.cancel_run(op.run_id)
-            await self.reply(protocol.ack(op.id))
-        elif isinstance(op, protocol.Send):
-            await self._visible(op.run_id, op.id)
-            self._check_size("message", op.message, op.id)
-            try:
-                await app.send_to_run(op.run_id, op.agent_key, op.message)
-            except AgentNotRunning as exc:
-                raise ProtocolError("not_found", exc.message, op.id) from None
-            await self.reply(protocol.ack(op.id))
-        elif isinstance(op, protocol.Runs):
-            await self._runs(op)
-        elif isinstance(op, protocol.Agents):
-            agents = [
-                protocol.AgentInfo(
-                    id=s.id, name=s.display_name, description=s.description, model=s.model
-                )
-                for s in app.orchestrator.specs.values()
-            ]
-            await self.reply(protocol.encode(protocol.AgentsReply(agents=agents, id=op.id)))
-
-    async def _runs(self, op: protocol.Runs) -> None:
-        owner = None if self.principal.admin else self.principal.name
-        if op.before is not None:
-            await self._visible(op.before, op.id)
-        records, more = await self.app.page_runs(limit=op.limit, before=op.before, owner=owner)
-        cluster = self.app.node is not None
-        runs = [
-            protocol.RunInfo(
-                run_id=r.run_id,
-                agent_id=r.agent_id,
-                status=r.status,
-                created_at=r.created_at,
-                finished_at=r.finished_at,
-                owner=r.owner,
-                input=r.input[:200],
-                worker=r.worker if cluster else None,
-                attempt=r.attempt if cluster else None,
-            )
-            for r in records
-        ]
-        await self.reply(protocol.encode(protocol.RunsReply(runs=runs, more=more, id=op.id)))
-
-    async def _run(self, op: protocol.Run) -> None:
-        app = self.app
-        if app.closing:
-            raise ProtocolError("limit_exceeded", "the server is shutting down", op.id)
-        self._check_size("input", op.input, op.id)
-        if op.stream:
-            self._check_sub_limit(op.id)
-        try:
-            run = await app.start_run(
-                op.agent, op.input, stream=op.stream, principal=self.principal
-            )
-        except UnknownAgent as exc:
-            raise ProtocolError("not_found", exc.message, op.id) from None
-        except LimitExceeded as exc:
-            raise ProtocolError("limit_exceeded", str(exc), op.id) from None
-        except StorageUnavailable as exc:
-            raise ProtocolError("unavailable", str(exc), op.id) from None
-        if not op.stream:
-            await self.reply(protocol.ack(op.id, run_id=run.run_id))
-            assert self._nursery is not None
-            self._calls.add(run)
-            self._nursery.start_soon(self._await_result, run, op.id)
-            return
-        feed = self._new_feed(run.run_id, 0, op.filter, op.detail, op.id)
-        await self.reply(protocol.ack(op.id, run_id=run.run_id, sub=feed.sub))
-        self._start_feed(feed)
-
-    async def _await_result(self, run: Run | QueuedRun, msg_id: protocol.MessageId) -> None:
-        result = await self.app.wait_run(run)
+    async def _await_result(self, run: StartedRun, msg_id: protocol.MessageId) -> None:
+        result = await run.wait()
         self._calls.discard(run)
         frame = protocol.Result(
             run_id=result.run_id,
@@ -418,7 +312,8 @@ class Connection:
 
     # -- subscriptions ---------------------------------------------------------
 
-    def _check_sub_limit(self, msg_id: protocol.MessageId) -> None:
+    def check_sub_limit(self, msg_id: protocol.MessageId) -> None:
+        """Refuse a new subscription over the connection's or the token's limit."""
         limit = self.app.config.server.max_subscriptions
         if len(self._scopes) >= limit:
             raise ProtocolError(
@@ -436,7 +331,7 @@ class Connection:
                 msg_id,
             )
 
-    def _new_feed(
+    def new_feed(
         self,
         run_id: str,
         after_seq: int,
@@ -444,7 +339,8 @@ class Connection:
         detail: str,
         msg_id: protocol.MessageId,
     ) -> Feed:
-        self._check_sub_limit(msg_id)
+        """A new subscription's feed (not started yet: its `ack` goes out first)."""
+        self.check_sub_limit(msg_id)
         self._next_sub += 1
         sub = f"s{self._next_sub}"
         return Feed(
@@ -458,13 +354,23 @@ class Connection:
             coalesce=self.app.config.server.live_coalesce_ms / 1000,
         )
 
-    def _start_feed(self, feed: Feed) -> None:
+    def start_feed(self, feed: Feed) -> None:
+        """Run a feed in this connection's nursery until it ends or is unsubscribed."""
         scope = trio.CancelScope()
         self._scopes[feed.sub] = scope
         self.feeds[feed.sub] = feed
         self.app.subscriptions[self.principal.name] += 1
         assert self._nursery is not None
         self._nursery.start_soon(self._run_feed, feed, scope)
+
+    def end_feed(self, sub: str) -> bool:
+        """End a subscription (False: there is none by that name)."""
+        scope = self._scopes.pop(sub, None)
+        if scope is None:
+            return False
+        scope.cancel()
+        self.feeds.pop(sub, None)
+        return True
 
     async def _run_feed(self, feed: Feed, scope: trio.CancelScope) -> None:
         try:

@@ -117,12 +117,12 @@ class Feed:
         log = self.journal.get(self.run_id)
         if self.blocks is None and not self.coalesce:
             self._live = live
-        self.journal.watch(log, +1)  # a run of another instance is tailed while watched
+        self.journal.mirrors.watch(log, +1)  # a run of another instance is tailed while watched
         try:
             await self._run(send)
         finally:
             self.journal.unfollow(log, self)
-            self.journal.watch(log, -1)
+            self.journal.mirrors.watch(log, -1)
 
     async def _run(self, send: Callable[[bytes], Awaitable[None]]) -> None:
         journal, run_id = self.journal, self.run_id

@@ -13,8 +13,8 @@ from orchestrator.cluster.node import open_node
 from orchestrator.cluster.store import ClusterStore
 from orchestrator.config import ClusterConfig
 from orchestrator.core.events import Event, EventType, encode_event
+from orchestrator.runs.host import RunHost
 from orchestrator.runtime.engine import Orchestrator
-from orchestrator.server.run_manager import RunManager
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.redis import RedisStorage
@@ -57,14 +57,14 @@ async def test_a_run_that_ended_just_before_its_worker_died_is_only_released(
             Orchestrator.open(config) as orch,
             trio.open_nursery() as nursery,
         ):
-            runs = RunManager(orch, journal, nursery)
-            async with open_node(cluster, journal, runs, gateway=False) as node:
+            host = RunHost(orch, journal, nursery)
+            async with open_node(cluster, journal, host, gateway=False) as node:
                 assert node.worker is not None
                 with trio.fail_after(10):
                     while await _pending(store):  # noqa: ASYNC110 - Redis state, no signal
                         await trio.sleep(0.1)
                 assert node.worker.takeovers == 0  # nothing to continue
-                assert not runs.active
+                assert not host.active
             nursery.cancel_scope.cancel()
         stored = await store.record("run-done")
         assert stored is not None and stored.status == "completed" and stored.attempt == 1

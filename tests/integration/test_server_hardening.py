@@ -15,9 +15,11 @@ from websockets.exceptions import InvalidStatus
 from websockets.trio.client import connect
 
 import orchestrator.server.app as app_module
+import orchestrator.storage.open as storage_open
 from orchestrator.config import ServerConfig
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.memory import MemoryStorage
+from orchestrator.storage.retention import Retention, RetentionPolicy
 from tests.helpers import eventually
 from tests.raw_client import raw_client
 from tests.server_helpers import (
@@ -206,7 +208,7 @@ async def test_storage_failure_degrades_runs_not_the_server(
     def open_storage(config: ServerConfig) -> AbstractAsyncContextManager[Storage]:
         return SwitchableStorage.open()
 
-    monkeypatch.setattr(app_module, "open_storage", open_storage)
+    monkeypatch.setattr(storage_open, "open_storage", open_storage)
     monkeypatch.setattr(SwitchableStorage, "failing", False)
     config = demo_config(tmp_path, token_delay=0.01, extra_agents={"talker": TALKER})
     async with running_server(config) as server:
@@ -218,7 +220,7 @@ async def test_storage_failure_degrades_runs_not_the_server(
                 frame = await recv(ws)
                 seen += frame.get("events", [])
             SwitchableStorage.failing = True
-            await eventually(lambda: not server.app.journal.healthy)
+            await eventually(lambda: not server.app.journal.writer.healthy)
             health = await http.get(f"{base}/healthz")
             assert health.status_code == 503 and health.json()["storage"] == "failing"
             refused = await request(ws, op="run", id=2, agent="critic", input="y")
@@ -281,7 +283,7 @@ async def test_a_blocking_run_ends_when_its_client_leaves(tmp_path: Path) -> Non
     async with running_server(demo_config(tmp_path, token_delay=0.05)) as server:
         async with connect(server.url) as ws:
             ack = await request(ws, op="run", id=1, agent="planner", input="x", stream=False)
-        await eventually(lambda: not server.app.runs.active)
+        await eventually(lambda: not server.app.host.active)
         log = server.app.journal.get(ack["runId"])
         assert log.record.status == "cancelled"
 
@@ -294,7 +296,7 @@ async def test_a_gap_frame_replaces_what_retention_trimmed(tmp_path: Path) -> No
     )
     async with running_server(config) as server:
         run_id, events, _ = await run_to_end(server.url, agent="talker")
-        await server.app.journal.apply_retention(max_age=None, max_runs=None, max_run_events=100)
+        await Retention(server.app.journal, RetentionPolicy(max_run_events=100)).apply()
         last = events[-1]["seq"]
         async with connect(server.url, max_size=None) as ws:
             ack = await request(ws, op="subscribe", id=1, runId=run_id, afterSeq=5)

@@ -62,7 +62,7 @@ async def live_run() -> AsyncIterator[tuple[Journal, Bus]]:
 async def emit_and_commit(journal: Journal, bus: Bus, count: int) -> None:
     for n in range(count):
         bus.emit_nowait(EventType.REASONING, {"delta": f"w{n}"})
-    await journal.flush()
+    await journal.writer.flush()
     await trio.testing.wait_all_tasks_blocked()
 
 
@@ -101,7 +101,7 @@ async def test_different_filters_and_subs_make_their_own_frames() -> None:
         assert b'"sub":"s2"' in other_sub.wire[0][1]
         assert filtered.wire == [] and feed.cursor == 2  # nothing matched, but handled
         bus.emit_nowait(EventType.TOOL_CALL, {"name": "x"})
-        await journal.flush()
+        await journal.writer.flush()
         await trio.testing.wait_all_tasks_blocked()
         assert filtered.seqs() == [3] and filtered.wire[0][0] == "live"
         nursery.cancel_scope.cancel()
@@ -169,7 +169,7 @@ async def test_a_failing_follower_does_not_fail_the_write(caplog: pytest.LogCapt
         journal.follow(log, broken)
         await emit_and_commit(journal, bus, 2)
         assert broken.woken and not log.followers
-        assert log.committed == 2 and journal.healthy
+        assert log.committed == 2 and journal.writer.healthy
         assert "a follower of run run-1 failed" in caplog.text
 
 
@@ -191,8 +191,8 @@ async def test_a_write_of_the_record_alone_does_not_wake_followers() -> None:
         nursery.start_soon(feed.run, sink.send, sink)
         await trio.testing.wait_all_tasks_blocked()
         log = journal.get("run-1")
-        journal.mark(log)  # the record changed, no events
-        await journal.flush()
+        journal.writer.mark(log)  # the record changed, no events
+        await journal.writer.flush()
         await trio.testing.wait_all_tasks_blocked()
         assert feed in log.followers and sink.flushes == 0
         nursery.cancel_scope.cancel()

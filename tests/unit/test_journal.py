@@ -38,7 +38,7 @@ async def open_journal(
     # Storage is closed however the test ends (a leaked coredis client breaks others).
     async with storage as opened, Journal.open(opened, tail=tail, max_pending=max_pending) as j:
         yield j
-        await j.flush()
+        await j.writer.flush()
 
 
 def record(run_id: str = "run-1") -> RunRecord:
@@ -58,10 +58,10 @@ async def test_events_become_readable_only_once_committed(factory: Factory) -> N
         bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
         bus.emit_nowait(EventType.RUN_STARTED, {"agentId": "planner", "input": "q"})
         assert await journal.read("run-1", 0, 10) == []  # pending, not committed yet
-        await journal.flush()
+        await journal.writer.flush()
         (entry,) = await journal.read("run-1", 0, 10)
         assert entry.seq == 1 and entry.raw.startswith(b'{"runId":"run-1","seq":1')
-        assert journal.events_written == 1
+        assert journal.writer.events_written == 1
 
 
 async def test_wait_wakes_on_commit_and_on_finish(factory: Factory) -> None:
@@ -80,7 +80,7 @@ async def test_wait_wakes_on_commit_and_on_finish(factory: Factory) -> None:
             nursery.start_soon(waiter)
             await trio.testing.wait_all_tasks_blocked()
             bus.emit_nowait(EventType.RUN_STARTED, {})
-            await journal.flush()
+            await journal.writer.flush()
             await trio.testing.wait_all_tasks_blocked()
             assert woke == [1]
             bus.emit_nowait(EventType.RUN_FINISHED, {"status": "failed"}, last=True)
@@ -96,7 +96,7 @@ async def test_producers_wait_when_the_writer_is_behind(factory: Factory) -> Non
         for _ in range(50):
             await bus.emit(EventType.REASONING, {"delta": "x"})
             assert len(journal.get("run-1").pending) <= 4
-        await journal.flush()
+        await journal.writer.flush()
         entries = await journal.read("run-1", 0, 100)
         assert [e.seq for e in entries] == list(range(1, 51))
 
@@ -109,7 +109,7 @@ async def test_durable_tail_is_bounded_and_old_events_come_from_storage(tmp_path
         bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
         for _ in range(100):
             await bus.emit(EventType.REASONING, {"delta": "x"})
-        await journal.flush()
+        await journal.writer.flush()
         log = journal.get("run-1")
         assert len(log.entries) <= 20 and log.tail_first > 50
         assert [e.seq for e in await journal.read("run-1", 5, 7)] == list(range(6, 13))
@@ -138,7 +138,7 @@ async def test_restart_keeps_history_and_interrupts_running_runs(
             live.emit_nowait(EventType.REASONING, {"delta": "x"})
     async with storage() as opened, Journal.open(opened) as journal:
         assert journal.interrupted == ["run-live"]
-        await journal.flush()
+        await journal.writer.flush()
         # Both records have created_at 1.0: ties are broken by runId, never by a hash.
         assert [(r.run_id, r.status) for r in journal.records()] == [
             ("run-done", "completed"),
@@ -178,7 +178,7 @@ async def test_flush_waits_for_a_write_in_progress() -> None:
 
         async def flush() -> None:
             nonlocal flushed
-            await journal.flush()
+            await journal.writer.flush()
             flushed = True
 
         async with trio.open_nursery() as nursery:

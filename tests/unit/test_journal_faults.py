@@ -17,6 +17,7 @@ from orchestrator.server.feed import Feed
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.journal import Journal, UnknownRun
 from orchestrator.storage.memory import MemoryStorage
+from orchestrator.storage.retention import Retention, RetentionPolicy
 from orchestrator.storage.sqlite import SqliteStorage
 
 
@@ -62,7 +63,7 @@ async def test_failed_writes_are_retried_without_loss(
         journal.create_run(record("run-1"))
         bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
         bus.emit_nowait(EventType.RUN_STARTED, {})
-        await journal.flush()
+        await journal.writer.flush()
         storage.failing = True
         produced = 0
 
@@ -75,13 +76,15 @@ async def test_failed_writes_are_retried_without_loss(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(produce)
             await trio.sleep(2)
-            assert not journal.healthy and "No space left" in (journal.last_error or "")
-            assert journal.write_failures >= 3 and produced < 40
-            assert journal.pending_events <= 2 * 16 + 1
+            assert not journal.writer.healthy and "No space left" in (
+                journal.writer.last_error or ""
+            )
+            assert journal.writer.write_failures >= 3 and produced < 40
+            assert journal.writer.pending_events <= 2 * 16 + 1
             assert journal.get("run-1").committed == 1  # nothing uncommitted is visible
             storage.failing = False
-        await journal.flush()
-        assert journal.healthy and journal.last_error is None
+        await journal.writer.flush()
+        assert journal.writer.healthy and journal.writer.last_error is None
         entries = await journal.read("run-1", 0, 100)
         assert [e.seq for e in entries] == list(range(1, 42))
 
@@ -91,9 +94,9 @@ async def test_runs_that_cannot_be_stored_are_reported_once(
 ) -> None:
     stalled: list[tuple[list[str], str]] = []
     async with flaky_journal(tmp_path / "j.db", fail_runs_after=10) as (journal, storage):
-        journal.on_stalled = lambda runs, why: stalled.append((runs, why))
+        journal.writer.on_stalled = lambda runs, why: stalled.append((runs, why))
         journal.create_run(record("run-1"))
-        await journal.flush()
+        await journal.writer.flush()
         storage.failing = True
         Bus(RunSink("run-1", "sess-1", journal.outlet("run-1"))).emit_nowait(
             EventType.RUN_STARTED, {}
@@ -103,7 +106,7 @@ async def test_runs_that_cannot_be_stored_are_reported_once(
         await trio.sleep(20)
         assert stalled == [(["run-1"], "OSError: [Errno 28] No space left on device")]
         storage.failing = False
-        await journal.flush()
+        await journal.writer.flush()
         assert journal.get("run-1").committed == 1
 
 
@@ -116,17 +119,19 @@ async def test_start_on_a_failing_store_is_read_only_until_it_recovers(
         Bus(RunSink("run-old", "sess-1", first.outlet("run-old"))).emit_nowait(
             EventType.RUN_STARTED, {}
         )
-        await first.flush()
+        await first.writer.flush()
     FlakyStorage.fail_from_start = True
     try:
         async with flaky_journal(path) as (journal, storage):
             assert journal.interrupted == ["run-old"]  # opening writes nothing: it works
             await trio.sleep(1)
-            assert not journal.healthy
+            assert not journal.writer.healthy
             assert [e.seq for e in await journal.read("run-old", 0, 10)] == [1]  # readable
             storage.failing = False
-            await journal.flush()
-            assert journal.healthy and journal.get("run-old").finished_status == "interrupted"
+            await journal.writer.flush()
+            assert (
+                journal.writer.healthy and journal.get("run-old").finished_status == "interrupted"
+            )
     finally:
         FlakyStorage.fail_from_start = False
 
@@ -159,12 +164,13 @@ async def test_retention_trims_runs_and_events_and_feeds_see_a_gap(
                 bus.emit_nowait(EventType.REASONING, {"delta": "x"})
             if n < 3:
                 bus.emit_nowait(EventType.RUN_FINISHED, {"status": "completed"}, last=True)
-        await journal.flush()
-        await journal.apply_retention(max_age=None, max_runs=2, max_run_events=100)
+        await journal.writer.flush()
+        retention = Retention(journal, RetentionPolicy(max_runs=2, max_run_events=100))
+        await retention.apply()
         assert [r.run_id for r in journal.records()] == ["run-1", "run-2", "run-3"]
         with pytest.raises(UnknownRun):
             journal.get("run-0")
-        assert journal.runs_deleted == 1
+        assert retention.runs_deleted == 1
         log = journal.get("run-3")  # still running: never deleted, but trimmed
         assert log.record.first_seq == 202 and log.committed == 301
         frames: list[bytes] = []
@@ -177,7 +183,7 @@ async def test_retention_trims_runs_and_events_and_feeds_see_a_gap(
             await feed.run(send)
         assert frames[0] == b'{"op":"gap","sub":"s1","fromSeq":11,"toSeq":201}'
         assert b'"seq":202,' in frames[1] and feed.cursor == 301
-        await journal.apply_retention(max_age=0.001, max_runs=None, max_run_events=None)
+        await Retention(journal, RetentionPolicy(max_age=0.001)).apply()
         assert [r.run_id for r in journal.records()] == ["run-3"]
     if backend == "sqlite":  # the deletes reached the file
         async with SqliteStorage.open(tmp_path / "r.db") as reopened:

@@ -1,48 +1,57 @@
-"""Runs executed by the server: each publishes into the journal, never to a client."""
+"""The runs this process executes: how a run is started, resumed, cancelled, messaged.
+
+Every run here publishes into the journal, never to a client: clients read the
+journal (the server's feeds). The WebSocket server uses a `RunHost` as its
+`RunService` when it runs alone; a cluster worker uses one to execute the runs it
+takes from the queue (`resume` continues a run from its journal after a
+takeover, with the plan `runs/resume.py` makes).
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import trio
 
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.rebuild import ResumePlan
+from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
 from orchestrator.runtime.run import Run, RunResult
 from orchestrator.runtime.spawn import send_to
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 
-if TYPE_CHECKING:
-    from orchestrator.server.auth import Principal
-
-__all__ = ["AgentNotRunning", "LimitExceeded", "RunManager", "StorageUnavailable"]
+__all__ = ["HostedRun", "RunHost"]
 
 logger = logging.getLogger(__name__)
 
 
-class LimitExceeded(Exception):
-    """Too many concurrent runs (on the server, or for one token)."""
+class HostedRun:
+    """A run started here, as the client that started it holds it."""
+
+    __slots__ = ("_done", "run")
+
+    def __init__(self, run: Run, done: trio.Event) -> None:
+        self.run = run
+        self._done = done
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.run.run_id
+
+    async def wait(self) -> RunResult:
+        """Wait for the run to end; how it ended."""
+        await self._done.wait()
+        assert self.run.result is not None
+        return self.run.result
 
 
-class StorageUnavailable(Exception):
-    """The journal cannot write: new runs are refused until it recovers."""
-
-
-class AgentNotRunning(LookupError):
-    """A message was sent to an agent that is not running."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class RunManager:
-    """Starts, tracks, cancels and interrupts the server's runs."""
+class RunHost:
+    """Starts, resumes, tracks, cancels and interrupts the runs of this process."""
 
     def __init__(self, orchestrator: Orchestrator, journal: Journal, nursery: trio.Nursery) -> None:
         self.orchestrator = orchestrator
@@ -51,28 +60,31 @@ class RunManager:
         self.active: dict[str, Run] = {}
         self._done: dict[str, trio.Event] = {}
         self.max_concurrent = orchestrator.config.limits.max_concurrent_runs
-        journal.on_stalled = self.fail_unstorable
+        journal.writer.on_stalled = self.fail_unstorable
 
-    def start(
+    # -- starting ------------------------------------------------------------------
+
+    async def start(
         self,
         agent_id: str,
         input: str,
         *,
         stream: bool = True,
-        principal: Principal | None = None,
-    ) -> Run:
+        owner: str | None = None,
+        max_runs: int | None = None,
+    ) -> HostedRun:
         """Start a run (streaming: journaled events; else a blocking call with none).
 
         Raises:
             UnknownAgent: no such subagent.
-            LimitExceeded: `limits.max_concurrent_runs` runs are running, or the
-                principal's own limit of runs.
+            LimitExceeded: `limits.max_concurrent_runs` runs are running, or `owner`
+                already has `max_runs` running.
             StorageUnavailable: journal writes are failing (read-only).
         """
         orch = self.orchestrator
         if agent_id not in orch.specs:
             raise UnknownAgent(agent_id, sorted(orch.specs))
-        if not self.journal.healthy:
+        if not self.journal.writer.healthy:
             raise StorageUnavailable(
                 "storage is failing: the server is read-only until it recovers (see /healthz)"
             )
@@ -81,13 +93,11 @@ class RunManager:
                 f"{len(self.active)} runs are running (limits.max_concurrent_runs "
                 f"is {self.max_concurrent})"
             )
-        owner = principal.name if principal is not None else None
-        if principal is not None and principal.name is not None:
+        if owner is not None and max_runs is not None:
             mine = sum(1 for r in self.active if self.journal.get(r).record.owner == owner)
-            if mine >= principal.max_runs:
+            if mine >= max_runs:
                 raise LimitExceeded(
-                    f"token {owner!r} already has {mine} runs running (its limit is "
-                    f"{principal.max_runs})"
+                    f"token {owner!r} already has {mine} runs running (its limit is {max_runs})"
                 )
         run_id, root_session = new_run_id(), new_session_id(root=True)
         self.journal.create_run(
@@ -105,22 +115,21 @@ class RunManager:
         run = Run(
             orch.catalog, agent_id, input, limits=orch.default_limits(), sink=sink, run_id=run_id
         )
-        self.active[run_id] = run
-        self._done[run_id] = trio.Event()
-        self._nursery.start_soon(self._execute, run)
-        return run
+        return self._launch(run)
 
-    def execute_record(
+    def resume(
         self,
         record: RunRecord,
         *,
-        resume: ResumePlan | None = None,
+        plan: ResumePlan | None = None,
         resumed: dict[str, object] | None = None,
-    ) -> Run:
-        """Cluster workers: execute a run submitted elsewhere (its record says all).
+    ) -> HostedRun:
+        """Execute a run whose record already exists: queued elsewhere, or taken over.
 
         The record is the run's new state (`running`, this worker, its attempt); its
-        events continue after `record.last_seq`.
+        events continue after `record.last_seq`. With a `plan` (runs/resume.py) the
+        run goes on from where its journal stopped and announces RUN_RESUMED with
+        `resumed`; without one it starts from its input.
         """
         orch = self.orchestrator
         log = self.journal.own(record)
@@ -137,13 +146,16 @@ class RunManager:
             limits=orch.default_limits(),
             sink=sink,
             run_id=record.run_id,
-            resume=resume,
+            resume=plan,
             resumed=resumed,
         )
-        self.active[record.run_id] = run
-        self._done[record.run_id] = trio.Event()
+        return self._launch(run)
+
+    def _launch(self, run: Run) -> HostedRun:
+        done = self._done[run.run_id] = trio.Event()
+        self.active[run.run_id] = run
         self._nursery.start_soon(self._execute, run)
-        return run
+        return HostedRun(run, done)
 
     async def _execute(self, run: Run) -> None:
         try:
@@ -154,23 +166,9 @@ class RunManager:
             self.active.pop(run.run_id, None)
             self._done.pop(run.run_id).set()
 
-    async def wait(self, run: Run) -> RunResult:
-        """Wait for a run started here to end."""
-        done = self._done.get(run.run_id)
-        if done is not None:
-            await done.wait()
-        assert run.result is not None
-        return run.result
+    # -- steering ------------------------------------------------------------------
 
-    def fail_unstorable(self, run_ids: list[str], reason: str) -> None:
-        """The journal could not store these runs' events for too long: fail them."""
-        for run_id in run_ids:
-            run = self.active.get(run_id)
-            if run is not None:
-                logger.error("failing run %s: its events cannot be stored (%s)", run_id, reason)
-                run.fail(f"storage_unavailable: events could not be stored ({reason})")
-
-    def cancel(self, run_id: str) -> None:
+    async def cancel(self, run_id: str) -> None:
         """Cancel a running run (a finished one is left as it is).
 
         Raises:
@@ -181,7 +179,7 @@ class RunManager:
         if run is not None:
             run.cancel()
 
-    def send(self, run_id: str, agent_key: str | None, message: str) -> None:
+    async def send(self, run_id: str, agent_key: str | None, message: str) -> None:
         """Deliver a person's message to a running agent of a run (default: its root).
 
         Raises:
@@ -206,8 +204,24 @@ class RunManager:
             f"send {agent_key}", functools.partial(send_to, agent, message, "client"), report=False
         )
 
+    async def page(
+        self, *, limit: int, before: str | None, owner: str | None
+    ) -> tuple[list[RunRecord], bool]:
+        """A page of this journal's runs, newest first (see `Journal.page`)."""
+        return self.journal.page(limit=limit, before=before, owner=owner)
+
+    # -- ending from outside -------------------------------------------------------
+
+    def fail_unstorable(self, run_ids: list[str], reason: str) -> None:
+        """The journal could not store these runs' events for too long: fail them."""
+        for run_id in run_ids:
+            run = self.active.get(run_id)
+            if run is not None:
+                logger.error("failing run %s: its events cannot be stored (%s)", run_id, reason)
+                run.fail(f"storage_unavailable: events could not be stored ({reason})")
+
     async def interrupt_all(self) -> None:
-        """Server shutdown: end every run `interrupted` and wait for them."""
+        """Shutdown: end every run `interrupted` and wait for them."""
         for run in list(self.active.values()):
             run.interrupt()
         for done in list(self._done.values()):

@@ -1,0 +1,69 @@
+"""How a run is resumed: rebuilt from its journal, or ended if it cannot go on.
+
+A run whose executor stopped (a cluster worker that died; later, a server that
+restarted) is continued by another executor from its journal: `plan_resume` reads
+every kept event of the run and rebuilds its agents (`core/rebuild.py`: their
+conversations, the calls in flight, cut-off turns, orphans); `RunHost.resume`
+executes the run with that plan, which announces RUN_RESUMED and goes on
+mid-tree. A run that must not go on (its executors kept dying) is ended by
+`end_unresumable`: every agent still open gets its AGENT_ERROR, then the run its
+RUN_FINISHED `failed`, so every agent still ends exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+
+from orchestrator.core.events import Event, EventType
+from orchestrator.core.rebuild import ResumePlan, rebuild
+from orchestrator.storage.base import RunRecord
+from orchestrator.storage.journal import Journal
+
+__all__ = ["end_unresumable", "plan_resume"]
+
+
+async def plan_resume(journal: Journal, record: RunRecord) -> ResumePlan:
+    """The run's agents as its journal left them (events up to `record.last_seq`)."""
+    entries = await journal.read_all(record.run_id, record.last_seq)
+    return rebuild([entry.event for entry in entries])
+
+
+async def end_unresumable(
+    journal: Journal, record: RunRecord, *, error_type: str, message: str
+) -> None:
+    """Take the run over and end it `failed`: AGENT_ERROR for each open agent, then
+    RUN_FINISHED, both with `error_type` and `message`. The events are queued for the
+    journal's writer (`journal.flush_run` waits for them)."""
+    run_id = record.run_id
+    log = journal.own(record)
+    seq = log.committed
+    plan = rebuild([entry.event for entry in await journal.read_all(run_id, seq)])
+    outlet = journal.outlet(run_id)
+    now = time.time()
+    for agent in plan.agents.values():
+        if agent.ended or not agent.agent_id:
+            continue
+        seq += 1
+        outlet.put_nowait(
+            Event(
+                run_id,
+                seq,
+                now,
+                EventType.AGENT_ERROR,
+                agent.source,
+                False,
+                {"errorType": error_type, "message": message},
+            )
+        )
+    seq += 1
+    outlet.put_nowait(
+        Event(
+            run_id,
+            seq,
+            now,
+            EventType.RUN_FINISHED,
+            None,
+            True,
+            {"status": "failed", "error": message, "errorType": error_type},
+        )
+    )

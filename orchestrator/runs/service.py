@@ -1,0 +1,98 @@
+"""What a front end asks of runs, wherever they execute: the `RunService` protocol.
+
+The WebSocket server holds one: a `RunHost` (runs execute in this process) or a
+`ClusterGateway` (runs are queued for the cluster's workers). Both raise the
+errors below, which the server turns into the protocol's error codes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from orchestrator.runtime.run import RunResult
+from orchestrator.storage.base import RunRecord
+
+__all__ = [
+    "AgentNotRunning",
+    "LimitExceeded",
+    "RunService",
+    "StartedRun",
+    "StorageUnavailable",
+]
+
+
+class LimitExceeded(Exception):
+    """Too many concurrent runs (on the server, or for one token)."""
+
+
+class StorageUnavailable(Exception):
+    """The journal cannot write: new runs are refused until it recovers."""
+
+
+class AgentNotRunning(LookupError):
+    """A message was sent to an agent that is not running."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class StartedRun(Protocol):
+    """A run a client started: its id, and its result once it ends."""
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        ...
+
+    async def wait(self) -> RunResult:
+        """Wait for the run to end; how it ended."""
+        ...
+
+
+class RunService(Protocol):
+    """Start, cancel, message and list runs."""
+
+    async def start(
+        self,
+        agent_id: str,
+        input: str,
+        *,
+        stream: bool = True,
+        owner: str | None = None,
+        max_runs: int | None = None,
+    ) -> StartedRun:
+        """Start a run of `agent_id` on `input` for `owner` (a token's name, or None).
+
+        `stream=False` is a blocking call: no events, only a result. `max_runs`
+        bounds the owner's concurrent runs where the service can count them.
+
+        Raises:
+            UnknownAgent: no such subagent.
+            LimitExceeded: too many runs are running.
+            StorageUnavailable: the run cannot be stored (or queued).
+        """
+        ...
+
+    async def cancel(self, run_id: str) -> None:
+        """Cancel a run (a finished one is left as it is).
+
+        Raises:
+            UnknownRun: no such run.
+        """
+        ...
+
+    async def send(self, run_id: str, agent_key: str | None, message: str) -> None:
+        """Deliver a person's message to an agent of a run (default: its root).
+
+        Raises:
+            UnknownRun: no such run.
+            AgentNotRunning: the run or that agent is not running (where known at once).
+        """
+        ...
+
+    async def page(
+        self, *, limit: int, before: str | None, owner: str | None
+    ) -> tuple[list[RunRecord], bool]:
+        """Up to `limit` runs, newest first, older than `before`, of `owner` if given."""
+        ...

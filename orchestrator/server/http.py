@@ -1,0 +1,131 @@
+"""Plain HTTP on the server's port: the console's files, /auth, /healthz, /metrics,
+and the checks on a WebSocket upgrade (origin, token, connection count).
+
+websockets calls `process_request` for every request before the handshake: a
+Response answers it (and ends it), None lets the upgrade to /ws go on.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from http import HTTPStatus
+from importlib import resources
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from prometheus_client import generate_latest
+from websockets.http11 import Request, Response
+from websockets.trio.server import ServerConnection
+
+if TYPE_CHECKING:
+    from orchestrator.server.app import ServerApp
+
+__all__ = ["STATIC_FILES", "Routes"]
+
+STATIC_FILES = {
+    "app.js": "text/javascript; charset=utf-8",
+    "conn.js": "text/javascript; charset=utf-8",
+    "model.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
+"""The console's files under /static/ (a fixed list: no path from a request reaches the disk)."""
+
+
+class Routes:
+    """The server's HTTP routes (`process_request` for websockets' `serve`)."""
+
+    def __init__(self, app: ServerApp) -> None:
+        self.app = app
+
+    def process_request(self, conn: ServerConnection, request: Request) -> Response | None:
+        """Plain HTTP routes; origin, token and connection-count checks on the upgrade."""
+        app = self.app
+        url = urlsplit(request.path)
+        if url.path in ("/", "/index.html"):
+            return _respond(conn, HTTPStatus.OK, _static("index.html"), "text/html; charset=utf-8")
+        if url.path.startswith("/static/"):
+            name = url.path.removeprefix("/static/")
+            kind = STATIC_FILES.get(name)
+            if kind is None:
+                return conn.respond(HTTPStatus.NOT_FOUND, "not found\n")
+            return _respond(conn, HTTPStatus.OK, _static(name), kind)
+        if url.path == "/healthz":
+            return self._health(conn)
+        if url.path == "/auth":  # the console asks before connecting (200 either way:
+            # a 401 would be a console error in every browser)
+            principal = app.auth.identify(request.headers, url.query)
+            body: dict[str, object] = {"authorized": principal is not None}
+            if principal is not None:
+                body["name"], body["admin"] = principal.name, principal.admin
+            return _respond(conn, HTTPStatus.OK, json.dumps(body).encode(), "application/json")
+        if url.path == "/metrics":
+            if not app.auth.may_read_metrics(request.headers, url.query):
+                return conn.respond(
+                    HTTPStatus.UNAUTHORIZED,
+                    "unauthorized: /metrics needs an admin token or server.metrics_token\n",
+                )
+            return _respond(
+                conn,
+                HTTPStatus.OK,
+                generate_latest(app.registry),
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+        if url.path != "/ws":
+            return conn.respond(
+                HTTPStatus.NOT_FOUND, "not found: use /, /ws, /auth, /healthz or /metrics\n"
+            )
+        if not app.auth.origin_allowed(request.headers):
+            return conn.respond(
+                HTTPStatus.FORBIDDEN,
+                "forbidden: cross-site WebSocket (add the page's origin to "
+                "server.allowed_origins)\n",
+            )
+        if app.auth.identify(request.headers, url.query) is None:
+            return conn.respond(
+                HTTPStatus.UNAUTHORIZED, "unauthorized: send Authorization: Bearer <token>\n"
+            )
+        if len(app.connections) >= app.config.server.max_connections:
+            return conn.respond(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"too many connections (server.max_connections is "
+                f"{app.config.server.max_connections})\n",
+            )
+        return None
+
+    def _health(self, conn: ServerConnection) -> Response:
+        app = self.app
+        healthy = app.journal.writer.healthy
+        body: dict[str, object] = (
+            {"status": "ok"}
+            if healthy
+            else {"status": "degraded", "storage": "failing", "runs": "refused"}
+        )
+        node = app.node
+        if node is not None:
+            body["cluster"] = node.config.name
+            body["role"] = node.role
+            if node.worker is not None:
+                body["worker"] = node.worker.name
+                body["runs"] = len(node.worker.owned) if healthy else "refused"
+        status = HTTPStatus.OK if healthy else HTTPStatus.SERVICE_UNAVAILABLE
+        return _respond(conn, status, json.dumps(body).encode(), "application/json")
+
+
+@functools.cache
+def _static(name: str) -> bytes:
+    """A file of the live tree console (static; it talks to /ws like any client)."""
+    return (resources.files("orchestrator.server") / "static" / name).read_bytes()
+
+
+def _respond(
+    conn: ServerConnection, status: HTTPStatus, body: bytes, content_type: str
+) -> Response:
+    response = conn.respond(status, "")
+    response.body = body
+    del response.headers["Content-Type"]
+    del response.headers["Content-Length"]
+    response.headers["Content-Type"] = content_type
+    response.headers["Content-Length"] = str(len(body))
+    return response

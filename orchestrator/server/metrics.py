@@ -1,0 +1,108 @@
+"""Prometheus metrics of a server (`/metrics`), read from its live state at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from orchestrator.core.events import RUN_STATUSES
+
+if TYPE_CHECKING:
+    from orchestrator.server.app import ServerApp
+
+__all__ = ["AppCollector"]
+
+
+class AppCollector(Collector):
+    """Prometheus metrics read from the live server state at scrape time."""
+
+    def __init__(self, app: ServerApp) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Any]:
+        app = self.app
+        runs = GaugeMetricFamily(
+            "orchestrator_runs", "Runs known to the journal, by status", labels=["status"]
+        )
+        counts: dict[str, int] = dict.fromkeys(RUN_STATUSES, 0)
+        for record in app.journal.records():
+            counts[record.status] = counts.get(record.status, 0) + 1
+        for status, count in counts.items():
+            runs.add_metric([status], count)
+        yield runs
+        yield CounterMetricFamily(
+            "orchestrator_events_journaled",
+            "Events written to the journal",
+            value=app.journal.writer.events_written,
+        )
+        yield GaugeMetricFamily(
+            "orchestrator_connections", "Open WebSocket connections", value=len(app.connections)
+        )
+        yield GaugeMetricFamily(
+            "orchestrator_subscriptions",
+            "Active subscriptions",
+            value=sum(len(c.feeds) for c in list(app.connections)),
+        )
+        yield GaugeMetricFamily(
+            "orchestrator_slowest_client_lag_events",
+            "Committed events the furthest-behind subscription has not read yet",
+            value=app.slowest_lag(),
+        )
+        journal, writer = app.journal, app.journal.writer
+        yield GaugeMetricFamily(
+            "orchestrator_storage_healthy",
+            "1 while journal writes succeed, 0 while they fail (new runs are refused)",
+            value=1 if writer.healthy else 0,
+        )
+        yield CounterMetricFamily(
+            "orchestrator_journal_write_failures",
+            "Journal write attempts that failed (each is retried)",
+            value=writer.write_failures,
+        )
+        yield GaugeMetricFamily(
+            "orchestrator_journal_pending_events",
+            "Events waiting to be written to storage",
+            value=writer.pending_events,
+        )
+        yield CounterMetricFamily(
+            "orchestrator_events_truncated",
+            "Events cut to limits.max_event_bytes",
+            value=journal.events_truncated,
+        )
+        yield CounterMetricFamily(
+            "orchestrator_runs_deleted",
+            "Finished runs deleted by the retention policy",
+            value=journal.retention.runs_deleted,
+        )
+        node = app.node
+        if node is None:
+            return
+        yield GaugeMetricFamily(
+            "orchestrator_cluster_queue_depth",
+            "Queued runs no worker has taken yet (refreshed every 2 s)",
+            value=node.queue_depth,
+        )
+        worker = node.worker
+        if worker is None:
+            return
+        yield GaugeMetricFamily(
+            "orchestrator_cluster_runs_owned", "Runs this worker executes", value=len(worker.owned)
+        )
+        yield CounterMetricFamily(
+            "orchestrator_cluster_lease_renewals",
+            "Leases this worker renewed",
+            value=worker.lease_renewals,
+        )
+        yield CounterMetricFamily(
+            "orchestrator_cluster_leases_lost",
+            "Runs this worker stopped because it lost their lease",
+            value=worker.leases_lost,
+        )
+        yield CounterMetricFamily(
+            "orchestrator_cluster_takeovers",
+            "Runs this worker took over from a worker that stopped renewing",
+            value=worker.takeovers,
+        )

@@ -1,0 +1,177 @@
+"""The client ops (`docs/server.md`), as a table: one small handler per op.
+
+How an op is authorized: every entry of `OPS` says which run the op names, if
+any (`run_of`); `dispatch` checks that run against the connection's principal
+before the handler runs — a `user` token sees and controls only the runs it
+started, anything else is `not_found`, as if the run did not exist. Handlers
+then only do their op. Ops that name no run (`run`, `agents`, `ping`,
+`unsubscribe`) act on the principal's own things or on nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from orchestrator import protocol
+from orchestrator.protocol import ProtocolError
+from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
+from orchestrator.runtime.context import UnknownAgent
+from orchestrator.storage.runlog import RunLog, UnknownRun
+
+if TYPE_CHECKING:
+    from orchestrator.server.connection import Connection
+
+__all__ = ["OPS", "dispatch"]
+
+Handler = Callable[["Connection", Any], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """How one op is served: its handler, and the run it names (checked first)."""
+
+    handler: Handler
+    run_of: Callable[[Any], str | None] | None = None
+
+
+async def dispatch(conn: Connection, op: protocol.ClientOp) -> None:
+    """Authorize the op, then run its handler.
+
+    Raises:
+        ProtocolError: the op names a run the principal may not see, or fails.
+    """
+    entry = OPS[type(op)]
+    if entry.run_of is not None:
+        run_id = entry.run_of(op)
+        if run_id is not None:
+            await visible(conn, run_id, op.id)
+    await entry.handler(conn, op)
+
+
+async def visible(conn: Connection, run_id: str, msg_id: protocol.MessageId) -> RunLog:
+    """The run, if this principal may see it (else `not_found`, as if it did not exist)."""
+    try:
+        log = await conn.app.journal.mirrors.find(run_id)
+    except UnknownRun as exc:
+        raise ProtocolError("not_found", str(exc), msg_id) from None
+    if not conn.principal.may_see(log.record.owner):
+        raise ProtocolError("not_found", f"unknown run {run_id!r}", msg_id)
+    return log
+
+
+def check_size(conn: Connection, field: str, text: str, msg_id: protocol.MessageId) -> None:
+    """Refuse a client text over `limits.max_input_bytes`."""
+    limit = conn.app.config.limits.max_input_bytes
+    if len(text) > limit or len(text.encode()) > limit:
+        raise ProtocolError(
+            "bad_request", f"{field} is over limits.max_input_bytes ({limit} bytes)", msg_id
+        )
+
+
+# -- the handlers ----------------------------------------------------------------
+
+
+async def ping(conn: Connection, op: protocol.Ping) -> None:
+    await conn.reply(protocol.encode(protocol.Pong(id=op.id)))
+
+
+async def subscribe(conn: Connection, op: protocol.Subscribe) -> None:
+    feed = conn.new_feed(op.run_id, op.after_seq, op.filter, op.detail, op.id)
+    await conn.reply(protocol.ack(op.id, sub=feed.sub))
+    conn.start_feed(feed)
+
+
+async def unsubscribe(conn: Connection, op: protocol.Unsubscribe) -> None:
+    if not conn.end_feed(op.sub):
+        raise ProtocolError("not_found", f"no subscription {op.sub!r}", op.id)
+    await conn.reply(protocol.ack(op.id))
+
+
+async def run(conn: Connection, op: protocol.Run) -> None:
+    app = conn.app
+    if app.closing:
+        raise ProtocolError("limit_exceeded", "the server is shutting down", op.id)
+    check_size(conn, "input", op.input, op.id)
+    if op.stream:
+        conn.check_sub_limit(op.id)
+    principal = conn.principal
+    try:
+        started = await app.runs.start(
+            op.agent,
+            op.input,
+            stream=op.stream,
+            owner=principal.name,
+            max_runs=principal.max_runs if principal.name is not None else None,
+        )
+    except UnknownAgent as exc:
+        raise ProtocolError("not_found", exc.message, op.id) from None
+    except LimitExceeded as exc:
+        raise ProtocolError("limit_exceeded", str(exc), op.id) from None
+    except StorageUnavailable as exc:
+        raise ProtocolError("unavailable", str(exc), op.id) from None
+    if not op.stream:
+        await conn.reply(protocol.ack(op.id, run_id=started.run_id))
+        conn.await_result(started, op.id)
+        return
+    feed = conn.new_feed(started.run_id, 0, op.filter, op.detail, op.id)
+    await conn.reply(protocol.ack(op.id, run_id=started.run_id, sub=feed.sub))
+    conn.start_feed(feed)
+
+
+async def cancel(conn: Connection, op: protocol.Cancel) -> None:
+    await conn.app.runs.cancel(op.run_id)
+    await conn.reply(protocol.ack(op.id))
+
+
+async def send(conn: Connection, op: protocol.Send) -> None:
+    check_size(conn, "message", op.message, op.id)
+    try:
+        await conn.app.runs.send(op.run_id, op.agent_key, op.message)
+    except AgentNotRunning as exc:
+        raise ProtocolError("not_found", exc.message, op.id) from None
+    await conn.reply(protocol.ack(op.id))
+
+
+async def runs(conn: Connection, op: protocol.Runs) -> None:
+    app = conn.app
+    owner = None if conn.principal.admin else conn.principal.name
+    records, more = await app.runs.page(limit=op.limit, before=op.before, owner=owner)
+    cluster = app.node is not None
+    infos = [
+        protocol.RunInfo(
+            run_id=r.run_id,
+            agent_id=r.agent_id,
+            status=r.status,
+            created_at=r.created_at,
+            finished_at=r.finished_at,
+            owner=r.owner,
+            input=r.input[:200],
+            worker=r.worker if cluster else None,
+            attempt=r.attempt if cluster else None,
+        )
+        for r in records
+    ]
+    await conn.reply(protocol.encode(protocol.RunsReply(runs=infos, more=more, id=op.id)))
+
+
+async def agents(conn: Connection, op: protocol.Agents) -> None:
+    infos = [
+        protocol.AgentInfo(id=s.id, name=s.display_name, description=s.description, model=s.model)
+        for s in conn.app.orchestrator.specs.values()
+    ]
+    await conn.reply(protocol.encode(protocol.AgentsReply(agents=infos, id=op.id)))
+
+
+OPS: dict[type[protocol.ClientOp], Op] = {
+    protocol.Ping: Op(ping),
+    protocol.Subscribe: Op(subscribe, run_of=lambda op: op.run_id),
+    protocol.Unsubscribe: Op(unsubscribe),
+    protocol.Run: Op(run),
+    protocol.Cancel: Op(cancel, run_of=lambda op: op.run_id),
+    protocol.Send: Op(send, run_of=lambda op: op.run_id),
+    protocol.Runs: Op(runs, run_of=lambda op: op.before),
+    protocol.Agents: Op(agents),
+}
+"""Every client op: its handler and the run it names (authorized by `dispatch`)."""

@@ -1,0 +1,107 @@
+"""Runs this instance does not execute: found, adopted and mirrored from storage.
+
+In cluster mode a gateway serves runs that workers execute. `find` fetches the
+record of a run this instance has not seen (`lookup`, set by the gateway) and
+`adopt`s it: the run gets a `RunLog` marked `remote`, a mirror fed by
+`append_remote` with the events the gateway's tailer reads from storage (already
+durable, so committed at once and handed to the feeds like local ones). Only the
+runs someone here watches are tailed (`watch`, `tailed`).
+
+In one process `find` is `Journal.get`, and `watch` only counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from orchestrator.core.events import EventType, decode_event
+from orchestrator.storage.base import RunRecord
+from orchestrator.storage.runlog import Entry, RunLog, UnknownRun, hand_over
+
+if TYPE_CHECKING:
+    from orchestrator.storage.journal import Journal
+
+__all__ = ["RunMirrors"]
+
+
+class RunMirrors:
+    """The journal's mirrors of runs executed by other instances."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.lookup: Callable[[str], Awaitable[RunRecord | None]] | None = None
+        """Cluster mode: fetches the record of a run this instance has not seen yet."""
+        self._watched: dict[str, RunLog] = {}
+        """Runs with at least one watcher here (what the tailer looks at, not every run)."""
+        self.watch_changed = trio.lowlevel.ParkingLot()
+        """Unparked when a remote run gains or loses its first watcher."""
+
+    async def find(self, run_id: str) -> RunLog:
+        """The log of a run, fetching it from the cluster if this instance has not seen it.
+
+        Raises:
+            UnknownRun: no such run (anywhere).
+        """
+        journal = self.journal
+        log = journal.logs.get(run_id)
+        if log is not None or self.lookup is None:
+            return journal.get(run_id)
+        record = await self.lookup(run_id)
+        if record is None:
+            raise UnknownRun(run_id)
+        return journal.logs.get(run_id) or self.adopt(record)
+
+    def adopt(self, record: RunRecord) -> RunLog:
+        """Register a run executed by another instance: a mirror fed by `append_remote`."""
+        log = RunLog(record)
+        log.remote = True
+        self.journal.logs[record.run_id] = log
+        return log
+
+    def append_remote(self, run_id: str, raws: list[bytes]) -> None:
+        """Events of a remote run read from storage (already durable: committed at once)."""
+        journal = self.journal
+        log = journal.logs.get(run_id)
+        if log is None or not log.remote:
+            return
+        fresh: list[Entry] = []
+        for raw in raws:
+            event = decode_event(raw)
+            if event.seq == log.committed + len(fresh) + 1:
+                fresh.append(Entry(event, raw))
+        if not fresh:
+            return
+        if log.committed + 1 != log.tail_first + len(log.entries):  # not contiguous: restart
+            log.entries.clear()
+            log.tail_first = fresh[0].seq
+        log.entries.extend(fresh)
+        log.committed = log.record.last_seq = fresh[-1].seq
+        last = fresh[-1].event
+        if last.type is EventType.RUN_FINISHED:
+            log.record.status = log.finished_status = str(last.data.get("status", "completed"))
+            log.record.finished_at = last.ts
+        if journal.storage.durable:
+            log.evict(journal.tail)
+        hand_over(log, fresh)
+
+    def watch(self, log: RunLog, delta: int) -> None:
+        """A subscription starts (+1) or stops (-1) reading the run here."""
+        log.watchers += delta
+        run_id = log.record.run_id
+        if log.watchers > 0:
+            self._watched[run_id] = log
+        else:
+            self._watched.pop(run_id, None)
+        if log.remote and log.watchers == (1 if delta > 0 else 0):
+            self.watch_changed.unpark_all()
+
+    def tailed(self) -> dict[str, int]:
+        """Remote, unfinished runs someone here watches: runId → committed seq."""
+        return {
+            run_id: log.committed
+            for run_id, log in self._watched.items()
+            if log.remote and log.finished_status is None
+        }

@@ -1,0 +1,214 @@
+"""The journal's writer: one task commits every run's pending events in batches.
+
+Outlets `mark` a run dirty; the writer takes every dirty run's pending events,
+writes them (and the runs' records) to storage in one call, then commits them:
+they join the run's in-memory tail and are handed over to its feeds
+(`runlog.hand_over`). One write covers every run that streamed meanwhile, so a
+busy server makes fewer, bigger writes.
+
+A failed write never loses a batch and never stops the server: the batch goes
+back in front of the pending events and is retried with backoff (0.05 s doubling
+to 5 s). Meanwhile runs wait as they do when the writer is behind, the writer
+reports itself unhealthy (`/healthz`, `/metrics`), and runs that could not be
+stored for `fail_runs_after` seconds are handed to `on_stalled` (the server fails
+them). A storage that fails from the start (a full disk) leaves the server
+read-only until it recovers.
+
+In a cluster worker every write goes through `fenced_write` (behind the runs'
+leases); a run whose write was refused is someone else's now: it is fenced, and
+`on_fenced` stops its copy here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import msgspec
+import trio
+
+from orchestrator.storage.base import RunRecord, Storage
+from orchestrator.storage.runlog import Entry, RunLog, hand_over
+
+__all__ = ["FencedWrite", "JournalWriter"]
+
+logger = logging.getLogger(__name__)
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 5.0
+
+FencedWrite = Callable[[list[RunRecord], list[tuple[str, int, bytes]]], Awaitable[set[str]]]
+"""Writes records and events behind the runs' leases; returns the refused runs."""
+
+
+class JournalWriter:
+    """Commits the runs' pending events to storage, retrying failures."""
+
+    def __init__(self, storage: Storage, *, tail: int, fail_runs_after: float) -> None:
+        self.storage = storage
+        self.tail = tail
+        self.fail_runs_after = fail_runs_after
+        self.dirty: dict[str, RunLog] = {}
+        """Runs with something to write (pending events or a changed record)."""
+        self._work = trio.lowlevel.ParkingLot()
+        self._idle = trio.lowlevel.ParkingLot()
+        self._writing = False
+        self.events_written = 0
+        self.write_failures = 0
+        self.last_error: str | None = None
+        """The newest write error while storage is failing; None when healthy."""
+        self._failing_since: float | None = None
+        self.on_stalled: Callable[[list[str], str], None] | None = None
+        """Called with runs whose events could not be stored for `fail_runs_after` s."""
+        self.on_recovered: Callable[[], None] | None = None
+        """Called once writes succeed again after failing."""
+        self.fenced_write: FencedWrite | None = None
+        """Cluster workers: writes behind the runs' leases."""
+        self.on_fenced: Callable[[list[str]], None] | None = None
+        """Called with runs whose writes were refused (this instance lost their lease)."""
+
+    @property
+    def healthy(self) -> bool:
+        """False while writes are failing (the server is read-only then)."""
+        return self.last_error is None
+
+    @property
+    def pending_events(self) -> int:
+        """Events waiting to be written, over every run."""
+        return sum(len(log.pending) for log in self.dirty.values())
+
+    def mark(self, log: RunLog) -> None:
+        """The run has something to write: queue it for the next batch."""
+        self.dirty[log.record.run_id] = log
+        if self._work:
+            self._work.unpark_all()
+
+    async def flush(self) -> None:
+        """Wait until everything published so far is committed."""
+        while self.dirty or self._writing:
+            await self._idle.park()
+
+    async def run(
+        self,
+        *,
+        final_flush_timeout: float = 10.0,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Write batches until cancelled, retrying failures; then try a last flush."""
+        task_status.started()
+        backoff = _BACKOFF_FIRST
+        try:
+            while True:
+                if not self.dirty:
+                    await self._work.park()
+                if await self._try_write():
+                    backoff = _BACKOFF_FIRST
+                else:
+                    await trio.sleep(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_MAX)
+        finally:
+            # Bounded: a dead storage must not hold shutdown forever.
+            with trio.CancelScope(shield=True) as scope:
+                scope.relative_deadline = final_flush_timeout
+                while self.dirty and await self._try_write():
+                    pass
+            if self.dirty:
+                logger.error(
+                    "journal closed with %d events not stored: %s",
+                    self.pending_events,
+                    self.last_error,
+                )
+
+    async def _try_write(self) -> bool:
+        """Write one batch; on failure keep it, note the error, report stalled runs."""
+        try:
+            await self._write_batch()
+        except Exception as exc:
+            self.write_failures += 1
+            first = self.last_error is None
+            # Some clients put whole commands (user data) in their messages: keep it short.
+            self.last_error = f"{type(exc).__name__}: {str(exc)[:300]}"
+            now = trio.current_time()
+            if self._failing_since is None:
+                self._failing_since = now
+            if first:
+                logger.error("journal write failed, retrying: %s", self.last_error)
+            if now - self._failing_since >= self.fail_runs_after:
+                self._report_stalled()
+            return False
+        if self.last_error is not None:
+            logger.warning("journal writes recovered after %d failures", self.write_failures)
+            self.last_error = None
+            self._failing_since = None
+            if self.on_recovered is not None:
+                self.on_recovered()
+        return True
+
+    def _report_stalled(self) -> None:
+        stalled = []
+        for log in self.dirty.values():
+            if log.record.status == "running" and not log.stalled_reported:
+                log.stalled_reported = True
+                stalled.append(log.record.run_id)
+        if stalled and self.on_stalled is not None:
+            self.on_stalled(stalled, self.last_error or "storage unavailable")
+
+    async def _write_batch(self) -> None:
+        if not self.dirty:
+            return
+        dirty, self.dirty = self.dirty, {}
+        batches: list[tuple[RunLog, list[Entry]]] = []
+        rows: list[tuple[str, int, bytes]] = []
+        durable = self.storage.durable
+        for log in dirty.values():
+            batch, log.pending = log.pending, []
+            log.writing = len(batch)
+            if batch and durable:
+                run_id = log.record.run_id
+                rows.extend((run_id, e.seq, e.raw) for e in batch)
+            batches.append((log, batch))
+            if log.writers:  # producers may fill `pending` again while this batch is written
+                log.writers.unpark_all()
+        records = [
+            msgspec.structs.replace(log.record, last_seq=batch[-1].seq if batch else log.committed)
+            for log, batch in batches
+        ]
+        self._writing = True
+        refused: set[str] = set()
+        try:
+            if self.fenced_write is not None:
+                refused = await self.fenced_write(records, rows)
+            else:
+                await self.storage.write(records, rows)
+        except BaseException:
+            # Keep everything for the next try, in order, ahead of newer events.
+            for log, batch in batches:
+                log.pending[:0] = batch
+                log.writing = 0
+            self.dirty = {**dirty, **self.dirty}
+            raise
+        finally:
+            self._writing = False
+        fenced: list[str] = []
+        for log, batch in batches:
+            log.writing = 0
+            if log.record.run_id in refused:  # lost the lease: none of it was written
+                log.fenced = log.remote = True
+                log.pending.clear()
+                fenced.append(log.record.run_id)
+                hand_over(log, [])
+                continue
+            if batch:
+                log.record.last_seq = batch[-1].seq
+                log.entries.extend(batch)
+                log.committed = batch[-1].seq
+                self.events_written += len(batch)
+            if log.record.status != "running":
+                log.finished_status = log.record.status
+            if durable:
+                log.evict(self.tail)
+            hand_over(log, batch)
+        if not self.dirty and self._idle:
+            self._idle.unpark_all()
+        if fenced:
+            logger.warning("lost the lease of runs %s: their copies here stop", ", ".join(fenced))
+            if self.on_fenced is not None:
+                self.on_fenced(fenced)
