@@ -100,7 +100,6 @@ class AgentRunner:
         usage: this instance's usage node (its parent's node above it); a budget
             on it that trips cancels this instance with AGENT_ERROR `budget`.
         turn_limits: bounds on each model turn (`output_limit`, `turn_timeout`).
-        run_context: what the runtime's tools need about the run (`ToolContext.run`).
     """
 
     def __init__(
@@ -114,11 +113,8 @@ class AgentRunner:
         timeout_scope: trio.CancelScope | None = None,
         usage: UsageNode | None = None,
         turn_limits: TurnLimits | None = None,
-        run_context: object = None,
     ) -> None:
         self.spec = spec
-        self.run_context = run_context
-        """Handed to every tool call as `ToolContext.run` (opaque to the runner)."""
         self.turn_limits = turn_limits or TurnLimits()
         self.depth = depth
         self.provider = provider
@@ -307,7 +303,7 @@ class AgentRunner:
         async with trio.open_nursery() as nursery:
             for call in calls:
                 tool = self._tools.get(call.name)
-                if tool is not None and getattr(tool, "idempotent", False):
+                if tool is not None and tool.idempotent:
                     try:
                         args: dict[str, Any] | None = parse_arguments(call.arguments)
                         problem = None
@@ -457,8 +453,9 @@ class AgentRunner:
                                     await bus.emit(_REASONING, {"thinkingDelta": part.text})
                                 elif isinstance(part, ToolCallStart):
                                     turn.start_call(part.key, part.id, part.name)
-                                    paths = getattr(self._tools.get(part.name), "stream_paths", ())
-                                    if paths:
+                                    tool = self._tools.get(part.name)
+                                    if tool is not None and tool.stream_paths:
+                                        paths = tool.stream_paths
                                         readers[part.key] = PartialJson(paths)
                                 elif isinstance(part, ToolCallArgs):
                                     ready = turn.add_args(part.key, part.delta)
@@ -547,7 +544,7 @@ class AgentRunner:
         )
         wait_for = None
         tool = self._tools.get(call.name)
-        if tool is not None and not getattr(tool, "concurrency_safe", True):
+        if tool is not None and not tool.concurrency_safe:
             # Unsafe tools run one at a time, in call order: each waits for the previous.
             wait_for, self._unsafe_tail = self._unsafe_tail, trio.Event()
             done = self._unsafe_tail
@@ -585,7 +582,6 @@ class AgentRunner:
                     usage=self.usage_node,
                     instance=self.state,
                     start_background=self.start_background,
-                    run=self.run_context,
                 )
                 try:
                     content, is_error = await tool.run(args, ctx), False

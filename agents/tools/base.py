@@ -35,8 +35,9 @@ class ToolContext:
             the child's usage counts for the caller's subtree (and budget) live.
         instance: counters shared by every call of the calling instance.
         start_background: runs work beside the caller (background spawns).
-        run: what the runtime gives its own tools about the run (the orchestrator's
-            `RunContext`: catalog, limits, live agents); None outside a runtime.
+
+    What a tool needs beyond the call (a client, a root folder, the run it serves)
+    it is given when it is made.
     """
 
     __slots__ = (
@@ -45,7 +46,6 @@ class ToolContext:
         "call_id",
         "depth",
         "instance",
-        "run",
         "start_background",
         "usage",
     )
@@ -60,7 +60,6 @@ class ToolContext:
         usage: UsageNode,
         instance: InstanceState,
         start_background: BackgroundStarter,
-        run: object = None,
     ) -> None:
         self.call_id = call_id
         self.agent_id = agent_id
@@ -69,7 +68,6 @@ class ToolContext:
         self.usage = usage
         self.instance = instance
         self.start_background = start_background
-        self.run = run
 
 
 class Tool(Protocol):
@@ -77,15 +75,27 @@ class Tool(Protocol):
 
     `run` returns the result text. It raises `ToolError` (or any exception) to
     give the model an error result instead; the agent goes on either way.
-    Optional attributes the runner reads: `concurrency_safe` (default True: may
-    run in parallel with other calls of the same turn; False: calls run one at a
-    time, in call order), `stream_paths` (argument paths reported while they
-    stream) and `idempotent` (default False; True: a call a worker failure left
-    without a result is run again by the worker that takes the run over).
     """
 
     name: str
     """The name models call it by."""
+
+    @property
+    def concurrency_safe(self) -> bool:
+        """True: may run in parallel with other calls of the same turn; False: calls of
+        it run one at a time, in call order."""
+        ...
+
+    @property
+    def stream_paths(self) -> tuple[str, ...]:
+        """Argument paths reported while they stream (TOOL_CALL_DELTA `fields`)."""
+        ...
+
+    @property
+    def idempotent(self) -> bool:
+        """True: a call a worker failure left without a result is run again by the
+        worker that takes the run over (else its result is an error saying so)."""
+        ...
 
     def description_for(self, agent_id: str) -> str:
         """The description shown to the model of `agent_id`."""

@@ -54,6 +54,8 @@ class _PydanticTool:
     description: ClassVar[str]
     args_model: ClassVar[type[_Args]]
     concurrency_safe: ClassVar[bool] = True
+    stream_paths: ClassVar[tuple[str, ...]] = ()
+    idempotent: ClassVar[bool] = False
 
     def description_for(self, agent_id: str) -> str:
         """The tool's description (the same for every agent)."""

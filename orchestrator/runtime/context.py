@@ -1,9 +1,9 @@
-"""What a run's tools may use, handed to them explicitly (no hidden context).
+"""What runs are made of (`AgentCatalog`), their bounds, and one run as its tools see it.
 
 `agent_spawn` and `agent_send` need the agent catalog, the run's limits and the
-run's live agent instances. They get them from `ToolContext.run` (a `RunContext`),
-not from context variables: the only context variable left is `current_bus`,
-which the contract names.
+run's live agent instances. They are bound to their run's `RunContext` when the
+run starts (`spawn.run_tools`), not handed it through a context variable: the
+only context variable is `current_bus`, which the contract names.
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ import trio
 
 from agents.core.usage import UsageNode
 from agents.emitter import Emitter
-from agents.errors import ToolError
 from agents.providers.factory import ProviderFactory
 from agents.runner import AgentRunner, TurnLimits
 from agents.spec import AgentSpec
-from agents.tools.base import Tool, ToolContext
+from agents.tools.base import Tool
 from orchestrator.core.rebuild import ResumePlan
 
-__all__ = ["AgentCatalog", "RunContext", "RunLimits", "UnknownAgent", "run_context_of"]
+__all__ = ["AgentCatalog", "RunContext", "RunLimits", "UnknownAgent"]
 
 
 class UnknownAgent(LookupError):
@@ -51,7 +50,8 @@ class RunLimits(msgspec.Struct, frozen=True, kw_only=True):
 
 @final
 class AgentCatalog:
-    """What runs are made of: the subagents, their providers and the tools."""
+    """What runs are made of: the subagents, their providers and the shared tools
+    (the built-in ones; each run adds the runtime's own, bound to it)."""
 
     def __init__(
         self, specs: Mapping[str, AgentSpec], providers: ProviderFactory, tools: dict[str, Tool]
@@ -81,17 +81,16 @@ class AgentCatalog:
         timeout_scope: trio.CancelScope,
         usage: UsageNode,
     ) -> AgentRunner:
-        """An `AgentRunner` for one instance of `spec` in `run`."""
+        """An `AgentRunner` for one instance of `spec` in `run` (with the run's tools)."""
         return AgentRunner(
             spec,
             self.providers.for_agent(spec),
-            self.tools,
+            run.tools,
             bus,
             depth=depth,
             timeout_scope=timeout_scope,
             usage=usage,
             turn_limits=run.limits.turn,
-            run_context=run,
         )
 
 
@@ -99,11 +98,14 @@ class AgentCatalog:
 class RunContext:
     """One run as its tools see it: the catalog, the limits, the live agent instances."""
 
-    __slots__ = ("agents", "catalog", "continued", "limits", "resume")
+    __slots__ = ("agents", "catalog", "continued", "limits", "resume", "tools")
 
     def __init__(self, catalog: AgentCatalog, limits: RunLimits) -> None:
         self.catalog = catalog
         self.limits = limits
+        self.tools: dict[str, Tool] = dict(catalog.tools)
+        """The tools this run's agents may call: the catalog's, plus the runtime's own
+        bound to this run (the run sets them: `spawn.run_tools`)."""
         self.agents: dict[str, AgentRunner] = {}
         """Every child instance of the run by agentKey (valid for `agent_send` until the
         run ends)."""
@@ -112,14 +114,3 @@ class RunContext:
         without a result continue their child from it)."""
         self.continued: set[str] = set()
         """agentKeys of rebuilt children that were continued (or answered from the journal)."""
-
-
-def run_context_of(ctx: ToolContext, tool: str) -> RunContext:
-    """The run a runtime tool is called in.
-
-    Raises:
-        ToolError: the tool was called outside a run of this runtime.
-    """
-    if not isinstance(ctx.run, RunContext):
-        raise ToolError(f"{tool}: only available inside an orchestrator run")
-    return ctx.run

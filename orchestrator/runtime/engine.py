@@ -119,8 +119,6 @@ class Orchestrator:
         self.specs = specs
         self.providers = providers
         self.tools: dict[str, Tool] = {
-            "agent_spawn": AgentSpawnTool(specs),
-            "agent_send": AgentSendTool(),
             **builtin_tools(
                 config.tools_root,
                 client,
@@ -130,6 +128,8 @@ class Orchestrator:
             ),
         }
         self.catalog = AgentCatalog(specs, providers, self.tools)
+        """The built-in tools above are shared; each run adds `agent_spawn` and
+        `agent_send`, bound to it (`spawn.run_tools`)."""
 
     @classmethod
     @asynccontextmanager

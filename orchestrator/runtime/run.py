@@ -26,6 +26,7 @@ from orchestrator.core.bus import (
 from orchestrator.core.events import EventType, RunStatus, Usage
 from orchestrator.core.rebuild import ResumePlan
 from orchestrator.runtime.context import AgentCatalog, RunContext, RunLimits
+from orchestrator.runtime.spawn import run_tools
 
 __all__ = ["Run", "RunResult", "RunStatus"]
 
@@ -67,6 +68,7 @@ class Run:
         self.scope = trio.CancelScope()
         self.result: RunResult | None = None
         self.context = RunContext(catalog, limits)
+        self.context.tools = run_tools(self.context)
         self.agents: dict[str, AgentRunner] = self.context.agents
         """Child instances by agentKey (valid for `agent_send` until the run ends)."""
         self.root: AgentRunner | None = None

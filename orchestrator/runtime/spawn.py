@@ -6,14 +6,18 @@ on every event and publishes straight into the run's sink, so its events reach
 the consumer live, at any depth. In a `call()` the bus is a `NullBus`: the child
 runs blocking and emits nothing. Either way a child that fails, times out or is
 refused becomes an error tool result (a `ToolError`), and the parent goes on.
-The catalog, the run's limits and its live agents come from `ToolContext.run`.
+
+The runtime's tools are bound to their run (`run_tools`): each instance holds the
+run's `RunContext` (the catalog, the limits, the live agents), handed to it when
+the run starts, so nothing reaches them through the tool call but the call itself.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import msgspec
@@ -21,15 +25,21 @@ import trio
 
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed, ToolError
-from agents.runner import AgentRunner
+from agents.runner import AgentOutcome, AgentRunner
 from agents.spec import AgentSpec
-from agents.tools.base import ToolContext
-from orchestrator.core.bus import Bus, NullBus, current_bus
+from agents.tools.base import Tool, ToolContext
+from orchestrator.core.bus import AnyBus, Bus, NullBus, current_bus
 from orchestrator.core.events import EventType
 from orchestrator.core.rebuild import AgentPlan
-from orchestrator.runtime.context import RunContext, run_context_of
+from orchestrator.runtime.context import RunContext
 
-__all__ = ["AgentSendTool", "AgentSpawnTool", "failure_text", "send_to"]
+__all__ = ["AgentSendTool", "AgentSpawnTool", "failure_text", "run_tools", "send_to"]
+
+
+def run_tools(run: RunContext) -> dict[str, Tool]:
+    """The tools of a run's agents: the catalog's, and the runtime's own bound to `run`."""
+    own: list[Tool] = [AgentSpawnTool(run), AgentSendTool(run)]
+    return {**run.catalog.tools, **{tool.name: tool for tool in own}}
 
 
 class SpawnArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -47,14 +57,15 @@ class AgentSpawnTool:
     """Runs a new child instance of a subagent and returns its final text."""
 
     name = "agent_spawn"
+    concurrency_safe = True
     stream_paths = ("$.agent_id", "$.task")
     """Argument paths reported while they stream (TOOL_CALL_DELTA `fields`)."""
     idempotent = True
     """After a takeover, a call left without a result continues the child it had
     started (rebuilt from the journal) instead of spawning another."""
 
-    def __init__(self, specs: Mapping[str, AgentSpec]) -> None:
-        self._specs = specs
+    def __init__(self, run: RunContext) -> None:
+        self._run = run
 
     def description_for(self, agent_id: str) -> str:
         """Lists the subagents the calling agent may spawn, with their descriptions."""
@@ -62,7 +73,7 @@ class AgentSpawnTool:
             "Run a subagent on a task and get its final answer back. Several calls in "
             "one turn run in parallel. Available subagents:"
         ]
-        for spec in self._specs.values():
+        for spec in self._run.catalog.specs.values():
             lines.append(f"- {spec.id}: {spec.description.strip()}")
         return "\n".join(lines)
 
@@ -73,7 +84,7 @@ class AgentSpawnTool:
             "properties": {
                 "agent_id": {
                     "type": "string",
-                    "enum": sorted(self._specs),
+                    "enum": sorted(self._run.catalog.specs),
                     "description": "Which subagent to run.",
                 },
                 "task": {"type": "string", "description": "What the subagent should do."},
@@ -97,12 +108,55 @@ class AgentSpawnTool:
             spawn = _decode_args(args, SpawnArgs)
         except msgspec.ValidationError as exc:
             raise ToolError(f"agent_spawn: invalid arguments: {exc}") from None
-        run = run_context_of(ctx, self.name)
+        run = self._run
         if run.resume is not None:
             parent = run.resume.agents.get(ctx.agent_key)
-            child = run.resume.child_of(parent, ctx.call_id) if parent is not None else None
-            if child is not None:
-                return await _continue_child(child, ctx, run)
+            rebuilt = run.resume.child_of(parent, ctx.call_id) if parent is not None else None
+            if rebuilt is not None:
+                return await self._continue(rebuilt, ctx)
+        spec = self._admit(spawn, ctx)
+        timeout = (
+            spawn.timeout_seconds if spawn.timeout_seconds is not None else spec.timeout_seconds
+        )
+        if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
+            raise ToolError(
+                "agent_spawn: timeout_seconds must be 0 (background) or a positive number of "
+                f"seconds, got {timeout}"
+            )
+        background = timeout == 0 and spawn.timeout_seconds == 0
+        task_id = f"task-{uuid.uuid4().hex[:16]}" if background else None
+        parent_bus = current_bus.get() or NullBus("", "")
+        child = _Child(
+            self._run,
+            spec,
+            parent_bus.child(
+                agent_id=spec.id,
+                agent_name=spec.display_name,
+                task_id=task_id,
+                parent_tool_call_id=ctx.call_id,
+            ),
+            ctx,
+            timeout,
+        )
+        started = {"agentId": spec.id, "task": spawn.task}
+        work = functools.partial(child.runner.run, spawn.task)
+        if task_id is not None:
+            ctx.start_background(
+                f"{task_id} {spec.id} {child.key}", functools.partial(child.drive, work, started)
+            )
+            return msgspec.json.encode({"taskId": task_id, "agentKey": child.key}).decode()
+        try:
+            return await child.drive(work, started)
+        except AgentFailed as exc:
+            raise ToolError(failure_text(spec.id, exc)) from None
+
+    def _admit(self, spawn: SpawnArgs, ctx: ToolContext) -> AgentSpec:
+        """The child's spec, if the run's limits let the caller spawn it.
+
+        Raises:
+            ToolError: unknown agent, or a limit (depth, agents, children) reached.
+        """
+        run = self._run
         spec = run.catalog.specs.get(spawn.agent_id)
         if spec is None:
             known = ", ".join(sorted(run.catalog.specs)) or "none"
@@ -124,108 +178,101 @@ class AgentSpawnTool:
                 f"agent_spawn: max_children reached: {ctx.agent_id!r} already has "
                 f"{ctx.instance.running_children} children running (limit {limits.max_children})"
             )
-        timeout = (
-            spawn.timeout_seconds if spawn.timeout_seconds is not None else spec.timeout_seconds
-        )
-        if timeout is not None and (timeout < 0 or not math.isfinite(timeout)):
-            raise ToolError(
-                "agent_spawn: timeout_seconds must be 0 (background) or a positive number of "
-                f"seconds, got {timeout}"
-            )
-        background = timeout == 0 and spawn.timeout_seconds == 0
-        task_id = f"task-{uuid.uuid4().hex[:16]}" if background else None
-        parent_bus = current_bus.get() or NullBus("", "")
-        child_bus = parent_bus.child(
-            agent_id=spec.id,
-            agent_name=spec.display_name,
-            task_id=task_id,
-            parent_tool_call_id=ctx.call_id,
-        )
-        key = child_bus.agent_key
-        assert key is not None  # a child always has a Source
-        scope = trio.CancelScope()
-        if timeout:
-            scope.relative_deadline = timeout
-        runner = run.catalog.runner(
-            spec,
-            child_bus,
-            run,
-            depth=depth,
-            timeout_scope=scope,
-            usage=UsageNode(ctx.usage, budget=spec.budget_tokens),
-        )
-        run.agents[key] = runner  # stays valid for agent_send until the run ends
-        ctx.instance.running_children += 1
+        return spec
 
-        async def run_child() -> str:
-            token = current_bus.set(child_bus)
-            try:
-                child_bus.emit_nowait(
-                    EventType.AGENT_STARTED, {"agentId": spec.id, "task": spawn.task}
-                )
-                with scope:
-                    outcome = await runner.run(spawn.task)
-            finally:
-                ctx.instance.running_children -= 1
-                current_bus.reset(token)
-            if scope.cancelled_caught:
-                raise AgentFailed(
-                    f"subagent {spec.id!r} timed out after {timeout:g} s", error_type="timeout"
-                )
-            return outcome.text
+    async def _continue(self, rebuilt: AgentPlan, ctx: ToolContext) -> str:
+        """After a takeover: the result of a child the journal shows started by this call.
 
-        if task_id is not None:
-            ctx.start_background(f"{task_id} {spec.id} {key}", run_child)
-            return msgspec.json.encode({"taskId": task_id, "agentKey": key}).decode()
+        A child that had ended gives its journaled result; one still running is rebuilt
+        (same agentKey, same Source, its conversation) and goes on from where it was.
+        """
+        run = self._run
+        assert rebuilt.key is not None and rebuilt.source is not None
+        run.continued.add(rebuilt.key)
+        if rebuilt.ended:
+            if rebuilt.result is not None:
+                return rebuilt.result
+            raise ToolError(f"subagent {rebuilt.agent_id!r} failed: {rebuilt.error}")
+        spec = run.catalog.spec(rebuilt.agent_id)
+        parent_bus = current_bus.get()
+        if not isinstance(parent_bus, Bus):  # takeovers only happen in journaled runs
+            raise ToolError("agent_spawn: cannot continue a child without the run's bus")
+        child = _Child(run, spec, Bus(parent_bus.sink, rebuilt.source), ctx, spec.timeout_seconds)
+        child.runner.messages = list(rebuilt.messages)
+        work = functools.partial(
+            child.runner.continue_run, tuple(rebuilt.pending), tuple(rebuilt.done)
+        )
         try:
-            return await run_child()
+            return await child.drive(work)
         except AgentFailed as exc:
             raise ToolError(failure_text(spec.id, exc)) from None
 
 
-async def _continue_child(child: AgentPlan, ctx: ToolContext, run: RunContext) -> str:
-    """After a takeover: the result of a child the journal shows started by this call.
+class _Child:
+    """One child instance being run by a spawn call: its bus, deadline and runner.
 
-    A child that had ended gives its journaled result; one still running is rebuilt
-    (same agentKey, same Source, its conversation) and goes on from where it was.
+    Made the same way for a new child and for one continued after a takeover; made
+    at once (so the run knows it for `agent_send`), driven by `drive`.
     """
-    assert child.key is not None and child.source is not None
-    run.continued.add(child.key)
-    if child.ended:
-        if child.result is not None:
-            return child.result
-        raise ToolError(f"subagent {child.agent_id!r} failed: {child.error}")
-    spec = run.catalog.spec(child.agent_id)
-    parent_bus = current_bus.get()
-    if not isinstance(parent_bus, Bus):  # takeovers only happen in journaled runs
-        raise ToolError("agent_spawn: cannot continue a child without the run's bus")
-    child_bus = Bus(parent_bus.sink, child.source)
-    scope = trio.CancelScope()
-    if spec.timeout_seconds:
-        scope.relative_deadline = spec.timeout_seconds
-    runner = run.catalog.runner(
-        spec,
-        child_bus,
-        run,
-        depth=child.source.depth,
-        timeout_scope=scope,
-        usage=UsageNode(ctx.usage, budget=spec.budget_tokens),
-    )
-    runner.messages = list(child.messages)
-    run.agents[child.key] = runner
-    ctx.instance.running_children += 1
-    token = current_bus.set(child_bus)
-    try:
-        with scope:
-            outcome = await runner.continue_run(tuple(child.pending), tuple(child.done))
-    except AgentFailed as exc:
-        raise ToolError(failure_text(spec.id, exc)) from None
-    finally:
-        ctx.instance.running_children -= 1
-        current_bus.reset(token)
-    if scope.cancelled_caught:
-        raise ToolError(f"subagent {spec.id!r} timed out after {spec.timeout_seconds:g} s")
-    return outcome.text
+
+    __slots__ = ("bus", "ctx", "key", "runner", "scope", "spec", "timeout")
+
+    def __init__(
+        self,
+        run: RunContext,
+        spec: AgentSpec,
+        bus: AnyBus,
+        ctx: ToolContext,
+        timeout: float | None,
+    ) -> None:
+        key = bus.agent_key
+        assert key is not None  # a child always has a Source
+        self.key = key
+        self.spec = spec
+        self.bus = bus
+        self.ctx = ctx
+        self.timeout = timeout
+        self.scope = trio.CancelScope()
+        if timeout:
+            self.scope.relative_deadline = timeout
+        self.runner = run.catalog.runner(
+            spec,
+            bus,
+            run,
+            depth=bus.depth,
+            timeout_scope=self.scope,
+            usage=UsageNode(ctx.usage, budget=spec.budget_tokens),
+        )
+        run.agents[key] = self.runner  # stays valid for agent_send until the run ends
+        ctx.instance.running_children += 1
+
+    async def drive(
+        self,
+        work: Callable[[], Coroutine[Any, Any, AgentOutcome]],
+        started: dict[str, Any] | None = None,
+    ) -> str:
+        """Run the child's `work` on its bus, inside its deadline; its final text.
+
+        `started`: the AGENT_STARTED data of a new child (a continued one had it).
+
+        Raises:
+            AgentFailed: the child failed (after its AGENT_ERROR), or timed out.
+        """
+        token = current_bus.set(self.bus)
+        try:
+            if started is not None:
+                self.bus.emit_nowait(EventType.AGENT_STARTED, started)
+            with self.scope:
+                outcome = await work()
+        finally:
+            self.ctx.instance.running_children -= 1
+            current_bus.reset(token)
+        if self.scope.cancelled_caught:
+            raise AgentFailed(
+                f"subagent {self.spec.id!r} timed out after {self.timeout:g} s",
+                error_type="timeout",
+            )
+        return outcome.text
 
 
 def failure_text(agent_id: str, exc: AgentFailed) -> str:
@@ -252,6 +299,12 @@ class AgentSendTool:
     """
 
     name = "agent_send"
+    concurrency_safe = True
+    stream_paths = ()
+    idempotent = False
+
+    def __init__(self, run: RunContext) -> None:
+        self._run = run
 
     def description_for(self, agent_id: str) -> str:
         """How to use it."""
@@ -281,7 +334,7 @@ class AgentSendTool:
             send = _decode_args(args, SendArgs)
         except msgspec.ValidationError as exc:
             raise ToolError(f"agent_send: invalid arguments: {exc}") from None
-        runner = run_context_of(ctx, self.name).agents.get(send.agent_key)
+        runner = self._run.agents.get(send.agent_key)
         if runner is None:
             raise ToolError(f"agent_send: no agent {send.agent_key!r} in this run")
         sender = ctx.agent_key or "root"

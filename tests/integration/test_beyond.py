@@ -11,8 +11,9 @@ import trio.testing
 
 from agents.runner import AgentRunner
 from orchestrator.core.events import Event, EventType
+from orchestrator.runtime.context import RunContext
 from orchestrator.runtime.engine import Orchestrator
-from orchestrator.runtime.spawn import send_to
+from orchestrator.runtime.spawn import run_tools, send_to
 from tests.helpers import collect, of_type, write_config
 
 
@@ -385,6 +386,7 @@ async def test_run_max_tokens_fails_the_run(tmp_path: Path) -> None:
 async def test_spawn_schema_offers_background_spawns(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"boss": agent([{"say": "hi"}])})
     async with Orchestrator.open(config) as orch:
-        schema = orch.tools["agent_spawn"].parameters()["properties"]["timeout_seconds"]
+        tool = run_tools(RunContext(orch.catalog, orch.default_limits()))["agent_spawn"]
+        schema = tool.parameters()["properties"]["timeout_seconds"]
     assert schema["minimum"] == 0 and "exclusiveMinimum" not in schema
     assert "background" in schema["description"]
