@@ -25,6 +25,7 @@ from agents.core.messages import (
     ModelRequest,
     ServerToolCall,
     ServerToolResult,
+    StreamPart,
     TextDelta,
     ThinkingDelta,
     ToolCall,
@@ -407,118 +408,138 @@ class AgentRunner:
         return outcome
 
     async def _turn(self) -> tuple[AssistantMessage, list[ToolResultMessage], str]:
-        """One streamed model turn, with its tool calls run as they become ready."""
-        request = ModelRequest(
-            system=self.spec.instructions, messages=tuple(self.messages), tools=self._tool_specs
-        )
-        turn = TurnAssembler()
-        results: dict[str, ToolResultMessage] = {}
-        readers: dict[int, PartialJson] = {}
+        """One model turn, in four steps: ask the model (its stream goes out as events
+        while tool calls start the moment they are complete), assemble its message,
+        wait for the tool calls, and hand back the outcome (message, results in call
+        order, finish reason)."""
+        turn = _Turn()
         failure: Exception | None = None
-        bus = self.bus
-        turn_usage: UsageReport | None = None
-        limits = self.turn_limits
-        parts_seen, check_at = 0, _CHECK_EVERY
-        # Looked up once: the text deltas of a read go out in one call, an await only
-        # when the outlet is full.
-        offer, offer_deltas, wait_writable = bus.offer, bus.offer_deltas, bus.wait_writable
-        add_text, add_texts = turn.text_parts.append, turn.text_parts.extend
-        async with trio.open_nursery() as nursery:
+        async with trio.open_nursery() as tools:
+            turn.tools = tools
             try:
-                with trio.CancelScope(relative_deadline=limits.timeout) as deadline:
-                    async with aclosing(self.provider.stream(request)) as batches:
-                        async for batch in batches:
-                            parts_seen += len(batch)
-                            if parts_seen >= check_at:  # every 256 parts: cheap per delta
-                                check_at = parts_seen + _CHECK_EVERY
-                                self._check_turn_size(turn, parts_seen)
-                            if len(batch) == 1 and type(batch[0]) is TextDelta:
-                                text = batch[0].text  # one delta per read: a slow stream
-                                add_text(text)
-                                if offer(_REASONING, {"delta": text}):
-                                    await wait_writable()
-                                continue
-                            texts: list[str] = []
-                            for part in batch:
-                                if type(part) is TextDelta:  # the common case, first and exact
-                                    texts.append(part.text)
-                                    continue
-                                if texts:  # what streamed before this part goes out first
-                                    add_texts(texts)
-                                    if offer_deltas(texts):
-                                        await wait_writable()
-                                    texts = []
-                                if isinstance(part, ThinkingDelta):
-                                    turn.add_thinking(part.text)
-                                    await bus.emit(_REASONING, {"thinkingDelta": part.text})
-                                elif isinstance(part, ToolCallStart):
-                                    turn.start_call(part.key, part.id, part.name)
-                                    tool = self._tools.get(part.name)
-                                    if tool is not None and tool.stream_paths:
-                                        paths = tool.stream_paths
-                                        readers[part.key] = PartialJson(paths)
-                                elif isinstance(part, ToolCallArgs):
-                                    ready = turn.add_args(part.key, part.delta)
-                                    call_id, name = turn.call_name(part.key)
-                                    data: dict[str, Any] = {
-                                        "toolCallId": call_id,
-                                        "name": name,
-                                        "argsDelta": part.delta,
-                                    }
-                                    reader = readers.get(part.key)
-                                    if reader is not None:
-                                        fields = reader.feed(part.delta)
-                                        if fields:
-                                            data["fields"] = fields
-                                    await bus.emit(EventType.TOOL_CALL_DELTA, data)
-                                    if ready is not None:
-                                        await self._start_tool(nursery, ready, results)
-                                elif isinstance(part, UsageReport):
-                                    turn_usage = part
-                                elif isinstance(part, (ServerToolCall, ServerToolResult)):
-                                    turn.add_server(part)  # the provider ran it: show, never run
-                                    await bus.emit(*_server_event(part))
-                                else:  # ThinkingEnd, ToolCallEnd, Finish: the assembler decides
-                                    for ready in turn.apply(part):
-                                        await self._start_tool(nursery, ready, results)
-                            if texts:
-                                add_texts(texts)
-                                if offer_deltas(texts):
-                                    await wait_writable()
-                if deadline.cancelled_caught:
-                    raise AgentFailed(
-                        f"agent {self.spec.id!r}: a model turn streamed for over "
-                        f"{limits.timeout:g} s (limits.turn_timeout_seconds)",
-                        error_type="turn_timeout",
-                    )
-                for ready in turn.finish("unknown"):
-                    await self._start_tool(nursery, ready, results)
+                await self._ask_model(turn)
+                message = await self._assemble(turn)
             except Exception as exc:  # raised bare after the nursery, not as a group
                 failure = exc
-                nursery.cancel_scope.cancel()
-            if failure is None:
-                message = turn.message()
-                await bus.emit(
-                    _REASONING,
-                    {
-                        "text": message.text,
-                        "toolCalls": [_call_json(call) for call in message.tool_calls],
-                        "finishReason": turn.finish_reason or "unknown",
-                    },
-                    last=True,
-                )
-        if turn_usage is not None:
+                tools.cancel_scope.cancel()
+        # The nursery has waited for every tool call the turn started.
+        if turn.usage is not None:
             self.usage_node.charge(
-                Usage(input_tokens=turn_usage.input_tokens, output_tokens=turn_usage.output_tokens)
+                Usage(input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens)
             )
         if failure is not None:
             raise failure
-        reason = turn.finish_reason or "unknown"
-        return message, [results[call.id] for call in message.tool_calls], reason
+        reason = turn.assembler.finish_reason or "unknown"
+        return message, [turn.results[call.id] for call in message.tool_calls], reason
 
-    def _check_turn_size(self, turn: TurnAssembler, parts: int) -> None:
+    async def _ask_model(self, turn: _Turn) -> None:
+        """Stream one model turn into `turn`, emitting its events as they arrive.
+
+        Text deltas take the fast paths (one `offer` per delta, or one `offer_deltas`
+        per network read, an await only when the outlet is full); every other part
+        goes through `_on_part`.
+
+        Raises:
+            AgentFailed: the turn streamed past `turn_limits` (time, parts, size).
+        """
         limits = self.turn_limits
-        if parts > limits.max_parts or turn.output_chars() > limits.max_bytes:
+        request = ModelRequest(
+            system=self.spec.instructions, messages=tuple(self.messages), tools=self._tool_specs
+        )
+        assembler = turn.assembler
+        parts_seen, check_at = 0, _CHECK_EVERY
+        # Looked up once: this loop runs for every network read of every agent.
+        bus = self.bus
+        offer, offer_deltas, wait_writable = bus.offer, bus.offer_deltas, bus.wait_writable
+        add_text, add_texts = assembler.text_parts.append, assembler.text_parts.extend
+        with trio.CancelScope(relative_deadline=limits.timeout) as deadline:
+            async with aclosing(self.provider.stream(request)) as batches:
+                async for batch in batches:
+                    parts_seen += len(batch)
+                    if parts_seen >= check_at:  # every 256 parts: cheap per delta
+                        check_at = parts_seen + _CHECK_EVERY
+                        self._check_turn_size(assembler, parts_seen)
+                    if len(batch) == 1 and type(batch[0]) is TextDelta:
+                        text = batch[0].text  # one delta per read: a slow stream
+                        add_text(text)
+                        if offer(_REASONING, {"delta": text}):
+                            await wait_writable()
+                        continue
+                    texts: list[str] = []
+                    for part in batch:
+                        if type(part) is TextDelta:  # the common case, first and exact
+                            texts.append(part.text)
+                            continue
+                        if texts:  # what streamed before this part goes out first
+                            add_texts(texts)
+                            if offer_deltas(texts):
+                                await wait_writable()
+                            texts = []
+                        await self._on_part(part, turn)
+                    if texts:
+                        add_texts(texts)
+                        if offer_deltas(texts):
+                            await wait_writable()
+        if deadline.cancelled_caught:
+            raise AgentFailed(
+                f"agent {self.spec.id!r}: a model turn streamed for over "
+                f"{limits.timeout:g} s (limits.turn_timeout_seconds)",
+                error_type="turn_timeout",
+            )
+
+    async def _on_part(self, part: StreamPart, turn: _Turn) -> None:
+        """A stream part other than text: thinking, tool calls, usage, server tools, ends."""
+        assembler, bus = turn.assembler, self.bus
+        if isinstance(part, ThinkingDelta):
+            assembler.add_thinking(part.text)
+            await bus.emit(_REASONING, {"thinkingDelta": part.text})
+        elif isinstance(part, ToolCallStart):
+            assembler.start_call(part.key, part.id, part.name)
+            tool = self._tools.get(part.name)
+            if tool is not None and tool.stream_paths:
+                turn.readers[part.key] = PartialJson(tool.stream_paths)
+        elif isinstance(part, ToolCallArgs):
+            ready = assembler.add_args(part.key, part.delta)
+            call_id, name = assembler.call_name(part.key)
+            data: dict[str, Any] = {"toolCallId": call_id, "name": name, "argsDelta": part.delta}
+            reader = turn.readers.get(part.key)
+            if reader is not None:
+                fields = reader.feed(part.delta)
+                if fields:
+                    data["fields"] = fields
+            await bus.emit(EventType.TOOL_CALL_DELTA, data)
+            if ready is not None:
+                await self._start_tool(turn, ready)
+        elif isinstance(part, UsageReport):
+            turn.usage = part
+        elif isinstance(part, (ServerToolCall, ServerToolResult)):
+            assembler.add_server(part)  # the provider ran it: show, never run
+            await bus.emit(*_server_event(part))
+        else:  # ThinkingEnd, ToolCallEnd, Finish: the assembler decides
+            for ready in assembler.apply(part):
+                await self._start_tool(turn, ready)
+
+    async def _assemble(self, turn: _Turn) -> AssistantMessage:
+        """The stream ended: start the calls it left complete, emit the turn's `last`
+        REASONING (its text and tool calls), and return its message."""
+        assembler = turn.assembler
+        for ready in assembler.finish("unknown"):
+            await self._start_tool(turn, ready)
+        message = assembler.message()
+        await self.bus.emit(
+            _REASONING,
+            {
+                "text": message.text,
+                "toolCalls": [_call_json(call) for call in message.tool_calls],
+                "finishReason": assembler.finish_reason or "unknown",
+            },
+            last=True,
+        )
+        return message
+
+    def _check_turn_size(self, assembler: TurnAssembler, parts: int) -> None:
+        limits = self.turn_limits
+        if parts > limits.max_parts or assembler.output_chars() > limits.max_bytes:
             raise AgentFailed(
                 f"agent {self.spec.id!r}: one model turn produced more than "
                 f"{limits.max_parts} parts or {limits.max_bytes} characters "
@@ -526,12 +547,7 @@ class AgentRunner:
                 error_type="output_limit",
             )
 
-    async def _start_tool(
-        self,
-        nursery: trio.Nursery,
-        call: ToolCall,
-        results: dict[str, ToolResultMessage],
-    ) -> None:
+    async def _start_tool(self, turn: _Turn, call: ToolCall) -> None:
         """Emit TOOL_CALL and start the tool in the turn's nursery."""
         try:
             args: dict[str, Any] | None = parse_arguments(call.arguments)
@@ -550,7 +566,7 @@ class AgentRunner:
             done = self._unsafe_tail
         else:
             done = None
-        nursery.start_soon(self._run_tool, call, args, problem, results, wait_for, done)
+        turn.tools.start_soon(self._run_tool, call, args, problem, turn.results, wait_for, done)
 
     async def _run_tool(
         self,
@@ -608,6 +624,22 @@ class AgentRunner:
         finally:
             if done is not None:
                 done.set()
+
+
+class _Turn:
+    """One model turn in progress: what the stream assembled, and its tool calls."""
+
+    __slots__ = ("assembler", "readers", "results", "tools", "usage")
+
+    def __init__(self) -> None:
+        self.assembler = TurnAssembler()
+        self.results: dict[str, ToolResultMessage] = {}
+        """Tool results by call id, as the calls end."""
+        self.readers: dict[int, PartialJson] = {}
+        """Streaming-argument readers of calls whose tool has `stream_paths`."""
+        self.usage: UsageReport | None = None
+        self.tools: trio.Nursery
+        """Where the turn's tool calls run (the turn waits for them)."""
 
 
 def is_cancellation(exc: BaseException) -> bool:

@@ -36,34 +36,21 @@ async def end_unresumable(
     journal's writer (`journal.flush_run` waits for them)."""
     run_id = record.run_id
     log = journal.own(record)
-    seq = log.committed
-    plan = rebuild([entry.event for entry in await journal.read_all(run_id, seq)])
+    plan = rebuild([entry.event for entry in await journal.read_all(run_id, log.committed)])
     outlet = journal.outlet(run_id)
     now = time.time()
-    for agent in plan.agents.values():
-        if agent.ended or not agent.agent_id:
-            continue
-        seq += 1
-        outlet.put_nowait(
-            Event(
-                run_id,
-                seq,
-                now,
-                EventType.AGENT_ERROR,
-                agent.source,
-                False,
-                {"errorType": error_type, "message": message},
-            )
-        )
-    seq += 1
-    outlet.put_nowait(
-        Event(
-            run_id,
-            seq,
-            now,
+    ending = [
+        (EventType.AGENT_ERROR, agent.source, False, {"errorType": error_type, "message": message})
+        for agent in plan.agents.values()
+        if not agent.ended and agent.agent_id
+    ]
+    ending.append(
+        (
             EventType.RUN_FINISHED,
             None,
             True,
             {"status": "failed", "error": message, "errorType": error_type},
         )
     )
+    for seq, (kind, source, last, data) in enumerate(ending, log.committed + 1):
+        outlet.put_nowait(Event(run_id, seq, now, kind, source, last, data))

@@ -102,8 +102,16 @@ class AgentSpawnTool:
             "additionalProperties": False,
         }
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        """Spawn, run to completion, return the child's final text."""
+    def run(self, args: dict[str, Any], ctx: ToolContext) -> Coroutine[Any, Any, str]:
+        """Spawn, run to completion, return the child's final text.
+
+        Checks and spawns now, and returns the coroutine that drives the child (not
+        awaited here: one coroutine level less under every delta of the child).
+
+        Raises:
+            ToolError: bad arguments, or the spawn is refused (as the awaited result
+                would: the runner awaits the call inside the same `try`).
+        """
         try:
             spawn = _decode_args(args, SpawnArgs)
         except msgspec.ValidationError as exc:
@@ -113,7 +121,7 @@ class AgentSpawnTool:
             parent = run.resume.agents.get(ctx.agent_key)
             rebuilt = run.resume.child_of(parent, ctx.call_id) if parent is not None else None
             if rebuilt is not None:
-                return await self._continue(rebuilt, ctx)
+                return self._continue(rebuilt, ctx)
         spec = self._admit(spawn, ctx)
         timeout = (
             spawn.timeout_seconds if spawn.timeout_seconds is not None else spec.timeout_seconds
@@ -144,11 +152,8 @@ class AgentSpawnTool:
             ctx.start_background(
                 f"{task_id} {spec.id} {child.key}", functools.partial(child.drive, work, started)
             )
-            return msgspec.json.encode({"taskId": task_id, "agentKey": child.key}).decode()
-        try:
-            return await child.drive(work, started)
-        except AgentFailed as exc:
-            raise ToolError(failure_text(spec.id, exc)) from None
+            return _value(msgspec.json.encode({"taskId": task_id, "agentKey": child.key}).decode())
+        return child.drive(work, started, tool_error=True)
 
     def _admit(self, spawn: SpawnArgs, ctx: ToolContext) -> AgentSpec:
         """The child's spec, if the run's limits let the caller spawn it.
@@ -202,10 +207,7 @@ class AgentSpawnTool:
         work = functools.partial(
             child.runner.continue_run, tuple(rebuilt.pending), tuple(rebuilt.done)
         )
-        try:
-            return await child.drive(work)
-        except AgentFailed as exc:
-            raise ToolError(failure_text(spec.id, exc)) from None
+        return await child.drive(work, tool_error=True)
 
 
 class _Child:
@@ -250,13 +252,16 @@ class _Child:
         self,
         work: Callable[[], Coroutine[Any, Any, AgentOutcome]],
         started: dict[str, Any] | None = None,
+        *,
+        tool_error: bool = False,
     ) -> str:
         """Run the child's `work` on its bus, inside its deadline; its final text.
 
         `started`: the AGENT_STARTED data of a new child (a continued one had it).
 
         Raises:
-            AgentFailed: the child failed (after its AGENT_ERROR), or timed out.
+            AgentFailed: the child failed (after its AGENT_ERROR), or timed out;
+                with `tool_error`, as the `ToolError` its parent's model sees instead.
         """
         token = current_bus.set(self.bus)
         try:
@@ -264,15 +269,27 @@ class _Child:
                 self.bus.emit_nowait(EventType.AGENT_STARTED, started)
             with self.scope:
                 outcome = await work()
+        except AgentFailed as exc:
+            if tool_error:
+                raise ToolError(failure_text(self.spec.id, exc)) from None
+            raise
         finally:
             self.ctx.instance.running_children -= 1
             current_bus.reset(token)
         if self.scope.cancelled_caught:
-            raise AgentFailed(
+            failed = AgentFailed(
                 f"subagent {self.spec.id!r} timed out after {self.timeout:g} s",
                 error_type="timeout",
             )
+            if tool_error:
+                raise ToolError(failure_text(self.spec.id, failed))
+            raise failed
         return outcome.text
+
+
+async def _value(text: str) -> str:
+    """A tool result known at once, as the coroutine `Tool.run` returns."""
+    return text
 
 
 def failure_text(agent_id: str, exc: AgentFailed) -> str:

@@ -58,3 +58,136 @@ def test_the_public_face() -> None:
     assert {"Orchestrator", "RunStream", "RunResult", "load_config", "serve", "Event"} <= set(
         orchestrator.__all__
     )
+
+
+# -- layers: the packages of orchestrator/ and who may import whom ------------------
+
+ORCH = REPO / "orchestrator"
+
+
+def unit_of(module: str) -> str | None:
+    """The layer a dotted module name belongs to: `core`, `storage`, `config`, …
+    (None: outside `orchestrator`). The package itself is its public face."""
+    parts = module.split(".")
+    if parts[0] != "orchestrator":
+        return None
+    if len(parts) == 1:
+        return "orchestrator"
+    return parts[1]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_units(path: Path) -> set[str]:
+    """Layers `path` imports: every import anywhere in the file (inside functions and
+    under TYPE_CHECKING too), relative ones resolved, `from orchestrator import x`
+    counted as the module `x` when it is one."""
+    here = module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    units: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            names = [base]
+            if base == "orchestrator":  # `from orchestrator import protocol`
+                names = [
+                    f"orchestrator.{alias.name}"
+                    if (ORCH / alias.name).is_dir() or (ORCH / f"{alias.name}.py").exists()
+                    else "orchestrator"
+                    for alias in node.names
+                ]
+        for name in names:
+            unit = unit_of(name)
+            if unit is not None:
+                units.add(unit)
+    return units
+
+
+def layer_graph() -> dict[str, set[str]]:
+    """Layer → the other layers its files import."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(ORCH.rglob("*.py")):
+        unit = unit_of(module_name(path))
+        assert unit is not None
+        graph.setdefault(unit, set()).update(imported_units(path) - {unit})
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_between_packages() -> None:
+    graph = layer_graph()
+    assert cycles(graph) == [], {a: sorted(b) for a, b in graph.items()}
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def documented_layers() -> dict[str, set[str]]:
+    """The table in docs/architecture.md: `| folder | owns | may import |`."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    allowed: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`orchestrator"):
+            continue
+        dotted = cells[0].strip("`").rstrip("/").removesuffix(".py").replace("/", ".")
+        unit = unit_of(dotted.removesuffix(".__init__"))
+        assert unit is not None
+        allowed[unit] = {
+            unit_of(f"orchestrator.{name.strip('` ')}") or ""
+            for name in cells[2].split(",")
+            if name.strip() not in ("", "—")
+        }
+    return allowed
+
+
+def test_every_import_is_one_the_architecture_doc_allows() -> None:
+    allowed = documented_layers()
+    graph = layer_graph()
+    assert set(allowed) == set(graph), "docs/architecture.md lists every layer of orchestrator/"
+    wrong = {unit: sorted(graph[unit] - allowed[unit]) for unit in graph}
+    assert {unit: extra for unit, extra in wrong.items() if extra} == {}
