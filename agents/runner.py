@@ -45,7 +45,14 @@ from agents.providers.base import Provider
 from agents.spec import AgentSpec
 from agents.tools.base import InstanceState, Tool, ToolContext
 
-__all__ = ["AgentOutcome", "AgentRunner", "Phase", "TurnLimits", "is_cancellation"]
+__all__ = [
+    "AgentOutcome",
+    "AgentRunner",
+    "Cancellation",
+    "Phase",
+    "TurnLimits",
+    "is_cancellation",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +84,19 @@ class TurnLimits(msgspec.Struct, frozen=True, kw_only=True):
     """Characters of text, reasoning and tool arguments in one turn."""
     timeout: float = 600.0
     """Seconds one turn may stream, start to end (tools it started are not counted)."""
+
+
+class Cancellation(msgspec.Struct, frozen=True):
+    """Who stopped an agent instance, and why (a person's `cancel`)."""
+
+    by: str
+    """`user`: a person asked (the `cancel` op, `orchestrator cancel`, the API)."""
+    reason: str | None = None
+
+    def describe(self) -> str:
+        """`cancelled by the user[: reason]`: the error result its parent's model sees."""
+        who = "the user" if self.by == "user" else self.by
+        return f"cancelled by {who}" + (f": {self.reason}" if self.reason else "")
 
 
 class AgentOutcome(msgspec.Struct, frozen=True):
@@ -137,6 +157,11 @@ class AgentRunner:
         self.inbox: list[tuple[str, str]] = []
         self.phase = Phase.IDLE
         """Where the instance is in its lifecycle (one state, not a set of flags)."""
+        self.cancelled: Cancellation | None = None
+        """Set once a person cancelled this instance (or an ancestor): it never runs again."""
+        self._ended = False
+        """This run of the instance has emitted its terminal event (one per run, never two)."""
+        self._outcome: AgentOutcome | None = None
         self._scope: trio.CancelScope | None = None
         self._wake = trio.lowlevel.ParkingLot()
         self._idle = trio.lowlevel.ParkingLot()
@@ -173,6 +198,25 @@ class AgentRunner:
         if self._scope is not None:
             self._scope.cancel()
 
+    def cancel(self, cancellation: Cancellation, *, stop: bool = True) -> bool:
+        """A person stops this instance; False if it was already cancelled.
+
+        A running instance is stopped (with `stop`; else it is only told why, because
+        an ancestor's cancellation stops it) and reports AGENT_ERROR `cancelled` with
+        `by` and `reason`; an idle one reports it now. Either way it never runs again:
+        messages sent to it are refused. One that is publishing its final answer as
+        the cancel arrives keeps it (its answer was its terminal event).
+        """
+        if self.cancelled is not None:
+            return False
+        self.cancelled = cancellation
+        if self.phase is Phase.IDLE:
+            self._ended = False
+            self._error("cancelled", self._cancel_message(False))
+        elif stop and self._scope is not None:
+            self._scope.cancel()
+        return True
+
     def run(self, task: str) -> Coroutine[Any, Any, AgentOutcome]:
         """Run on `task` until a final answer (await the result).
 
@@ -207,6 +251,10 @@ class AgentRunner:
         """Run an idle instance again on a new message; it keeps its conversation."""
         if self.running:
             raise RuntimeError(f"agent {self.spec.id!r} is running; deliver() instead")
+        if self.cancelled is not None:
+            raise AgentFailed(
+                f"agent {self._who()} was {self.cancelled.describe()}", error_type="cancelled"
+            )
         if timeout_scope is not None:
             self._timeout_scope = timeout_scope
         self.bus.emit_nowait(EventType.USER_MESSAGE, {"text": message, "from": sender})
@@ -217,6 +265,7 @@ class AgentRunner:
         self, pending: tuple[ToolCall, ...] = (), done: tuple[ToolResultMessage, ...] = ()
     ) -> AgentOutcome:
         self.phase = Phase.RUNNING
+        self._ended, self._outcome = False, None
         scope = self._scope = trio.CancelScope()
         failure: Exception | None = None
         try:
@@ -230,7 +279,11 @@ class AgentRunner:
                         background.cancel_scope.cancel()
             if failure is not None:
                 raise failure
-            if scope.cancelled_caught:  # only our own budget trip cancels this scope
+            if scope.cancelled_caught:  # a person's cancel, or our own budget trip
+                if self._outcome is not None:  # the answer went out before the cancel
+                    return self._outcome
+                if self.cancelled is not None:
+                    raise AgentFailed(self.cancelled.describe(), error_type="cancelled")
                 raise AgentFailed(
                     f"agent {self.spec.id!r}: {self.usage_node.describe_trip()}",
                     error_type="budget",
@@ -252,7 +305,11 @@ class AgentRunner:
         except BaseException as exc:
             # Cancellation arrives bare or, out of a nursery, as a group of Cancelled.
             if is_cancellation(exc):
-                timed_out = self._timeout_scope is not None and self._timeout_scope.cancel_called
+                timed_out = (
+                    self.cancelled is None
+                    and self._timeout_scope is not None
+                    and self._timeout_scope.cancel_called
+                )
                 self._error(
                     "timeout" if timed_out else "cancelled", self._cancel_message(timed_out)
                 )
@@ -359,7 +416,7 @@ class AgentRunner:
 
         Returns False (and does nothing) once the agent no longer takes messages.
         """
-        if not self.accepting:
+        if not self.accepting or self.cancelled is not None:
             return False
         self.inbox.append((text, sender))
         if not self.bus.closed:
@@ -375,27 +432,33 @@ class AgentRunner:
             self.messages.append(UserMessage(text=self.inbox.pop(0)[0]))
 
     def _cancel_message(self, timed_out: bool) -> str:
-        if timed_out:
+        if timed_out and self.cancelled is None:
             return f"agent {self.spec.id!r} timed out"
+        if self.cancelled is not None:
+            return f"agent {self.spec.id!r} was {self.cancelled.describe()}"
         return f"agent {self.spec.id!r} was cancelled"
 
     def _error(self, error_type: str, message: str) -> None:
-        if not self.bus.closed:
-            self.bus.emit_nowait(
-                EventType.AGENT_ERROR,
-                {
-                    "errorType": error_type,
-                    "message": message,
-                    "usage": self.usage.to_dict(),
-                    "subtreeUsage": self.subtree_usage.to_dict(),
-                },
-                last=True,
-            )
+        """AGENT_ERROR, unless this run already emitted its terminal event."""
+        if self._ended or self.bus.closed:
+            return
+        self._ended = True
+        data: dict[str, Any] = {"errorType": error_type, "message": message}
+        if error_type == "cancelled" and self.cancelled is not None:
+            data["by"] = self.cancelled.by
+            if self.cancelled.reason is not None:
+                data["reason"] = self.cancelled.reason
+        data["usage"] = self.usage.to_dict()
+        data["subtreeUsage"] = self.subtree_usage.to_dict()
+        self.bus.emit_nowait(EventType.AGENT_ERROR, data, last=True)
 
     async def _finish(self, text: str) -> AgentOutcome:
         # A budget tripped by the last turn's usage cancels us here, before the result.
         await trio.lowlevel.checkpoint_if_cancelled()
         outcome = AgentOutcome(text, self.usage.copy(), self.subtree_usage.copy())
+        # Published before the first checkpoint of `emit`: a cancel arriving while it
+        # waits for room finds the answer out, and adds no second terminal event.
+        self._ended, self._outcome = True, outcome
         await self.bus.emit(
             EventType.AGENT_RESULT,
             {

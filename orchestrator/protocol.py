@@ -108,9 +108,11 @@ class Unsubscribe(_Op):
 
 
 class Cancel(_Op):
-    """Cancel a run and every agent in it."""
+    """Cancel a run and every agent in it, or (`agentKey`) one agent and its subtree."""
 
     run_id: str
+    agent_key: str | None = None
+    reason: str | None = None
 
 
 class Send(_Op):

@@ -1,4 +1,5 @@
-"""`orchestrator` command line (contract §5): `run`, `agents`, `serve`, `watch`."""
+"""`orchestrator` command line (contract §5): `run`, `agents`, `serve`, `worker`, `watch`,
+`cancel`."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from rich.table import Table
 
 from agents.errors import SpecError
 from agents.spec import load_specs
+from orchestrator.cli.control import cancel_main
 from orchestrator.cli.render import render_tree
 from orchestrator.cli.watch import check_url, watch_main
 from orchestrator.cluster.node import run_worker
@@ -72,12 +74,7 @@ def _parser() -> argparse.ArgumentParser:
 
     watch = sub.add_parser("watch", help="follow a run on a server, live")
     watch.add_argument("run_id", help="the run to follow")
-    watch.add_argument(
-        "--url", default=None, help="the server's /ws URL (default: server.host/port of --config)"
-    )
-    watch.add_argument("--config", type=Path, default=None, help="server config (YAML)")
-    watch.add_argument("--token", default=None, help="bearer token (default: $ORCHESTRATOR_TOKEN)")
-    watch.add_argument("--origin", default=None, help="send this Origin header")
+    _server_options(watch)
     watch.add_argument(
         "--give-up-after",
         type=float,
@@ -88,7 +85,28 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--path-prefix", default=None, help="only this subtree (whole segments)")
     watch.add_argument("--after-seq", type=int, default=0, help="start after this seq")
     watch.add_argument("--json", action="store_true", help="print one event JSON per line")
+    cancel = sub.add_parser(
+        "cancel", help="cancel a run on a server, or one agent and its subtree (--agent)"
+    )
+    cancel.add_argument("run_id", help="the run")
+    cancel.add_argument(
+        "--agent", default=None, help="agentKey of the agent to stop with its subtree"
+    )
+    cancel.add_argument("--reason", default=None, help="why (shown in the AGENT_ERRORs)")
+    _server_options(cancel)
     return parser
+
+
+def _server_options(command: argparse.ArgumentParser) -> None:
+    """How a client command reaches a server: --url, --config, --token, --origin."""
+    command.add_argument(
+        "--url", default=None, help="the server's /ws URL (default: server.host/port of --config)"
+    )
+    command.add_argument("--config", type=Path, default=None, help="server config (YAML)")
+    command.add_argument(
+        "--token", default=None, help="bearer token (default: $ORCHESTRATOR_TOKEN)"
+    )
+    command.add_argument("--origin", default=None, help="send this Origin header")
 
 
 def _load(config_path: Path | None) -> ServerConfig:
@@ -284,9 +302,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+def _cancel(args: argparse.Namespace) -> int:
+    return trio.run(
+        functools.partial(
+            cancel_main,
+            _watch_url(args),
+            args.run_id,
+            agent_key=args.agent,
+            reason=args.reason,
+            token=args.token or os.environ.get("ORCHESTRATOR_TOKEN") or None,
+            origin=args.origin,
+        )
+    )
+
+
 def _main(args: argparse.Namespace) -> int:
     if args.command == "watch":
         return _watch(args)
+    if args.command == "cancel":
+        return _cancel(args)
     config = _load(args.config)
     if args.command in ("serve", "worker"):
         logging.basicConfig(

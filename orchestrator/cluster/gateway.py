@@ -94,11 +94,15 @@ class ClusterGateway:
         self.journal.mirrors.adopt(record)
         return QueuedRun(self, record.run_id)
 
-    async def cancel(self, run_id: str) -> None:
-        """Ask the run's owner to cancel it (a finished run is left as it is)."""
+    async def cancel(
+        self, run_id: str, agent_key: str | None = None, reason: str | None = None
+    ) -> None:
+        """Ask the run's owner to cancel it, or one agent and its subtree (a finished run
+        is left as it is). An unknown agentKey is found out by the worker, which logs it:
+        the ack here means "forwarded"."""
         log = await self.journal.mirrors.find(run_id)
         if log.finished_status is None:
-            await self.store.send_control(run_id, Control("cancel"))
+            await self.store.send_control(run_id, Control("cancel", agent_key, reason or ""))
 
     async def send(self, run_id: str, agent_key: str | None, message: str) -> None:
         """Hand a person's message to the run's owner, for that agent (default: root)."""

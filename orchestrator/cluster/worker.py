@@ -279,9 +279,10 @@ class Worker:
                 with contextlib.suppress(Exception):  # best effort: a takeover re-reads it
                     await self.store.set_control_done(run_id, entry_id)
                 if control.op == "cancel":
-                    run = self.host.active.get(run_id)
-                    if run is not None:
-                        run.cancel()
+                    try:
+                        await self.host.cancel(run_id, control.agent_key, control.message or None)
+                    except (AgentNotRunning, LookupError) as exc:
+                        logger.warning("run %s: cancel not applied: %s", run_id, exc)
                 elif control.op == "send":
                     try:
                         await self.host.send(run_id, control.agent_key, control.message)

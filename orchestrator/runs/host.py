@@ -19,7 +19,7 @@ from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.rebuild import ResumePlan
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
-from orchestrator.runtime.run import Run, RunResult
+from orchestrator.runtime.run import AgentGone, Run, RunResult
 from orchestrator.runtime.spawn import send_to
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
@@ -168,16 +168,28 @@ class RunHost:
 
     # -- steering ------------------------------------------------------------------
 
-    async def cancel(self, run_id: str) -> None:
-        """Cancel a running run (a finished one is left as it is).
+    async def cancel(
+        self, run_id: str, agent_key: str | None = None, reason: str | None = None
+    ) -> None:
+        """Cancel a running run (a finished one is left as it is), or one agent instance
+        and its subtree (`Run.cancel_agent`).
 
         Raises:
             UnknownRun: no such run.
+            AgentNotRunning: `agent_key` names no instance to cancel (or the run ended).
         """
         self.journal.get(run_id)
         run = self.active.get(run_id)
-        if run is not None:
-            run.cancel()
+        if agent_key is None:
+            if run is not None:
+                run.cancel(reason=reason)
+            return
+        if run is None:
+            raise AgentNotRunning(f"run {run_id!r} is not running")
+        try:
+            run.cancel_agent(agent_key, reason=reason)
+        except AgentGone as exc:
+            raise AgentNotRunning(exc.message) from None
 
     async def send(self, run_id: str, agent_key: str | None, message: str) -> None:
         """Deliver a person's message to a running agent of a run (default: its root).
@@ -194,6 +206,10 @@ class RunHost:
         who = "the root agent" if agent_key is None else f"agent {agent_key!r}"
         if agent is None:
             raise AgentNotRunning(f"{who} is not part of run {run_id!r}")
+        if agent.cancelled is not None:
+            raise AgentNotRunning(
+                f"{who} of run {run_id!r} was {agent.cancelled.describe()}: it takes no messages"
+            )
         if agent.deliver(message, "client"):
             return
         root = run.root

@@ -74,11 +74,15 @@ class RunService(Protocol):
         """
         ...
 
-    async def cancel(self, run_id: str) -> None:
-        """Cancel a run (a finished one is left as it is).
+    async def cancel(
+        self, run_id: str, agent_key: str | None = None, reason: str | None = None
+    ) -> None:
+        """Cancel a run (a finished one is left as it is), or with `agent_key` one agent
+        instance and its subtree (the run goes on). `reason` is in the AGENT_ERRORs.
 
         Raises:
             UnknownRun: no such run.
+            AgentNotRunning: (where known at once) no such agent instance to cancel.
         """
         ...
 

@@ -98,7 +98,7 @@ class AgentCatalog:
 class RunContext:
     """One run as its tools see it: the catalog, the limits, the live agent instances."""
 
-    __slots__ = ("agents", "catalog", "continued", "limits", "resume", "tools")
+    __slots__ = ("agents", "catalog", "continued", "limits", "parents", "resume", "tools")
 
     def __init__(self, catalog: AgentCatalog, limits: RunLimits) -> None:
         self.catalog = catalog
@@ -109,8 +109,23 @@ class RunContext:
         self.agents: dict[str, AgentRunner] = {}
         """Every child instance of the run by agentKey (valid for `agent_send` until the
         run ends)."""
+        self.parents: dict[str, str | None] = {}
+        """agentKey → its parent's agentKey (None: the root spawned it)."""
         self.resume: ResumePlan | None = None
         """Cluster takeover: the agents rebuilt from the journal (spawn calls left
         without a result continue their child from it)."""
         self.continued: set[str] = set()
         """agentKeys of rebuilt children that were continued (or answered from the journal)."""
+
+    def descendants(self, agent_key: str) -> list[str]:
+        """The agentKeys below `agent_key` in the tree, parents before their children."""
+        children: dict[str | None, list[str]] = {}
+        for key, parent in self.parents.items():
+            children.setdefault(parent, []).append(key)
+        found: list[str] = []
+        todo = list(children.get(agent_key, ()))
+        while todo:
+            key = todo.pop()
+            found.append(key)
+            todo.extend(children.get(key, ()))
+        return found

@@ -56,9 +56,17 @@ class RunStream:
         """How the run ended, once RUN_FINISHED was emitted."""
         return self._run.result
 
-    def cancel(self) -> None:
-        """Cancel the run; its remaining events (AGENT_ERROR…, RUN_FINISHED) still arrive."""
-        self._run.cancel()
+    def cancel(self, agent_key: str | None = None, *, reason: str | None = None) -> None:
+        """Cancel the run, or with `agent_key` one agent instance and its subtree (the
+        run goes on); the remaining events (AGENT_ERROR…, RUN_FINISHED) still arrive.
+
+        Raises:
+            AgentGone: (with `agent_key`) no such running or idle instance.
+        """
+        if agent_key is None:
+            self._run.cancel(reason=reason)
+        else:
+            self._run.cancel_agent(agent_key, reason=reason)
 
     async def next_batch(self) -> list[Event]:
         """The events not yet read, at least one; waits for them.

@@ -13,7 +13,7 @@ import trio
 
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed
-from agents.runner import AgentRunner
+from agents.runner import AgentRunner, Cancellation
 from orchestrator.core.bus import (
     AnyBus,
     Bus,
@@ -28,9 +28,17 @@ from orchestrator.core.rebuild import ResumePlan
 from orchestrator.runtime.context import AgentCatalog, RunContext, RunLimits
 from orchestrator.runtime.spawn import run_tools
 
-__all__ = ["Run", "RunResult", "RunStatus"]
+__all__ = ["AgentGone", "Run", "RunResult", "RunStatus"]
 
 logger = logging.getLogger(__name__)
+
+
+class AgentGone(LookupError):
+    """A cancel named an agent instance that is not there to cancel."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,15 +82,48 @@ class Run:
         self.root: AgentRunner | None = None
         self._interrupted = False
         self._failure: str | None = None
+        self._cancelled: Cancellation | None = None
         self.resume = resume
         """Cluster takeover: continue the run from its journal instead of starting it."""
         self.resumed = resumed or {}
         self._orphaned: set[str] = set()
         """RUN_RESUMED's data (`attempt`, `worker`, `afterSeq`)."""
 
-    def cancel(self) -> None:
-        """Cancel the whole tree; the run ends `cancelled`."""
+    def cancel(self, by: str = "user", reason: str | None = None) -> None:
+        """Cancel the whole tree; the run ends `cancelled`.
+
+        Every running agent reports AGENT_ERROR `cancelled` with `by` and `reason`.
+        """
+        if self._cancelled is None:
+            self._cancelled = Cancellation(by, reason)
+            for runner in self._runners():
+                if runner.running:
+                    runner.cancel(self._cancelled, stop=False)  # the run's scope stops it
         self.scope.cancel()
+
+    def cancel_agent(self, agent_key: str, by: str = "user", reason: str | None = None) -> None:
+        """Cancel one agent instance and its whole subtree (background children too);
+        the rest of the run goes on, and its parent gets an error tool result.
+
+        An idle instance ends `cancelled` at once and takes no more messages.
+
+        Raises:
+            AgentGone: the run has ended, or no such instance, or it was already cancelled.
+        """
+        if self.result is not None:
+            raise AgentGone(f"run {self.run_id!r} has ended")
+        runner = self.agents.get(agent_key)
+        if runner is None:
+            raise AgentGone(f"no agent {agent_key!r} in run {self.run_id!r}")
+        cancellation = Cancellation(by, reason)
+        if not runner.cancel(cancellation):
+            raise AgentGone(f"agent {agent_key!r} was already cancelled")
+        for key in self.context.descendants(agent_key):
+            # Running ones are stopped by the cancelled ancestor's scope; idle ones end now.
+            self.agents[key].cancel(cancellation, stop=False)
+
+    def _runners(self) -> list[AgentRunner]:
+        return [*([self.root] if self.root is not None else []), *self.agents.values()]
 
     def fail(self, reason: str) -> None:
         """Stop the run from outside (its events cannot be stored); it ends `failed`."""
@@ -164,7 +205,8 @@ class Run:
             elif self.scope.cancelled_caught and self._interrupted:
                 status, error = "interrupted", "the server stopped while the run was running"
             elif self.scope.cancelled_caught:
-                status, error = "cancelled", "cancelled"
+                status = "cancelled"
+                error = self._cancelled.describe() if self._cancelled is not None else "cancelled"
         finally:
             current_bus.reset(bus_token)
         self.result = RunResult(
@@ -181,6 +223,10 @@ class Run:
             data["result"] = text
         if error is not None:
             data["error"] = error
+        if status == "cancelled" and self._cancelled is not None:
+            data["by"] = self._cancelled.by
+            if self._cancelled.reason is not None:
+                data["reason"] = self._cancelled.reason
         data["usage"] = runner.subtree_usage.to_dict()
         bus.emit_nowait(EventType.RUN_FINISHED, data, last=True)
         return self.result

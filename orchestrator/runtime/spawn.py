@@ -246,6 +246,7 @@ class _Child:
             usage=UsageNode(ctx.usage, budget=spec.budget_tokens),
         )
         run.agents[key] = self.runner  # stays valid for agent_send until the run ends
+        run.parents[key] = ctx.agent_key
         ctx.instance.running_children += 1
 
     async def drive(
@@ -293,8 +294,8 @@ async def _value(text: str) -> str:
 
 
 def failure_text(agent_id: str, exc: AgentFailed) -> str:
-    """The error tool result for a child that failed."""
-    if exc.error_type == "timeout":
+    """The error tool result for a child that failed (a cancel: `cancelled by the user: …`)."""
+    if exc.error_type in ("timeout", "cancelled"):
         return str(exc)
     return f"subagent {agent_id!r} failed ({exc.error_type}): {exc}"
 
@@ -366,8 +367,10 @@ async def send_to(
     Raises:
         ToolError: the idle agent failed or timed out on the message.
     """
+    key = runner.agent_key or runner.spec.id
+    if runner.cancelled is not None:
+        raise ToolError(f"agent {key!r} was {runner.cancelled.describe()}: it takes no messages")
     if runner.deliver(message, sender):
-        key = runner.agent_key or runner.spec.id
         return f"message queued for {key}: it reads it before its next model turn"
     await runner.wait_idle()  # it was just finishing: run it again once it is idle
     if runner.deliver(message, sender):  # pragma: no cover - it started again meanwhile

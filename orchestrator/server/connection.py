@@ -122,7 +122,9 @@ class Connection:
             for run in list(self._calls):  # nobody is left to get their result
                 with trio.CancelScope(shield=True), trio.move_on_after(2):
                     try:  # in the cluster: asks its worker, briefly
-                        await self.app.runs.cancel(run.run_id)
+                        await self.app.runs.cancel(
+                            run.run_id, reason="the client that started it disconnected"
+                        )
                     except Exception as exc:
                         logger.warning("cancelling run %s: %s", run.run_id, exc)
 

@@ -121,7 +121,12 @@ async def run(conn: Connection, op: protocol.Run) -> None:
 
 
 async def cancel(conn: Connection, op: protocol.Cancel) -> None:
-    await conn.app.runs.cancel(op.run_id)
+    if op.reason is not None:
+        check_size(conn, "reason", op.reason, op.id)
+    try:
+        await conn.app.runs.cancel(op.run_id, op.agent_key, op.reason)
+    except AgentNotRunning as exc:
+        raise ProtocolError("not_found", exc.message, op.id) from None
     await conn.reply(protocol.ack(op.id))
 
 

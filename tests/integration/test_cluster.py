@@ -39,6 +39,16 @@ async def raw_events(ws: ClientConnection, *, within: float = 60) -> tuple[list[
                 return out, frame.status or ""
 
 
+async def until_a_child_started(ws: ClientConnection) -> list[dict[str, Any]]:
+    """The events of the subscription on `ws` up to the first AGENT_STARTED."""
+    seen: list[dict[str, Any]] = []
+    with trio.fail_after(30):
+        while not any(e["type"] == "AGENT_STARTED" for e in seen):
+            frame = json.loads(await ws.recv())
+            seen.extend(frame.get("events", []))
+    return seen
+
+
 def seqs(raws: list[bytes]) -> list[int]:
     return [json.loads(raw)["seq"] for raw in raws]
 
@@ -97,11 +107,7 @@ async def test_a_cancel_through_one_gateway_reaches_every_running_agent(
         async with connect(g1.url, max_size=None) as a, connect(g2.url, max_size=None) as b:
             ack = await request(b, op="run", id=1, agent="planner", input="to be cancelled")
             # Wait until children are streaming, then cancel through the other gateway.
-            seen: list[dict[str, Any]] = []
-            with trio.fail_after(30):
-                while not any(e["type"] == "AGENT_STARTED" for e in seen):
-                    frame = json.loads(await b.recv())
-                    seen.extend(frame.get("events", []))
+            seen = await until_a_child_started(b)
             assert (await request(a, op="cancel", id=2, runId=ack["runId"]))["op"] == "ack"
             rest, status = await raw_events(b)
             events = seen + [json.loads(r) for r in rest]
@@ -364,3 +370,31 @@ async def test_a_cancel_sent_while_the_run_has_no_worker_reaches_every_agent(
             assert [e["type"] for e in events].count("RUN_RESUMED") == 1
             errors = [e for e in events if e["type"] == "AGENT_ERROR"]
             assert errors and all(e["data"]["errorType"] == "cancelled" for e in errors)
+
+
+async def test_a_subtree_cancel_through_one_gateway_reaches_the_worker(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    async with cluster(tmp_path, redis_url, token_delay=0.05) as c:
+        g1 = await c.start("serve")
+        g2 = await c.start("serve")
+        await c.start("worker")
+        async with connect(g1.url, max_size=None) as a, connect(g2.url, max_size=None) as b:
+            ack = await request(b, op="run", id=1, agent="planner", input="half of it")
+            seen = await until_a_child_started(b)
+            first = next(e["source"]["agentKey"] for e in seen if e["type"] == "AGENT_STARTED")
+            reply = await request(
+                a, op="cancel", id=2, runId=ack["runId"], agentKey=first, reason="one is enough"
+            )
+            assert reply["op"] == "ack"
+            rest, status = await raw_events(b)
+            events = seen + [json.loads(r) for r in rest]
+            assert status == "completed"
+            errors = [e for e in events if e["type"] == "AGENT_ERROR"]
+            assert first in {e["source"]["agentKey"] for e in errors}
+            assert all(e["data"]["reason"] == "one is enough" for e in errors)
+            results = [e for e in events if e["type"] == "TOOL_RESULT" and e["source"] is None]
+            assert [r["data"]["content"] for r in results if r["data"]["isError"]] == [
+                "cancelled by the user: one is enough"
+            ]
