@@ -283,6 +283,38 @@ def test_cancel_and_send_reach_the_run(browser: Browser, tmp_path: Path) -> None
         srv.stop(signal.SIGKILL)
 
 
+def test_stop_on_an_agent_cancels_its_subtree_and_the_run_goes_on(
+    browser: Browser, tmp_path: Path
+) -> None:
+    write_agents(tmp_path, token_delay=0.05)
+    srv = Server(tmp_path, config())
+    srv.start()
+    try:
+        page, errors = open_page(browser, srv.url)
+        start_run(page, "planner", "one thread is enough")
+        page.wait_for_function(
+            "[...window.__console.state.run.agents.values()]"
+            ".filter(a => a.agentId === 'researcher').length === 2",
+            timeout=20_000,
+        )
+        node(page, "ResearcherAgent").first.click()
+        page.wait_for_selector("#stop-box button")
+        key = page.evaluate("window.__console.state.selected")
+        page.fill("#stop-box input", "enough")
+        page.click("#stop-box button")
+        page.wait_for_function(
+            f"window.__console.state.run.agents.get({key!r}).status === 'cancelled'",
+            timeout=20_000,
+        )
+        page.wait_for_selector("#run-status.completed", timeout=30_000)
+        agent = page.evaluate(f"window.__console.state.run.agents.get({key!r}).errorMessage")
+        assert "cancelled by the user: enough" in agent
+        assert page.locator("#stop-box").count() == 0  # nothing left to stop
+        assert errors == []
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
 def test_a_depth_filter_is_applied_by_the_server(browser: Browser, server: Server) -> None:
     page, errors = open_page(browser, server.url)
     start_run(page, "planner", "filtered")
@@ -347,6 +379,14 @@ def test_after_kill_9_and_a_restart_every_card_says_interrupted(
             " && document.querySelectorAll('.node .badge.interrupted').length >= 2"
         )
         shot(fresh, "console-interrupted.png")
+        # Nothing reads as live once the run has ended: the planner's spawn calls
+        # that never got a result say how they ended.
+        node(fresh, "planner").first.click()
+        fresh.wait_for_selector("#detail .tool")
+        detail = fresh.inner_text("#detail").lower()  # labels are upper case on screen
+        assert "not finished (interrupted)" in detail
+        assert "· running" not in detail and "streaming" not in detail
+        assert fresh.locator("#stop-box").count() == 0
         assert errors == []
     finally:
         srv.stop(signal.SIGKILL)
@@ -362,16 +402,20 @@ def test_a_server_with_tokens_asks_for_one_and_keeps_it_out_of_the_url(
     srv.start()
     try:
         page = browser.new_page()
-        asked: list[str] = []
-
-        def answer(dialog: Any) -> None:
-            asked.append(dialog.message)
-            dialog.accept("s3cret")
-
-        page.on("dialog", answer)
+        dialogs: list[str] = []
+        page.on("dialog", lambda dialog: dialogs.append(dialog.message))
         page.goto(srv.url)
+        # Asked in the page, with a password field a password manager can fill.
+        page.wait_for_selector("#token-form:not(.hidden)", timeout=10_000)
+        assert page.get_attribute("#token-input", "type") == "password"
+        assert page.get_attribute("#token-input", "autocomplete") == "current-password"
+        page.fill("#token-input", "wrong")
+        page.click("#token-go")
+        page.wait_for_selector("#token-form:not(.hidden)", timeout=10_000)
+        page.fill("#token-input", "s3cret")
+        page.click("#token-go")
         page.wait_for_selector("#conn.open", timeout=10_000)
-        assert asked and "token" in asked[0]
+        assert dialogs == [] and page.is_hidden("#token-form")
         start_run(page, "critic", "with a token")
         page.wait_for_selector("#run-status.completed", timeout=20_000)
         assert "s3cret" not in page.url

@@ -51,13 +51,22 @@ function onState(s) {
   if (s === "unauthorized") askToken();
 }
 
+// Asked in the page (a password field and a submit button), not with window.prompt:
+// browsers block prompts in cross-origin frames, and password managers can fill a form.
 function askToken() {
-  const token = window.prompt("This server needs a token (kept for this browser session only):");
-  if (token) {
-    conn.token = token.trim();
-    conn.connect();
-  }
+  $("token-form").classList.remove("hidden");
+  $("token-input").focus();
 }
+
+$("token-form").onsubmit = (event) => {
+  event.preventDefault();
+  const token = $("token-input").value.trim();
+  if (!token) return;
+  $("token-input").value = "";
+  $("token-form").classList.add("hidden");
+  conn.token = token;
+  conn.connect();
+};
 
 conn.onOpen = async () => {
   try {
@@ -450,10 +459,12 @@ function renderDetail(run, key) {
   agent.turns.forEach((turn, i) => {
     if (!turn.text && !turn.thinking && turn.calls.length === 0) return;
     const box = el("div", "turn" + (turn.abandoned ? " abandoned" : ""));
-    box.append(el("div", "label", `turn ${i + 1}${turn.abandoned ? " — abandoned (worker lost)" : turn.finished ? "" : " — streaming"}`));
+    const live = run.status === "running" && agent.status === "running";
+    const cut = turn.abandoned ? " — abandoned (worker lost)" : turn.finished ? "" : live ? " — streaming" : ` — cut off (${agentEnd(run, agent)})`;
+    box.append(el("div", "label", `turn ${i + 1}${cut}`));
     if (turn.thinking) box.append(el("div", "thinking", turn.thinking));
     if (turn.text) box.append(el("div", "prose", turn.text));
-    for (const id of turn.calls) box.append(toolBox(agent.tools.get(id)));
+    for (const id of turn.calls) box.append(toolBox(agent.tools.get(id), live ? null : agentEnd(run, agent)));
     parts.push(box);
   });
   if (agent.messages.length) {
@@ -462,6 +473,7 @@ function renderDetail(run, key) {
     for (const m of agent.messages) box.append(el("div", "msg", `${m.from}: ${m.text}`));
     parts.push(box);
   }
+  if (run.status === "running" && agent.status === "running") parts.push(stopBox(run, key, agent));
   if (run.status === "running") {   // running agents queue it; idle children run again on it
     const form = el("form");
     form.id = "send-box";
@@ -528,9 +540,40 @@ function section(title, text, cls) {
   return box;
 }
 
-function toolBox(call) {
+// Stop this agent and its subtree (the root: the whole run), with an optional reason.
+function stopBox(run, key, agent) {
+  const form = el("form");
+  form.id = "stop-box";
+  const input = el("input");
+  input.placeholder = "reason (optional)";
+  input.setAttribute("aria-label", "reason");
+  const button = el("button", "", key === ROOT ? "Stop run" : `Stop ${agent.name}`);
+  button.title = key === ROOT ? "cancel the whole run" : "cancel this agent and everything it started; the run goes on";
+  form.append(input, button);
+  form.onsubmit = async (e) => {
+    e.preventDefault();
+    const reason = input.value.trim() || undefined;
+    button.disabled = true;
+    try {
+      await conn.request("cancel", { runId: run.runId, agentKey: key === ROOT ? undefined : key, reason });
+      input.value = "";
+      notice("stop sent");
+    } catch (error) { notice(error); button.disabled = false; }
+  };
+  return form;
+}
+
+// How an agent's run ended, for what it left unfinished (no live words once it is over).
+function agentEnd(run, agent) {
+  if (agent.status !== "running") return agent.status === "error" ? agent.errorType || "error" : agent.status;
+  return `run ${run.status}`;
+}
+
+// `ended`: null while the agent runs; else how it ended (an unfinished call then says so).
+function toolBox(call, ended = null) {
   const box = el("div", "tool" + (call.isError ? " error" : ""));
-  box.append(el("div", "label", `${call.server ? "server tool" : "tool"} · ${call.name} · ${call.result === undefined ? "running" : call.isError ? "error" : "done"}`));
+  const state = call.result !== undefined ? (call.isError ? "error" : "done") : ended === null ? "running" : `not finished (${ended})`;
+  box.append(el("div", "label", `${call.server ? "server tool" : "tool"} · ${call.name} · ${state}`));
   const args = call.args !== undefined ? JSON.stringify(call.args, null, 2) : call.argsText;
   box.append(el("pre", "args", args || ""));
   if (call.result !== undefined) box.append(el("pre", "result" + (call.isError ? " error" : ""), call.result));
