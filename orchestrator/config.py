@@ -42,8 +42,9 @@ class TokenConfig(BaseModel):
     """Who holds it: the owner recorded on the runs it starts (never the token itself)."""
     token: str = Field(min_length=1, max_length=512)
     """The secret, sent as `Authorization: Bearer <token>`."""
-    role: Literal["admin", "user"] = "user"
-    """`admin` sees and controls every run; `user` only the runs its token started."""
+    role: Literal["admin", "user", "viewer"] = "user"
+    """`admin` sees and controls every run; `user` only the runs its token started;
+    `viewer` sees every run, read-only (never starts, cancels or sends)."""
     max_concurrent_runs: int | None = Field(default=None, ge=1)
     """Runs this token may have running at once (default: `limits.max_runs_per_token`)."""
     max_subscriptions: int | None = Field(default=None, ge=1)

@@ -2,9 +2,10 @@
 
 Tokens have names and roles. An `admin` sees and controls every run; a `user`
 sees and controls only the runs its token started (others are `not_found`, so a
-user cannot even learn they exist). Without configured tokens there is no auth and
-every client is an anonymous admin. Tokens are compared in constant time and are
-never logged: only their names are.
+user cannot even learn they exist); a `viewer` sees every run and controls none
+(the on-looker's console: ops that start, cancel or send are refused). Without
+configured tokens there is no auth and every client is an anonymous admin. Tokens
+are compared in constant time and are never logged: only their names are.
 
 Browsers send `Origin` on every WebSocket upgrade, and a page on any site may try
 to open one, so the default is same-origin: an Origin whose host:port is the
@@ -50,14 +51,22 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     name: str | None
     """The token's name, recorded as a run's owner; None without auth."""
     admin: bool
+    read_only: bool = False
+    """A `viewer`: sees every run, may change nothing."""
     max_runs: int
     """Runs this principal may have running at once."""
     max_subscriptions: int
     """Subscriptions this principal may hold over all its connections."""
 
+    @property
+    def sees_all(self) -> bool:
+        """Sees every run (admins and viewers), not only its own."""
+        return self.admin or self.read_only
+
     def may_see(self, owner: str | None) -> bool:
-        """May this principal see (and control) a run started by `owner`?"""
-        return self.admin or owner == self.name
+        """May this principal see a run started by `owner` (and control it, unless it
+        is read-only)?"""
+        return self.sees_all or owner == self.name
 
 
 def offered_tokens(headers: Headers, query: str) -> list[str]:
@@ -93,6 +102,7 @@ class Auth:
             t.name: Principal(
                 name=t.name,
                 admin=t.role == "admin",
+                read_only=t.role == "viewer",
                 max_runs=t.max_concurrent_runs or config.limits.max_runs_per_token,
                 max_subscriptions=t.max_subscriptions or 4 * per_connection,
             )

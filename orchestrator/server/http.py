@@ -59,6 +59,7 @@ class Routes:
             body: dict[str, object] = {"authorized": principal is not None}
             if principal is not None:
                 body["name"], body["admin"] = principal.name, principal.admin
+                body["readOnly"] = principal.read_only
             return _respond(conn, HTTPStatus.OK, json.dumps(body).encode(), "application/json")
         if url.path == "/metrics":
             if not app.auth.may_read_metrics(request.headers, url.query):

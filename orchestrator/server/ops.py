@@ -1,11 +1,13 @@
 """The client ops (`docs/server.md`), as a table: one small handler per op.
 
-How an op is authorized: every entry of `OPS` says which run the op names, if
-any (`run_of`); `dispatch` checks that run against the connection's principal
-before the handler runs — a `user` token sees and controls only the runs it
-started, anything else is `not_found`, as if the run did not exist. Handlers
-then only do their op. Ops that name no run (`run`, `agents`, `ping`,
-`unsubscribe`) act on the principal's own things or on nothing.
+How an op is authorized: every entry of `OPS` says whether the op changes
+anything (`writes`: start, cancel, send) and which run it names, if any
+(`run_of`). `dispatch` checks both against the connection's principal before the
+handler runs: a read-only `viewer` token may not write (`unauthorized`), and a
+`user` token sees and controls only the runs it started — anything else is
+`not_found`, as if the run did not exist. Handlers then only do their op. Ops that
+name no run (`run`, `agents`, `ping`, `unsubscribe`) act on the principal's own
+things or on nothing.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ Handler = Callable[["Connection", Any], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """How one op is served: its handler, and the run it names (checked first)."""
+    """How one op is served: its handler, whether it changes anything, and the run it
+    names (both checked first)."""
 
     handler: Handler
     run_of: Callable[[Any], str | None] | None = None
+    writes: bool = False
 
 
 async def dispatch(conn: Connection, op: protocol.ClientOp) -> None:
@@ -43,6 +47,13 @@ async def dispatch(conn: Connection, op: protocol.ClientOp) -> None:
         ProtocolError: the op names a run the principal may not see, or fails.
     """
     entry = OPS[type(op)]
+    if entry.writes and conn.principal.read_only:
+        raise ProtocolError(
+            "unauthorized",
+            f"token {conn.principal.name!r} is a viewer (read-only): "
+            f"{type(op).__name__.lower()!r} is refused",
+            op.id,
+        )
     if entry.run_of is not None:
         run_id = entry.run_of(op)
         if run_id is not None:
@@ -141,7 +152,7 @@ async def send(conn: Connection, op: protocol.Send) -> None:
 
 async def runs(conn: Connection, op: protocol.Runs) -> None:
     app = conn.app
-    owner = None if conn.principal.admin else conn.principal.name
+    owner = None if conn.principal.sees_all else conn.principal.name
     records, more = await app.runs.page(limit=op.limit, before=op.before, owner=owner)
     cluster = app.node is not None
     infos = [
@@ -173,9 +184,9 @@ OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Ping: Op(ping),
     protocol.Subscribe: Op(subscribe, run_of=lambda op: op.run_id),
     protocol.Unsubscribe: Op(unsubscribe),
-    protocol.Run: Op(run),
-    protocol.Cancel: Op(cancel, run_of=lambda op: op.run_id),
-    protocol.Send: Op(send, run_of=lambda op: op.run_id),
+    protocol.Run: Op(run, writes=True),
+    protocol.Cancel: Op(cancel, run_of=lambda op: op.run_id, writes=True),
+    protocol.Send: Op(send, run_of=lambda op: op.run_id, writes=True),
     protocol.Runs: Op(runs, run_of=lambda op: op.before),
     protocol.Agents: Op(agents),
 }

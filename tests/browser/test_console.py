@@ -397,7 +397,15 @@ def test_a_server_with_tokens_asks_for_one_and_keeps_it_out_of_the_url(
 ) -> None:
     write_agents(tmp_path, token_delay=0.0)
     srv = Server(
-        tmp_path, config(server={"tokens": [{"name": "ann", "token": "s3cret", "role": "admin"}]})
+        tmp_path,
+        config(
+            server={
+                "tokens": [
+                    {"name": "ann", "token": "s3cret", "role": "admin"},
+                    {"name": "eve", "token": "v1ewer", "role": "viewer"},
+                ]
+            }
+        ),
     )
     srv.start()
     try:
@@ -420,6 +428,17 @@ def test_a_server_with_tokens_asks_for_one_and_keeps_it_out_of_the_url(
         page.wait_for_selector("#run-status.completed", timeout=20_000)
         assert "s3cret" not in page.url
         assert page.evaluate("sessionStorage.getItem('orchestrator.token')") == "s3cret"
+        # A viewer's console watches the same run and offers no control at all.
+        viewer = browser.new_page()
+        viewer.goto(f"{srv.url}?run={page.evaluate('window.__console.state.run.runId')}")
+        viewer.wait_for_selector("#token-form:not(.hidden)", timeout=10_000)
+        viewer.fill("#token-input", "v1ewer")
+        viewer.click("#token-go")
+        viewer.wait_for_selector("#run-status.completed", timeout=20_000)
+        assert viewer.inner_text("#conn") == "connected · read-only"
+        assert viewer.is_hidden("#start") and viewer.is_hidden("#cancel")
+        node(viewer, "critic").first.click()
+        assert viewer.locator("#send-box:visible, #stop-box:visible").count() == 0
     finally:
         srv.stop(signal.SIGKILL)
 

@@ -125,6 +125,44 @@ async def test_users_see_and_control_only_their_runs(tmp_path: Path) -> None:
             assert end["status"] == "cancelled"
 
 
+async def test_a_viewer_sees_every_run_and_changes_nothing(tmp_path: Path) -> None:
+    tokens = [
+        {"name": "ann", "token": "ann-secret", "role": "user"},
+        {"name": "eve", "token": "eve-secret", "role": "viewer"},
+    ]
+    config = demo_config(tmp_path, token_delay=0.02, server={"tokens": tokens})
+    async with running_server(config) as server:
+        url = server.url
+        async with (
+            connect(url, additional_headers=bearer("ann-secret")) as ann,
+            connect(url, additional_headers=bearer("eve-secret")) as eve,
+        ):
+            mine = await request(ann, op="run", id=1, agent="critic", input="ann's task")
+            run_id = mine["runId"]
+            await read_until_end(ann, mine["sub"])
+            listed = (await request(eve, op="runs", id=2))["runs"]
+            assert [(r["runId"], r["owner"]) for r in listed] == [(run_id, "ann")]
+            for op, verb in (
+                ({"op": "run", "agent": "critic", "input": "x"}, "run"),
+                ({"op": "cancel", "runId": run_id}, "cancel"),
+                ({"op": "cancel", "runId": "run-nope"}, "cancel"),
+                ({"op": "send", "runId": run_id, "message": "hi"}, "send"),
+            ):
+                reply = await request(eve, id=9, **op)
+                assert reply["op"] == "error" and reply["code"] == "unauthorized", reply
+                assert f"a viewer (read-only): {verb!r} is refused" in reply["message"]
+            watch = await request(eve, op="subscribe", id=3, runId=run_id)
+            assert watch["op"] == "ack"
+            events, end = await read_until_end(eve, watch["sub"])
+            assert end["status"] == "completed" and events[0]["type"] == "RUN_STARTED"
+            assert (await request(eve, op="agents", id=4))["op"] == "agents"
+        async with httpx.AsyncClient() as http:
+            auth = await http.get(
+                f"http://127.0.0.1:{server.port}/auth", headers=bearer("eve-secret")
+            )
+        assert auth.json() == {"authorized": True, "name": "eve", "admin": False, "readOnly": True}
+
+
 async def test_per_token_subscription_limit(tmp_path: Path) -> None:
     tokens = [{"name": "ann", "token": "ann-secret", "role": "user", "max_subscriptions": 2}]
     config = demo_config(tmp_path, token_delay=0.05, server={"tokens": tokens})

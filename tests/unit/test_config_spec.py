@@ -120,7 +120,7 @@ def test_config_relative_paths_resolve_against_its_dir(tmp_path: Path) -> None:
         ),
         (
             "server: {tokens: [{name: a, token: x1, role: root}]}\n",
-            "server.yaml: server.tokens.0.role: Input should be 'admin' or 'user'",
+            "server.yaml: server.tokens.0.role: Input should be 'admin', 'user' or 'viewer'",
         ),
         (
             "server: {tokens: [{name: a, token: x1}, {name: a, token: x2}]}\n",

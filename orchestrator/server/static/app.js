@@ -45,8 +45,9 @@ function timed(name, fn) {
 
 function onState(s) {
   const label = { open: "connected", connecting: "connecting…", disconnected: "disconnected — retrying", unauthorized: "token needed" }[s];
-  $("conn").textContent = label;
+  $("conn").textContent = s === "open" && conn.readOnly ? "connected · read-only" : label;
   $("conn").className = s;
+  document.body.classList.toggle("read-only", conn.readOnly === true);
   $("go").disabled = s !== "open" || state.starting;
   if (s === "unauthorized") askToken();
 }

@@ -16,6 +16,7 @@ export class Connection {
     this.backoff = 500;
     this.onOpen = null;         // called after every (re)connect, before requests flow
     this.closedByUs = false;
+    this.readOnly = false;      // `/auth` says: a viewer token (no control may be used)
   }
 
   get token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
@@ -35,7 +36,9 @@ export class Connection {
     try {
       const headers = this.token ? { Authorization: `Bearer ${this.token}` } : {};
       const response = await fetch("/auth", { headers, cache: "no-store" });
-      return !(await response.json()).authorized;
+      const body = await response.json();
+      this.readOnly = body.readOnly === true;   // a viewer token: watch, change nothing
+      return !body.authorized;
     } catch {
       return false;   // the server is down: the WebSocket attempt will say so
     }
