@@ -5,9 +5,10 @@ anything (`writes`: start, cancel, send) and which run it names, if any
 (`run_of`). `dispatch` checks both against the connection's principal before the
 handler runs: a read-only `viewer` token may not write (`unauthorized`), and a
 `user` token sees and controls only the runs it started — anything else is
-`not_found`, as if the run did not exist. Handlers then only do their op. Ops that
-name no run (`run`, `agents`, `ping`, `unsubscribe`) act on the principal's own
-things or on nothing.
+`not_found`, as if the run did not exist. Handlers then only do their op; the
+errors of the runs they call (`runs/service.py`) become protocol codes in
+`dispatch` too. Ops that name no run (`run`, `agents`, `ping`, `unsubscribe`) act
+on the principal's own things or on nothing.
 """
 
 from __future__ import annotations
@@ -58,7 +59,14 @@ async def dispatch(conn: Connection, op: protocol.ClientOp) -> None:
         run_id = entry.run_of(op)
         if run_id is not None:
             await visible(conn, run_id, op.id)
-    await entry.handler(conn, op)
+    try:
+        await entry.handler(conn, op)
+    except (UnknownAgent, AgentNotRunning) as exc:  # the runs' errors, as protocol codes
+        raise ProtocolError("not_found", exc.message, op.id) from None
+    except LimitExceeded as exc:
+        raise ProtocolError("limit_exceeded", str(exc), op.id) from None
+    except StorageUnavailable as exc:
+        raise ProtocolError("unavailable", str(exc), op.id) from None
 
 
 async def visible(conn: Connection, run_id: str, msg_id: protocol.MessageId) -> RunLog:
@@ -108,20 +116,13 @@ async def run(conn: Connection, op: protocol.Run) -> None:
     if op.stream:
         conn.check_sub_limit(op.id)
     principal = conn.principal
-    try:
-        started = await app.runs.start(
-            op.agent,
-            op.input,
-            stream=op.stream,
-            owner=principal.name,
-            max_runs=principal.max_runs if principal.name is not None else None,
-        )
-    except UnknownAgent as exc:
-        raise ProtocolError("not_found", exc.message, op.id) from None
-    except LimitExceeded as exc:
-        raise ProtocolError("limit_exceeded", str(exc), op.id) from None
-    except StorageUnavailable as exc:
-        raise ProtocolError("unavailable", str(exc), op.id) from None
+    started = await app.runs.start(
+        op.agent,
+        op.input,
+        stream=op.stream,
+        owner=principal.name,
+        max_runs=principal.max_runs if principal.name is not None else None,
+    )
     if not op.stream:
         await conn.reply(protocol.ack(op.id, run_id=started.run_id))
         conn.await_result(started, op.id)
@@ -134,19 +135,13 @@ async def run(conn: Connection, op: protocol.Run) -> None:
 async def cancel(conn: Connection, op: protocol.Cancel) -> None:
     if op.reason is not None:
         check_size(conn, "reason", op.reason, op.id)
-    try:
-        await conn.app.runs.cancel(op.run_id, op.agent_key, op.reason)
-    except AgentNotRunning as exc:
-        raise ProtocolError("not_found", exc.message, op.id) from None
+    await conn.app.runs.cancel(op.run_id, op.agent_key, op.reason)
     await conn.reply(protocol.ack(op.id))
 
 
 async def send(conn: Connection, op: protocol.Send) -> None:
     check_size(conn, "message", op.message, op.id)
-    try:
-        await conn.app.runs.send(op.run_id, op.agent_key, op.message)
-    except AgentNotRunning as exc:
-        raise ProtocolError("not_found", exc.message, op.id) from None
+    await conn.app.runs.send(op.run_id, op.agent_key, op.message)
     await conn.reply(protocol.ack(op.id))
 
 
