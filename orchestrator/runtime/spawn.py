@@ -264,6 +264,7 @@ class _Child:
             AgentFailed: the child failed (after its AGENT_ERROR), or timed out;
                 with `tool_error`, as the `ToolError` its parent's model sees instead.
         """
+        failed: AgentFailed | None = None
         token = current_bus.set(self.bus)
         try:
             if started is not None:
@@ -271,21 +272,20 @@ class _Child:
             with self.scope:
                 outcome = await work()
         except AgentFailed as exc:
-            if tool_error:
-                raise ToolError(failure_text(self.spec.id, exc)) from None
-            raise
+            failed = exc
         finally:
             self.ctx.instance.running_children -= 1
             current_bus.reset(token)
-        if self.scope.cancelled_caught:
+        if failed is None and self.scope.cancelled_caught:
             failed = AgentFailed(
                 f"subagent {self.spec.id!r} timed out after {self.timeout:g} s",
                 error_type="timeout",
             )
-            if tool_error:
-                raise ToolError(failure_text(self.spec.id, failed))
-            raise failed
-        return outcome.text
+        if failed is None:
+            return outcome.text
+        if tool_error:
+            raise ToolError(failure_text(self.spec.id, failed)) from None
+        raise failed
 
 
 async def _value(text: str) -> str:

@@ -78,6 +78,14 @@ async def events_until(
     return events
 
 
+async def boss_until_leaf(ws: ClientConnection) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Start `boss` on `ws` and read until its leaf streams: the run's ack, the events."""
+    ack = await request(ws, op="run", id=1, agent="boss", input="q")
+    events: list[dict[str, Any]] = []
+    await events_until(ws, events, lambda ev: started(ev, "leaf"))
+    return ack, events
+
+
 def started(events: list[dict[str, Any]], agent_id: str) -> list[str]:
     return [
         key_of(e)
@@ -93,9 +101,7 @@ def terminal_counts(events: list[dict[str, Any]]) -> Counter[str]:
 async def test_cancelling_one_subtree_stops_it_and_the_run_goes_on(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS)
     async with running_server(config) as server, connect(server.url, max_size=None) as ws:
-        ack = await request(ws, op="run", id=1, agent="boss", input="q")
-        events: list[dict[str, Any]] = []
-        await events_until(ws, events, lambda ev: started(ev, "leaf"))
+        ack, events = await boss_until_leaf(ws)
         (slow,), (leaf,) = started(events, "slow"), started(events, "leaf")
         await ws.send(
             f'{{"op":"cancel","id":2,"runId":"{ack["runId"]}","agentKey":"{slow}",'
@@ -168,10 +174,8 @@ async def test_an_idle_child_ends_cancelled_and_takes_no_more_messages(tmp_path:
 async def test_a_child_and_its_parent_cancelled_at_once_each_end_once(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS)
     async with running_server(config) as server, connect(server.url, max_size=None) as ws:
-        ack = await request(ws, op="run", id=1, agent="boss", input="q")
+        ack, events = await boss_until_leaf(ws)
         run_id = ack["runId"]
-        events: list[dict[str, Any]] = []
-        await events_until(ws, events, lambda ev: started(ev, "leaf"))
         (slow,), (leaf,) = started(events, "slow"), started(events, "leaf")
         for n, key in enumerate((leaf, slow)):  # back to back: no wait for the first ack
             await ws.send(
@@ -190,9 +194,7 @@ async def test_a_child_and_its_parent_cancelled_at_once_each_end_once(tmp_path: 
 async def test_cancelling_the_whole_run_says_who_and_why(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS)
     async with running_server(config) as server, connect(server.url, max_size=None) as ws:
-        ack = await request(ws, op="run", id=1, agent="boss", input="q")
-        events: list[dict[str, Any]] = []
-        await events_until(ws, events, lambda ev: started(ev, "leaf"))
+        ack, events = await boss_until_leaf(ws)
         reply = await request(ws, op="cancel", id=2, runId=ack["runId"], reason="stop all")
         rest, end = await read_until_end(ws, ack["sub"])
     events += [e for e in rest if "type" in e]
@@ -255,10 +257,8 @@ async def orchestrator_cli(*args: str) -> tuple[int, str, str]:
 async def test_the_cancel_command_stops_a_subtree_or_says_why_not(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS)
     async with running_server(config) as server, connect(server.url, max_size=None) as ws:
-        ack = await request(ws, op="run", id=1, agent="boss", input="q")
+        ack, events = await boss_until_leaf(ws)
         run_id = ack["runId"]
-        events: list[dict[str, Any]] = []
-        await events_until(ws, events, lambda ev: started(ev, "leaf"))
         (slow,) = started(events, "slow")
         code, out, err = await orchestrator_cli(
             "cancel", run_id, "--agent", slow, "--reason", "from a shell", "--url", server.url
