@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import aclosing
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import msgspec
 import trio
 
+from agents.approval import ApprovalGate, ApprovalPolicy, ApprovalRequest, Decision
 from agents.core.events import EventType, Usage
 from agents.core.messages import (
     AssistantMessage,
@@ -57,6 +59,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _REASONING = EventType.REASONING
+Prior = tuple[float, float] | Decision
+"""What the journal says of a call's approval after a takeover: `(requestedAt,
+timeoutAt)` while it waits, or the `Decision` that approved it."""
 _CHECK_EVERY = 256
 """A turn's size is checked every this-many stream parts (so a limit may be passed by
 up to this many parts; the check costs nothing per delta)."""
@@ -121,6 +126,8 @@ class AgentRunner:
         usage: this instance's usage node (its parent's node above it); a budget
             on it that trips cancels this instance with AGENT_ERROR `budget`.
         turn_limits: bounds on each model turn (`output_limit`, `turn_timeout`).
+        approval: which tool calls wait for a person's decision, and `gate`, where
+            they wait (the run's); without both, every call runs at once.
     """
 
     def __init__(
@@ -134,8 +141,12 @@ class AgentRunner:
         timeout_scope: trio.CancelScope | None = None,
         usage: UsageNode | None = None,
         turn_limits: TurnLimits | None = None,
+        approval: ApprovalPolicy | None = None,
+        gate: ApprovalGate | None = None,
     ) -> None:
         self.spec = spec
+        self._approval = approval if gate is not None and approval is not None else None
+        self._gate = gate
         self.turn_limits = turn_limits or TurnLimits()
         self.depth = depth
         self.provider = provider
@@ -228,17 +239,24 @@ class AgentRunner:
         return self._run()  # not awaited here: one coroutine level less under every delta
 
     def continue_run(
-        self, pending: tuple[ToolCall, ...] = (), done: tuple[ToolResultMessage, ...] = ()
+        self,
+        pending: tuple[ToolCall, ...] = (),
+        done: tuple[ToolResultMessage, ...] = (),
+        prior: dict[str, Prior] | None = None,
     ) -> Coroutine[Any, Any, AgentOutcome]:
         """Go on after a takeover, from a conversation rebuilt into `messages`.
 
         When `messages` ends with a turn's tool calls, `done` holds the results the
         journal has and `pending` the calls without one: those run again when the
         tool is `idempotent` (an `agent_spawn` continues its child), else their
-        result is an error saying so. All results then follow the turn in call
-        order, and model turns go on as usual.
+        result is an error saying so. `prior` holds what the journal says of their
+        approvals (call id →): `(requestedAt, timeoutAt)` for a call that was
+        waiting for a decision — it waits again, for the rest of its timeout, with
+        no second APPROVAL_REQUESTED — or the `Decision` that approved it (an
+        idempotent call runs again on it without asking twice). All results then
+        follow the turn in call order, and model turns go on as usual.
         """
-        return self._run(pending, done)
+        return self._run(pending, done, prior or {})
 
     async def wait_idle(self) -> None:
         """Return once no run of this agent is in progress."""
@@ -262,7 +280,10 @@ class AgentRunner:
         return await self._run()
 
     async def _run(
-        self, pending: tuple[ToolCall, ...] = (), done: tuple[ToolResultMessage, ...] = ()
+        self,
+        pending: tuple[ToolCall, ...] = (),
+        done: tuple[ToolResultMessage, ...] = (),
+        prior: dict[str, Prior] | None = None,
     ) -> AgentOutcome:
         self.phase = Phase.RUNNING
         self._ended, self._outcome = False, None
@@ -273,7 +294,7 @@ class AgentRunner:
                 async with trio.open_nursery() as background:
                     self._background = background
                     try:
-                        outcome = await self._loop(pending, done)
+                        outcome = await self._loop(pending, done, prior)
                     except Exception as exc:  # raised bare below, not as a group
                         failure = exc
                         background.cancel_scope.cancel()
@@ -320,13 +341,17 @@ class AgentRunner:
             self._idle.unpark_all()
 
     async def _loop(
-        self, pending: tuple[ToolCall, ...] = (), done: tuple[ToolResultMessage, ...] = ()
+        self,
+        pending: tuple[ToolCall, ...] = (),
+        done: tuple[ToolResultMessage, ...] = (),
+        prior: dict[str, Prior] | None = None,
     ) -> AgentOutcome:
         if pending or done:
             last = self.messages[-1] if self.messages else None
             order = last.tool_calls if isinstance(last, AssistantMessage) else ()
             known = {r.tool_call_id: r for r in done}
-            known.update((r.tool_call_id, r) for r in await self._rerun(pending))
+            rerun = await self._rerun(pending, prior or {})
+            known.update((r.tool_call_id, r) for r in rerun)
             self.messages.extend(known[c.id] for c in order if c.id in known)
         turns = 0
         while True:
@@ -355,19 +380,25 @@ class AgentRunner:
             self.phase = Phase.FINISHING
             return await self._finish(message.text)
 
-    async def _rerun(self, calls: tuple[ToolCall, ...]) -> list[ToolResultMessage]:
+    async def _rerun(
+        self, calls: tuple[ToolCall, ...], prior: dict[str, Prior]
+    ) -> list[ToolResultMessage]:
         """Results for tool calls a worker failure left without one (see `continue_run`)."""
         results: dict[str, ToolResultMessage] = {}
         async with trio.open_nursery() as nursery:
             for call in calls:
                 tool = self._tools.get(call.name)
-                if tool is not None and tool.idempotent:
+                known = prior.get(call.id)
+                waiting = isinstance(known, tuple)  # never ran: it still waits
+                if tool is not None and (tool.idempotent or waiting):
                     try:
                         args: dict[str, Any] | None = parse_arguments(call.arguments)
                         problem = None
                     except ValueError as exc:
                         args, problem = None, str(exc)
-                    nursery.start_soon(self._run_tool, call, args, problem, results)
+                    nursery.start_soon(
+                        self._run_tool, call, args, problem, results, None, None, known
+                    )
                     continue
                 content = (
                     f"tool {call.name!r}: interrupted by a worker failure (it is not "
@@ -639,6 +670,7 @@ class AgentRunner:
         results: dict[str, ToolResultMessage],
         wait_for: trio.Event | None = None,
         done: trio.Event | None = None,
+        prior: Prior | None = None,
     ) -> None:
         # One coroutine from the task down to the tool (no helper level): a child
         # agent streams through every frame of this chain at each of its yields.
@@ -646,13 +678,24 @@ class AgentRunner:
             if wait_for is not None:
                 await wait_for.wait()
             tool = self._tools.get(call.name)
+            decision = None
             if problem is not None or args is None:
                 content, is_error = f"tool {call.name!r}: {problem}", True
             elif tool is None:
                 available = ", ".join(self._tools) or "none"
                 content = f"unknown tool {call.name!r} (available: {available})"
                 is_error = True
-            else:
+            elif isinstance(prior, Decision):  # approved before a takeover
+                decision = prior
+            elif self._approval is not None and (
+                prior is not None or self._approval.requires(call.name)
+            ):
+                decision = await self._ask_approval(call, args, tool, prior)
+            if decision is not None and decision.args is not None:
+                args = decision.args
+            if decision is not None and decision.decision != "approve":
+                content, is_error = decision.refusal(call.name), True
+            elif tool is not None and args is not None and problem is None:
                 ctx = ToolContext(
                     call_id=call.id,
                     agent_id=self.spec.id,
@@ -687,6 +730,64 @@ class AgentRunner:
         finally:
             if done is not None:
                 done.set()
+
+    async def _ask_approval(
+        self, call: ToolCall, args: dict[str, Any], tool: Tool, waited: tuple[float, float] | None
+    ) -> Decision:
+        """Wait for the decision on a call that needs one (`waited`: it was already
+        requested, before a takeover). Emits APPROVAL_REQUESTED (unless `waited`) and
+        APPROVAL_RESOLVED — `cancelled` when the agent is stopped while it waits."""
+        assert self._approval is not None and self._gate is not None
+        policy, bus, now = self._approval, self.bus, time.time()
+        if waited is None:
+            requested_at, timeout_at = now, now + policy.timeout
+            data: dict[str, Any] = {
+                "toolCallId": call.id,
+                "name": call.name,
+                "args": args,
+                "timeoutAt": timeout_at,
+                "edit": policy.edit,
+            }
+            await bus.emit(EventType.APPROVAL_REQUESTED, data)
+        else:
+            requested_at, timeout_at = waited
+        request = ApprovalRequest(
+            tool_call_id=call.id,
+            name=call.name,
+            args=args,
+            requested_at=requested_at,
+            timeout_at=timeout_at,
+            wait=max(0.0, timeout_at - now),
+            edit=policy.edit,
+            parameters=tool.parameters(),
+        )
+        try:
+            decision = await self._gate.wait(request)
+        except BaseException as exc:
+            if is_cancellation(exc) and not bus.closed:
+                stopped = self.cancelled
+                data = {
+                    "toolCallId": call.id,
+                    "decision": "cancelled",
+                    "by": stopped.by if stopped is not None else "server",
+                    "edited": False,
+                }
+                if stopped is not None and stopped.reason is not None:
+                    data["reason"] = stopped.reason
+                bus.emit_nowait(EventType.APPROVAL_RESOLVED, data)
+            raise
+        data = {
+            "toolCallId": call.id,
+            "decision": decision.decision,
+            "by": decision.by,
+            "edited": decision.args is not None,
+        }
+        if decision.reason is not None:
+            data["reason"] = decision.reason
+        if decision.args is not None:
+            data["args"] = decision.args
+        await bus.emit(EventType.APPROVAL_RESOLVED, data)
+        return decision
 
 
 class _Turn:

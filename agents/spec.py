@@ -92,6 +92,13 @@ class AgentSpec(BaseModel):
     """Most tokens (input + output) one instance and its descendants may use."""
     script: ScriptSpec | None = None
     """Turns for the `scripted` provider (ignored by real providers)."""
+    approval: list[str] | None = None
+    """Tools whose calls wait for a person's decision (`"*"`: every tool, `agent_spawn`
+    included); None: the server config's `approval` list; `[]`: none."""
+    approval_edit: bool = False
+    """The approver may change a waiting call's arguments."""
+    approval_timeout_seconds: float | None = Field(default=None, gt=0)
+    """Seconds a call waits for its decision (default: `limits.approval_timeout_seconds`)."""
 
     @property
     def display_name(self) -> str:
@@ -147,11 +154,12 @@ def load_specs(
                 f"(known: {', '.join(sorted(known_models)) or 'none'})"
             )
         if known_tools is not None:
-            for i, tool in enumerate(spec.tools):
-                if tool not in known_tools:
-                    raise SpecError(
-                        f"{path}: tools[{i}]: unknown tool {tool!r} "
-                        f"(known: {', '.join(sorted(known_tools))})"
-                    )
+            for key, names in (("tools", spec.tools), ("approval", spec.approval or [])):
+                for i, tool in enumerate(names):
+                    if tool not in known_tools and not (key == "approval" and tool == "*"):
+                        raise SpecError(
+                            f"{path}: {key}[{i}]: unknown tool {tool!r} "
+                            f"(known: {', '.join(sorted(known_tools))})"
+                        )
         specs[spec.id] = spec
     return specs

@@ -22,6 +22,8 @@ from orchestrator.core.events import EventType as EventType
 from orchestrator.core.events import RunStatus as RunStatus
 from orchestrator.core.events import Source as Source
 from orchestrator.core.events import Usage as Usage
+from orchestrator.runtime.approvals import ApprovalError as ApprovalError
+from orchestrator.runtime.approvals import PendingApproval as PendingApproval
 from orchestrator.runtime.engine import Orchestrator as Orchestrator
 from orchestrator.runtime.engine import RunStream as RunStream
 from orchestrator.runtime.engine import UnknownAgent as UnknownAgent
@@ -32,10 +34,12 @@ if TYPE_CHECKING:
     from orchestrator.server.app import serve as serve
 
 __all__ = [
+    "ApprovalError",
     "ConfigError",
     "Event",
     "EventType",
     "Orchestrator",
+    "PendingApproval",
     "RunResult",
     "RunStatus",
     "RunStream",

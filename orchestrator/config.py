@@ -160,6 +160,12 @@ class LimitsConfig(BaseModel):
     marker (the agent and its tools still get the whole value)."""
     max_input_bytes: int = Field(default=256 * 1024, ge=1024)
     """Largest `input` of a run, and `message` of a `send`, in UTF-8 bytes."""
+    approval_timeout_seconds: float = Field(default=3600.0, gt=0)
+    """Seconds a tool call waits for its approval before it is answered `timeout`
+    (a subagent's `approval_timeout_seconds` overrides it)."""
+    max_pending_approvals: int = Field(default=10_000, ge=1)
+    """Most tool calls waiting for a decision at once over the server; past it a call
+    that needs one is denied at once (`by: server`)."""
 
 
 class ToolsConfig(BaseModel):
@@ -258,6 +264,9 @@ class ServerConfig(BaseModel):
         default_factory=lambda: {"default": ModelConfig(provider="scripted")}
     )
     subagents_dir: str = "subagents"
+    approval: list[str] = Field(default_factory=list)
+    """Tools whose calls wait for a person's decision, for every subagent whose YAML
+    has no `approval` key (`"*"`: every tool)."""
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     cluster: ClusterConfig | None = None

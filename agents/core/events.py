@@ -30,6 +30,10 @@ class EventType(enum.StrEnum):
     TURN_ABANDONED = "TURN_ABANDONED"
     """Cluster mode: the agent's deltas since its last finished turn belong to a turn
     that was cut off by a worker failure; the turn is asked of the model again."""
+    APPROVAL_REQUESTED = "APPROVAL_REQUESTED"
+    """A tool call that needs a person's decision waits for it (`approve` answers)."""
+    APPROVAL_RESOLVED = "APPROVAL_RESOLVED"
+    """The decision on a waiting call: approve, deny, timeout or cancelled."""
     RUN_FINISHED = "RUN_FINISHED"
 
 

@@ -8,19 +8,21 @@ only context variable is `current_bus`, which the contract names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import final
 
 import msgspec
 import trio
 
+from agents.approval import ApprovalGate, ApprovalPolicy
 from agents.core.usage import UsageNode
-from agents.emitter import Emitter
 from agents.providers.factory import ProviderFactory
 from agents.runner import AgentRunner, TurnLimits
 from agents.spec import AgentSpec
 from agents.tools.base import Tool
+from orchestrator.core.bus import AnyBus, Bus
 from orchestrator.core.rebuild import ResumePlan
+from orchestrator.runtime.approvals import NOBODY, ApprovalDesk
 
 __all__ = ["AgentCatalog", "RunContext", "RunLimits", "UnknownAgent"]
 
@@ -51,14 +53,43 @@ class RunLimits(msgspec.Struct, frozen=True, kw_only=True):
 @final
 class AgentCatalog:
     """What runs are made of: the subagents, their providers and the shared tools
-    (the built-in ones; each run adds the runtime's own, bound to it)."""
+    (the built-in ones; each run adds the runtime's own, bound to it), and where
+    their tool calls wait for approval.
+
+    Args:
+        approval: the tools that wait for approval in a subagent with no `approval`
+            key (the server config's `approval`).
+        approval_timeout: seconds a call waits when its subagent does not say.
+        desk: where calls wait (shared by every run of the catalog).
+    """
 
     def __init__(
-        self, specs: Mapping[str, AgentSpec], providers: ProviderFactory, tools: dict[str, Tool]
+        self,
+        specs: Mapping[str, AgentSpec],
+        providers: ProviderFactory,
+        tools: dict[str, Tool],
+        *,
+        approval: Sequence[str] = (),
+        approval_timeout: float = 3600.0,
+        desk: ApprovalDesk | None = None,
     ) -> None:
         self.specs = specs
         self.providers = providers
         self.tools = tools
+        self.approval = tuple(approval)
+        self.approval_timeout = approval_timeout
+        self.desk = desk or ApprovalDesk()
+
+    def approval_policy(self, spec: AgentSpec) -> ApprovalPolicy | None:
+        """Which calls of `spec`'s instances wait for approval (None: none)."""
+        names = spec.approval if spec.approval is not None else self.approval
+        if not names:
+            return None
+        return ApprovalPolicy(
+            tools=frozenset(names),
+            edit=spec.approval_edit,
+            timeout=spec.approval_timeout_seconds or self.approval_timeout,
+        )
 
     def spec(self, agent_id: str) -> AgentSpec:
         """The subagent `agent_id`.
@@ -74,7 +105,7 @@ class AgentCatalog:
     def runner(
         self,
         spec: AgentSpec,
-        bus: Emitter,
+        bus: AnyBus,
         run: RunContext,
         *,
         depth: int,
@@ -82,6 +113,10 @@ class AgentCatalog:
         usage: UsageNode,
     ) -> AgentRunner:
         """An `AgentRunner` for one instance of `spec` in `run` (with the run's tools)."""
+        policy = self.approval_policy(spec)
+        gate: ApprovalGate | None = None
+        if policy is not None:
+            gate = self.desk.gate(bus.run_id, bus.source) if isinstance(bus, Bus) else NOBODY
         return AgentRunner(
             spec,
             self.providers.for_agent(spec),
@@ -91,6 +126,8 @@ class AgentCatalog:
             timeout_scope=timeout_scope,
             usage=usage,
             turn_limits=run.limits.turn,
+            approval=policy,
+            gate=gate,
         )
 
 

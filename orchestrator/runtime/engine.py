@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from typing import Any, Literal
 
 import httpx
 import trio
@@ -24,6 +25,7 @@ from agents.tools.builtin import BUILTIN_TOOLS, builtin_tools
 from orchestrator.config import ServerConfig
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.events import Event
+from orchestrator.runtime.approvals import ApprovalDesk, PendingApproval
 from orchestrator.runtime.context import AgentCatalog, RunLimits, UnknownAgent
 from orchestrator.runtime.queue import EventQueue
 from orchestrator.runtime.run import Run, RunResult
@@ -67,6 +69,26 @@ class RunStream:
             self._run.cancel(reason=reason)
         else:
             self._run.cancel_agent(agent_key, reason=reason)
+
+    @property
+    def pending_approvals(self) -> list[PendingApproval]:
+        """The run's tool calls that wait for a decision now."""
+        return self._run.pending_approvals
+
+    def approve(
+        self,
+        tool_call_id: str,
+        decision: Literal["approve", "deny"] = "approve",
+        *,
+        reason: str | None = None,
+        args: dict[str, Any] | None = None,
+    ) -> PendingApproval:
+        """Answer a waiting tool call (`Run.approve`); its APPROVAL_RESOLVED follows.
+
+        Raises:
+            ApprovalError: no such waiting call, already answered, or bad `args`.
+        """
+        return self._run.approve(tool_call_id, decision, reason=reason, args=args)
 
     async def next_batch(self) -> list[Event]:
         """The events not yet read, at least one; waits for them.
@@ -135,7 +157,14 @@ class Orchestrator:
                 http_allowed_hosts=config.tools.http_allowed_hosts,
             ),
         }
-        self.catalog = AgentCatalog(specs, providers, self.tools)
+        self.catalog = AgentCatalog(
+            specs,
+            providers,
+            self.tools,
+            approval=config.approval,
+            approval_timeout=config.limits.approval_timeout_seconds,
+            desk=ApprovalDesk(config.limits.max_pending_approvals),
+        )
         """The built-in tools above are shared; each run adds `agent_spawn` and
         `agent_send`, bound to it (`spawn.run_tools`)."""
 
@@ -164,6 +193,13 @@ class Orchestrator:
             specs = load_specs(
                 config.subagents_path, models=config.models, tools=builtin_tool_names()
             )
+        known = builtin_tool_names()
+        for i, name in enumerate(config.approval):
+            if name != "*" and name not in known:
+                raise SpecError(
+                    f"approval[{i}]: unknown tool {name!r} in the server config "
+                    f"(known: {', '.join(sorted(known))})"
+                )
         for spec in specs.values():
             if spec.model not in config.models:
                 raise SpecError(f"subagent {spec.id!r}: model {spec.model!r} is not configured")

@@ -7,6 +7,7 @@ emits AGENT_ERROR `cancelled`) and one deadline (`run_timeout_seconds`).
 from __future__ import annotations
 
 import logging
+from typing import Any, Literal
 
 import msgspec
 import trio
@@ -25,6 +26,7 @@ from orchestrator.core.bus import (
 )
 from orchestrator.core.events import EventType, RunStatus, Usage
 from orchestrator.core.rebuild import ResumePlan
+from orchestrator.runtime.approvals import ApprovalError, PendingApproval
 from orchestrator.runtime.context import AgentCatalog, RunContext, RunLimits
 from orchestrator.runtime.spawn import run_tools
 
@@ -122,6 +124,32 @@ class Run:
             # Running ones are stopped by the cancelled ancestor's scope; idle ones end now.
             self.agents[key].cancel(cancellation, stop=False)
 
+    @property
+    def pending_approvals(self) -> list[PendingApproval]:
+        """The run's tool calls that wait for a decision now (`approve` answers them)."""
+        return self.catalog.desk.pending(self.run_id)
+
+    def approve(
+        self,
+        tool_call_id: str,
+        decision: Literal["approve", "deny"] = "approve",
+        *,
+        by: str = "client",
+        reason: str | None = None,
+        args: dict[str, Any] | None = None,
+    ) -> PendingApproval:
+        """Answer a waiting tool call: approved, it runs (once, with `args` when the
+        agent allows edits); denied, its agent gets an error result with `reason`.
+
+        Raises:
+            ApprovalError: no such waiting call, already answered, or bad `args`.
+        """
+        if self.result is not None:
+            raise ApprovalError("not_found", f"run {self.run_id!r} has ended")
+        return self.catalog.desk.answer(
+            self.run_id, tool_call_id, decision, by=by, reason=reason, args=args
+        )
+
     def _runners(self) -> list[AgentRunner]:
         return [*([self.root] if self.root is not None else []), *self.agents.values()]
 
@@ -209,6 +237,7 @@ class Run:
                 error = self._cancelled.describe() if self._cancelled is not None else "cancelled"
         finally:
             current_bus.reset(bus_token)
+            self.catalog.desk.forget_run(self.run_id)
         self.result = RunResult(
             run_id=self.run_id,
             status=status,
