@@ -14,7 +14,14 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-__all__ = ["ApprovalGate", "ApprovalPolicy", "ApprovalRequest", "Decision", "DecisionKind"]
+__all__ = [
+    "ApprovalGate",
+    "ApprovalPolicy",
+    "ApprovalRequest",
+    "Decision",
+    "DecisionKind",
+    "Prior",
+]
 
 DecisionKind = Literal["approve", "deny", "timeout", "cancelled"]
 
@@ -69,6 +76,11 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
         if self.decision == "timeout":
             return f"tool {name!r} was not run: nobody approved it in time{why}"
         return f"tool {name!r} was not run: the approval was cancelled{why}"
+
+
+Prior = tuple[float, float] | Decision
+"""What the journal says of a call's approval after a takeover: `(requestedAt,
+timeoutAt)` while it waits, or the `Decision` it got."""
 
 
 class ApprovalGate(Protocol):

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import trio
 
-from agents.approval import ApprovalGate, ApprovalPolicy, ApprovalRequest, Decision
+from agents.approval import ApprovalGate, ApprovalPolicy, ApprovalRequest, Decision, Prior
 from agents.core.events import EventType, Usage
 from agents.core.messages import (
     AssistantMessage,
@@ -59,9 +59,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _REASONING = EventType.REASONING
-Prior = tuple[float, float] | Decision
-"""What the journal says of a call's approval after a takeover: `(requestedAt,
-timeoutAt)` while it waits, or the `Decision` that approved it."""
 _CHECK_EVERY = 256
 """A turn's size is checked every this-many stream parts (so a limit may be passed by
 up to this many parts; the check costs nothing per delta)."""
@@ -252,8 +249,8 @@ class AgentRunner:
         result is an error saying so. `prior` holds what the journal says of their
         approvals (call id →): `(requestedAt, timeoutAt)` for a call that was
         waiting for a decision — it waits again, for the rest of its timeout, with
-        no second APPROVAL_REQUESTED — or the `Decision` that approved it (an
-        idempotent call runs again on it without asking twice). All results then
+        no second APPROVAL_REQUESTED — or the `Decision` it got (a refused call gets
+        its refusal; an approved idempotent one runs again without asking twice). All results then
         follow the turn in call order, and model turns go on as usual.
         """
         return self._run(pending, done, prior or {})
@@ -389,8 +386,10 @@ class AgentRunner:
             for call in calls:
                 tool = self._tools.get(call.name)
                 known = prior.get(call.id)
-                waiting = isinstance(known, tuple)  # never ran: it still waits
-                if tool is not None and (tool.idempotent or waiting):
+                never_ran = isinstance(known, tuple) or (  # it waits, or was refused
+                    isinstance(known, Decision) and known.decision != "approve"
+                )
+                if tool is not None and (tool.idempotent or never_ran):
                     try:
                         args: dict[str, Any] | None = parse_arguments(call.arguments)
                         problem = None
@@ -685,7 +684,7 @@ class AgentRunner:
                 available = ", ".join(self._tools) or "none"
                 content = f"unknown tool {call.name!r} (available: {available})"
                 is_error = True
-            elif isinstance(prior, Decision):  # approved before a takeover
+            elif isinstance(prior, Decision):  # decided before a takeover
                 decision = prior
             elif self._approval is not None and (
                 prior is not None or self._approval.requires(call.name)

@@ -13,10 +13,11 @@ and a message that names the problem (`Expected \\`int\\`, got \\`str\\` - at
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
+from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.core.events import Event
 from orchestrator.core.filters import FilterSpec
 
@@ -25,6 +26,7 @@ __all__ = [
     "AgentInfo",
     "Agents",
     "AgentsReply",
+    "Approve",
     "Cancel",
     "ClientOp",
     "End",
@@ -32,6 +34,8 @@ __all__ = [
     "ErrorFrame",
     "Events",
     "Gap",
+    "Pending",
+    "PendingReply",
     "Ping",
     "Pong",
     "ProtocolError",
@@ -123,6 +127,24 @@ class Send(_Op):
     agent_key: str | None = None
 
 
+class Approve(_Op):
+    """Answer a tool call that waits for approval (`args`: changed arguments, where
+    the agent's `approval_edit` allows it)."""
+
+    run_id: str
+    tool_call_id: str
+    decision: Literal["approve", "deny"]
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+
+
+class Pending(_Op):
+    """List the tool calls waiting for approval, of one run or of every visible run."""
+
+    run_id: str | None = None
+    limit: int = 1000
+
+
 class Runs(_Op):
     """List runs, newest first, a page at a time."""
 
@@ -139,17 +161,21 @@ class Ping(_Op):
     """Liveness check."""
 
 
-ClientOp = Run | Subscribe | Unsubscribe | Cancel | Send | Runs | Agents | Ping
+ClientOp = Run | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | Agents | Ping
 OPS: dict[str, type[_Op]] = {
     "run": Run,
     "subscribe": Subscribe,
     "unsubscribe": Unsubscribe,
     "cancel": Cancel,
     "send": Send,
+    "approve": Approve,
+    "pending": Pending,
     "runs": Runs,
     "agents": Agents,
     "ping": Ping,
 }
+MAX_PENDING_LISTED = 10_000
+"""Most waiting calls one `pending` reply lists."""
 _decode_any = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 
@@ -248,6 +274,14 @@ class AgentsReply(_Frame, tag="agents"):
     id: MessageId = None
 
 
+class PendingReply(_Frame, tag="pending"):
+    """Waiting tool calls, oldest first; `more`: more than `limit` wait."""
+
+    approvals: list[ApprovalInfo]
+    more: bool
+    id: MessageId = None
+
+
 class Result(_Frame, tag="result"):
     """A blocking (`stream: false`) run ended."""
 
@@ -258,7 +292,9 @@ class Result(_Frame, tag="result"):
     error: str | None = None
 
 
-ServerFrame = Ack | Pong | Events | End | Gap | ErrorFrame | RunsReply | AgentsReply | Result
+ServerFrame = (
+    Ack | Pong | Events | End | Gap | ErrorFrame | RunsReply | AgentsReply | PendingReply | Result
+)
 _frame_decoder: msgspec.json.Decoder[ServerFrame] = msgspec.json.Decoder(ServerFrame)
 
 
@@ -312,6 +348,8 @@ def parse(text: str | bytes) -> ClientOp:
         problems.append("afterSeq must be 0 or more")
     if isinstance(message, Runs) and not 1 <= message.limit <= 1000:
         problems.append("limit must be 1 to 1000")
+    if isinstance(message, Pending) and not 1 <= message.limit <= MAX_PENDING_LISTED:
+        problems.append(f"limit must be 1 to {MAX_PENDING_LISTED}")
     if problems:
         raise ProtocolError("bad_request", f"{op}: " + "; ".join(problems), msg_id)
     return message  # type: ignore[return-value]

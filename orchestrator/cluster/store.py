@@ -10,7 +10,12 @@ journal's (`<prefix>runs`, `<prefix>run:{<runId>}:ev`, see storage/redis.py):
 - `<prefix>runs:index` — sorted set runId → created_at (the `runs` op pages on it).
 - `<prefix>run:{<runId>}:lease` — `worker:epoch`, expiring after `lease_seconds`.
 - `<prefix>run:{<runId>}:epoch` — a counter: every acquisition gets a new epoch.
-- `<prefix>run:{<runId>}:ctl` — control requests for the run's owner (cancel, send).
+- `<prefix>run:{<runId>}:ctl` — control requests for the run's owner (cancel, send,
+  approve).
+- `<prefix>approvals` — hash `<runId> <toolCallId>` → the waiting call (JSON
+  `ApprovalInfo`), written by the worker that runs it; the `pending` op reads it.
+- `<prefix>run:{<runId>}:answered:<toolCallId>` — the decision on a call, set once
+  (`SET NX`, kept a week): the first answer through any gateway wins.
 
 Fencing: a worker appends a run's events with one script that first compares the
 lease with the worker's own `worker:epoch` token; a worker that lost the lease
@@ -29,6 +34,7 @@ import coredis.exceptions
 import msgspec
 from coredis.tokens import PureToken
 
+from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.paging import RunPage
 from orchestrator.storage.redis import RedisStorage
@@ -37,6 +43,9 @@ __all__ = ["ClusterStore", "Control", "QueueEntry"]
 
 _encode = msgspec.json.Encoder().encode
 _decode_record = msgspec.json.Decoder(RunRecord).decode
+_decode_approval = msgspec.json.Decoder(ApprovalInfo).decode
+ANSWER_KEPT_SECONDS = 7 * 24 * 3600
+"""How long the decision on a call is kept (a second answer says `already answered`)."""
 GROUP = "workers"
 CONTROL_KEPT = 1000
 """About the most control requests a run's stream keeps (older ones are trimmed)."""
@@ -310,6 +319,57 @@ class ClusterStore:
     async def set_control_done(self, run_id: str, entry_id: str) -> None:
         """Note a control request as applied (a takeover goes on after it, not before)."""
         await self.client.set(f"{self.prefix}run:{{{run_id}}}:ctldone", entry_id)
+
+    # -- approvals ---------------------------------------------------------------
+
+    @property
+    def approvals_key(self) -> str:
+        """The hash of every waiting call of the cluster."""
+        return f"{self.prefix}approvals"
+
+    async def publish_approvals(self, changes: Sequence[tuple[str, str, bytes | None]]) -> None:
+        """Apply `(run_id, tool_call_id, info JSON or None)` changes to the waiting list,
+        in order, in one round trip."""
+        if not changes:
+            return
+        requests: list[Awaitable[object]] = []
+        async with self.client.pipeline(transaction=False) as pipe:
+            for run_id, call_id, info in changes:
+                field = f"{run_id} {call_id}"
+                if info is None:
+                    requests.append(pipe.hdel(self.approvals_key, [field]))
+                else:
+                    requests.append(pipe.hset(self.approvals_key, {field: info}))
+        for request in requests:
+            await request
+
+    async def approval(self, run_id: str, call_id: str) -> ApprovalInfo | None:
+        """The waiting call, if it waits."""
+        raw = await self.client.hget(self.approvals_key, f"{run_id} {call_id}")
+        return None if raw is None else _decode_approval(raw)
+
+    async def approvals(self) -> list[ApprovalInfo]:
+        """Every waiting call of the cluster."""
+        raw = await self.client.hgetall(self.approvals_key)
+        return [_decode_approval(value) for value in raw.values()]
+
+    def _answered_key(self, run_id: str, call_id: str) -> str:
+        return f"{self.prefix}run:{{{run_id}}}:answered:{call_id}"
+
+    async def answered(self, run_id: str, call_id: str) -> str | None:
+        """The decision noted on a call (None: none yet)."""
+        raw = await self.client.get(self._answered_key(run_id, call_id))
+        return None if raw is None else _text(raw)
+
+    async def claim_answer(self, run_id: str, call_id: str, decision: str) -> str | None:
+        """Note the decision on a call unless one was noted: None when this one is the
+        first, else the earlier decision."""
+        key = self._answered_key(run_id, call_id)
+        if await self.client.set(key, decision, condition=PureToken.NX, ex=ANSWER_KEPT_SECONDS):
+            await self.client.hdel(self.approvals_key, [f"{run_id} {call_id}"])
+            return None
+        earlier = await self.client.get(key)
+        return _text(earlier) if earlier is not None else decision
 
     # -- tailing -----------------------------------------------------------------
 

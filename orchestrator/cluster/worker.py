@@ -3,7 +3,8 @@
 One task per concern, all in the worker's nursery: taking requests (`XREADGROUP`,
 never more than `max_runs` at once), renewing the leases of the runs it executes
 (every `lease_seconds / 3`, in one round trip), reading their control streams
-(cancel, send), and claiming the requests of workers that stopped renewing.
+(cancel, send, approve), publishing their waiting tool calls (the cluster's
+`pending` list), and claiming the requests of workers that stopped renewing.
 
 A worker that learns it lost a lease — a refused append, a refused renewal, or no
 successful renewal for `lease_seconds` (Redis unreachable, the process paused) —
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import msgspec
 import trio
@@ -25,6 +27,7 @@ from orchestrator.config import ClusterConfig
 from orchestrator.runs.host import HostedRun, RunHost
 from orchestrator.runs.resume import end_unresumable, plan_resume
 from orchestrator.runs.service import AgentNotRunning
+from orchestrator.runtime.approvals import ApprovalError, PendingApproval
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 
@@ -45,6 +48,16 @@ class _Owned:
     or a cancel read during the takeover would find nothing to cancel and be lost)."""
 
 
+class _Answer(msgspec.Struct, frozen=True):
+    """An `approve` as a gateway forwards it."""
+
+    toolCallId: str
+    decision: Literal["approve", "deny"]
+    by: str
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+
+
 class Worker:
     """Executes the cluster's runs on this instance (`run()` until cancelled)."""
 
@@ -63,6 +76,10 @@ class Worker:
         self._changed = trio.lowlevel.ParkingLot()
         """Unparked when a run is taken or let go (slots, control streams)."""
         self._nursery: trio.Nursery | None = None
+        self._approvals: list[tuple[str, str, bytes | None]] = []
+        """Changes to the cluster's list of waiting calls, not yet written."""
+        self._approvals_lot = trio.lowlevel.ParkingLot()
+        host.orchestrator.catalog.desk.on_change = self._approval_changed
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Work until cancelled."""
@@ -77,6 +94,7 @@ class Worker:
             nursery.start_soon(self._control_loop)
             nursery.start_soon(self._claim_loop)
             nursery.start_soon(self._heartbeat_loop)
+            nursery.start_soon(self._approvals_loop)
             task_status.started()
 
     # -- taking runs -------------------------------------------------------------
@@ -283,11 +301,61 @@ class Worker:
                         await self.host.cancel(run_id, control.agent_key, control.message or None)
                     except (AgentNotRunning, LookupError) as exc:
                         logger.warning("run %s: cancel not applied: %s", run_id, exc)
+                elif control.op == "approve":
+                    self._apply_approval(run_id, control.message)
                 elif control.op == "send":
                     try:
                         await self.host.send(run_id, control.agent_key, control.message)
                     except (AgentNotRunning, LookupError) as exc:
                         logger.warning("run %s: message not delivered: %s", run_id, exc)
+
+    # -- approvals ---------------------------------------------------------------
+
+    def _approval_changed(self, run_id: str, call_id: str, waiting: PendingApproval | None) -> None:
+        """A call of a run here starts or stops waiting: queue the change for Redis (not
+        for a run this worker lost: its new owner publishes it)."""
+        if run_id not in self.owned:
+            return
+        info = None
+        if waiting is not None:
+            record = self.journal.get(run_id).record
+            info = msgspec.json.encode(
+                waiting.info(
+                    agent_id=record.agent_id, root_path=record.root_session_id, owner=record.owner
+                )
+            )
+        self._approvals.append((run_id, call_id, info))
+        self._approvals_lot.unpark_all()
+
+    async def _approvals_loop(self) -> None:
+        while True:
+            if not self._approvals:
+                await self._approvals_lot.park()
+                continue
+            batch, self._approvals = self._approvals, []
+            try:
+                await self.store.publish_approvals(batch)
+            except Exception as exc:
+                logger.warning("worker %s: publishing waiting calls failed: %s", self.name, exc)
+                self._approvals[:0] = batch
+                await trio.sleep(_RETRY)
+
+    def _apply_approval(self, run_id: str, body: str) -> None:
+        """An `approve` a gateway checked and claimed: give it to the waiting call."""
+        try:
+            answer = msgspec.json.decode(body, type=_Answer)
+            run = self.host.active.get(run_id)
+            if run is None:
+                raise ApprovalError("not_found", "the run is not running here")
+            run.approve(
+                answer.toolCallId,
+                answer.decision,
+                by=answer.by,
+                reason=answer.reason,
+                args=answer.args,
+            )
+        except (msgspec.DecodeError, ApprovalError) as exc:
+            logger.warning("run %s: approval not applied: %s", run_id, exc)
 
     async def _heartbeat_loop(self) -> None:
         while True:

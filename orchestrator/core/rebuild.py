@@ -12,6 +12,10 @@ stopped:
 - `cut_off`: deltas of a turn that never finished. They stay in the journal, a
   TURN_ABANDONED event marks them, and the turn is asked of the model again.
 - `ended`: the agent already has its terminal event.
+- `approvals`: what the journal says of the pending calls' approvals: still
+  waiting (`(requestedAt, timeoutAt)`: the call waits again, for the rest of its
+  timeout, and can be answered as before) or decided (the `Decision`: a refused call
+  is never run; an approved one runs again only if it is idempotent).
 
 Children are attached to the spawn call that made them (`parentToolCallId`). A
 child whose parent will not wait for it again — its call's result is already
@@ -30,6 +34,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.approval import Decision, Prior
 from agents.core.messages import (
     AssistantMessage,
     Message,
@@ -60,6 +65,8 @@ class AgentPlan:
     error: str | None = None
     children: dict[str, str] = field(default_factory=dict)
     """Spawn call id → the child's agentKey."""
+    approvals: dict[str, Prior] = field(default_factory=dict)
+    """Call id → its approval as journaled, for the calls in `pending` that had one."""
     # Assembly state: the open turn's calls and the results seen for them.
     _turn_calls: list[ToolCall] = field(default_factory=list)
     _results: dict[str, ToolResultMessage] = field(default_factory=dict)
@@ -159,6 +166,12 @@ def rebuild(events: list[Event]) -> ResumePlan:
             _settle(agent)
         elif kind is EventType.USER_MESSAGE:
             agent._inbox.append(str(data.get("text", "")))
+        elif kind is EventType.APPROVAL_REQUESTED:
+            timeout_at = data.get("timeoutAt")
+            if isinstance(timeout_at, (int, float)):
+                agent.approvals[str(data.get("toolCallId", ""))] = (event.ts, float(timeout_at))
+        elif kind is EventType.APPROVAL_RESOLVED:
+            agent.approvals[str(data.get("toolCallId", ""))] = _decision(data)
         elif kind is EventType.AGENT_RESULT:
             agent.ended, agent.result = True, str(data.get("text", ""))
         elif kind is EventType.AGENT_ERROR:
@@ -167,6 +180,8 @@ def rebuild(events: list[Event]) -> ResumePlan:
         if not agent._in_turn and agent._turn_calls:
             agent.pending = [c for c in agent._turn_calls if c.id not in agent._results]
             agent.done = [agent._results[c.id] for c in agent._turn_calls if c.id in agent._results]
+        open_calls = {c.id for c in agent.pending}
+        agent.approvals = {k: v for k, v in agent.approvals.items() if k in open_calls}
         agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
         agent._inbox.clear()
     if None not in agents:
@@ -205,6 +220,18 @@ def _flush_turn(agent: AgentPlan) -> None:
         agent.messages.extend(agent._results[c.id] for c in calls if c.id in agent._results)
     agent._turn_calls = []
     agent._results = {}
+
+
+def _decision(data: dict[str, Any]) -> Decision:
+    kind = data.get("decision")
+    args = data.get("args")
+    reason = data.get("reason")
+    return Decision(
+        decision=kind if kind in ("approve", "deny", "timeout") else "cancelled",
+        by=str(data.get("by", "")),
+        reason=reason if isinstance(reason, str) else None,
+        args=args if isinstance(args, dict) else None,
+    )
 
 
 def _tool_call(data: dict[str, Any]) -> ToolCall:

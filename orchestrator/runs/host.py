@@ -12,12 +12,15 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from typing import Any, Literal
 
 import trio
 
+from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.rebuild import ResumePlan
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
+from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
 from orchestrator.runtime.run import AgentGone, Run, RunResult
 from orchestrator.runtime.spawn import send_to
@@ -219,6 +222,49 @@ class RunHost:
         root.start_background(
             f"send {agent_key}", functools.partial(send_to, agent, message, "client"), report=False
         )
+
+    async def approve(
+        self,
+        run_id: str,
+        tool_call_id: str,
+        decision: Literal["approve", "deny"],
+        *,
+        by: str,
+        reason: str | None = None,
+        args: dict[str, Any] | None = None,
+    ) -> None:
+        """Answer a waiting tool call of a run here (`Run.approve`).
+
+        Raises:
+            UnknownRun: no such run.
+            ApprovalError: no such waiting call, already answered, or bad `args`.
+        """
+        self.journal.get(run_id)
+        run = self.active.get(run_id)
+        if run is None:
+            raise ApprovalError("not_found", f"run {run_id!r} is not running")
+        run.approve(tool_call_id, decision, by=by, reason=reason, args=args)
+
+    async def pending(
+        self, run_id: str | None, *, owner: str | None, limit: int
+    ) -> tuple[list[ApprovalInfo], bool]:
+        """The waiting calls of the runs here (see `RunService.pending`)."""
+        found: list[ApprovalInfo] = []
+        for waiting in self.orchestrator.catalog.desk.pending(run_id):
+            run = self.active.get(waiting.run_id)
+            if run is None:
+                continue
+            record = self.journal.get(waiting.run_id).record
+            if owner is not None and record.owner != owner:
+                continue
+            if len(found) == limit:
+                return found, True
+            found.append(
+                waiting.info(
+                    agent_id=run.agent_id, root_path=record.root_session_id, owner=record.owner
+                )
+            )
+        return found, False
 
     async def page(
         self, *, limit: int, before: str | None, owner: str | None

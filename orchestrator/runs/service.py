@@ -7,8 +7,9 @@ errors below, which the server turns into the protocol's error codes.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
+from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.runtime.run import RunResult
 from orchestrator.storage.base import RunRecord
 
@@ -93,6 +94,31 @@ class RunService(Protocol):
             UnknownRun: no such run.
             AgentNotRunning: the run or that agent is not running (where known at once).
         """
+        ...
+
+    async def approve(
+        self,
+        run_id: str,
+        tool_call_id: str,
+        decision: Literal["approve", "deny"],
+        *,
+        by: str,
+        reason: str | None = None,
+        args: dict[str, Any] | None = None,
+    ) -> None:
+        """Answer a tool call of the run that waits for approval.
+
+        Raises:
+            UnknownRun: no such run.
+            ApprovalError: no such waiting call, already answered, or bad `args`.
+        """
+        ...
+
+    async def pending(
+        self, run_id: str | None, *, owner: str | None, limit: int
+    ) -> tuple[list[ApprovalInfo], bool]:
+        """Up to `limit` waiting calls (oldest first) of `run_id`, or of every run;
+        only runs of `owner` when given; and whether more wait."""
         ...
 
     async def page(

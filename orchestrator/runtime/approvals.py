@@ -13,18 +13,24 @@ touches the desk; a waiting call is one `PendingApproval` and one parked task.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import jsonschema
 import trio
 
 from agents.approval import ApprovalRequest, Decision
+from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.core.events import Source
 
-__all__ = ["NOBODY", "ApprovalDesk", "ApprovalError", "PendingApproval", "RunGate"]
-
-_ANSWERED_KEPT = 100_000
-"""Answered call ids remembered (so a second answer says `already answered`)."""
+__all__ = [
+    "NOBODY",
+    "ApprovalDesk",
+    "ApprovalError",
+    "PendingApproval",
+    "RunGate",
+    "check_answer",
+]
 
 
 class ApprovalError(LookupError):
@@ -49,22 +55,24 @@ class PendingApproval:
         self.decision: Decision | None = None
         self.woken = trio.Event()
 
-    def to_json(self, root_path: str | None = None) -> dict[str, Any]:
-        """The `pending` op's shape of it."""
+    def info(self, *, agent_id: str, root_path: str, owner: str | None = None) -> ApprovalInfo:
+        """How lists show it (`agent_id`, `root_path`: the root agent's, for its calls)."""
         request, source = self.request, self.source
-        return {
-            "runId": self.run_id,
-            "agentKey": source.agent_key if source is not None else None,
-            "agentId": source.agent_id if source is not None else None,
-            "path": source.path if source is not None else root_path,
-            "depth": source.depth if source is not None else 0,
-            "toolCallId": request.tool_call_id,
-            "name": request.name,
-            "args": request.args,
-            "edit": request.edit,
-            "requestedAt": request.requested_at,
-            "timeoutAt": request.timeout_at,
-        }
+        return ApprovalInfo(
+            run_id=self.run_id,
+            agent_key=source.agent_key if source is not None else None,
+            agent_id=source.agent_id if source is not None else agent_id,
+            path=source.path if source is not None else root_path,
+            depth=source.depth if source is not None else 0,
+            tool_call_id=request.tool_call_id,
+            name=request.name,
+            args=request.args,
+            edit=request.edit,
+            requested_at=request.requested_at,
+            timeout_at=request.timeout_at,
+            owner=owner,
+            parameters=request.parameters,
+        )
 
 
 class ApprovalDesk:
@@ -73,9 +81,13 @@ class ApprovalDesk:
     def __init__(self, max_pending: int = 10_000) -> None:
         self.max_pending = max_pending
         self._pending: dict[str, dict[str, PendingApproval]] = {}
-        self._answered: dict[tuple[str, str], str] = {}
+        self._answered: dict[str, dict[str, str]] = {}
+        """Run → call id → its decision, while the run lasts (`already answered`)."""
         self.count = 0
         """Calls waiting now, over every run."""
+        self.on_change: Callable[[str, str, PendingApproval | None], None] | None = None
+        """Told `(run_id, tool_call_id, waiting)` when a call starts waiting, and with
+        None when it no longer does (a cluster worker publishes the list)."""
 
     def gate(self, run_id: str, source: Source | None) -> RunGate:
         """Where one agent instance of `run_id` waits (`agents.approval.ApprovalGate`)."""
@@ -115,7 +127,7 @@ class ApprovalDesk:
             earlier = (
                 waiting.decision.decision
                 if waiting is not None and waiting.decision is not None
-                else self._answered.get((run_id, tool_call_id))
+                else self._answered.get(run_id, {}).get(tool_call_id)
             )
             if earlier is not None:
                 raise ApprovalError(
@@ -127,59 +139,67 @@ class ApprovalDesk:
                 "not_found",
                 f"no tool call {tool_call_id!r} waits for approval in run {run_id!r}",
             )
-        if args is not None:
-            if decision != "approve":
-                raise ApprovalError("invalid", "args may only come with decision 'approve'")
-            if not waiting.request.edit:
-                raise ApprovalError(
-                    "invalid",
-                    f"the arguments of {waiting.request.name!r} may not be edited "
-                    "(the agent's approval_edit is false)",
-                )
-            problem = _invalid_args(args, waiting.request.parameters)
-            if problem is not None:
-                raise ApprovalError(
-                    "invalid", f"args are not valid for {waiting.request.name!r}: {problem}"
-                )
+        request = waiting.request
+        check_answer(request.name, request.edit, request.parameters, decision, args)
         waiting.decision = Decision(decision=decision, by=by, reason=reason, args=args)
         waiting.woken.set()
         return waiting
 
     def forget_run(self, run_id: str) -> None:
-        """Forget a run's answered ids (its run ended)."""
-        for key in [k for k in self._answered if k[0] == run_id]:
-            del self._answered[key]
+        """The run ended: drop what it left (answered ids, calls adopted but never
+        waited for again)."""
+        self._answered.pop(run_id, None)
+        for call_id in list(self._pending.get(run_id, ())):
+            self._drop(run_id, call_id)
+
+    def adopt(self, run_id: str, source: Source | None, request: ApprovalRequest) -> None:
+        """A call that waited before a restart or takeover waits again: listed and
+        answerable from now, before its agent reaches it (`wait` then finds it)."""
+        self._add(PendingApproval(run_id, source, request))
 
     async def wait(self, run_id: str, source: Source | None, request: ApprovalRequest) -> Decision:
         """Park until the decision, the timeout, or a cancel (see `RunGate.wait`)."""
-        if self.count >= self.max_pending:
-            return Decision(
-                decision="deny",
-                by="server",
-                reason=f"{self.max_pending} tool calls already wait for approval on this "
-                "server (limits.max_pending_approvals)",
-            )
-        calls = self._pending.setdefault(run_id, {})
-        waiting = calls[request.tool_call_id] = PendingApproval(run_id, source, request)
-        self.count += 1
+        waiting = self._pending.get(run_id, {}).get(request.tool_call_id)
+        if waiting is None:
+            if self.count >= self.max_pending:
+                return Decision(
+                    decision="deny",
+                    by="server",
+                    reason=f"{self.max_pending} tool calls already wait for approval on this "
+                    "server (limits.max_pending_approvals)",
+                )
+            waiting = self._add(PendingApproval(run_id, source, request))
         try:
             with trio.move_on_after(request.wait):
                 await waiting.woken.wait()
         finally:
-            self.count -= 1
-            del calls[request.tool_call_id]
-            if not calls:
-                del self._pending[run_id]
+            self._drop(run_id, request.tool_call_id)
         if waiting.decision is None:
             waiting.decision = Decision(
                 decision="timeout",
                 by="server",
                 reason=f"no decision within {_seconds(request.timeout_at - request.requested_at)}",
             )
-        if len(self._answered) >= _ANSWERED_KEPT:
-            del self._answered[next(iter(self._answered))]
-        self._answered[(run_id, request.tool_call_id)] = waiting.decision.decision
+        self._answered.setdefault(run_id, {})[request.tool_call_id] = waiting.decision.decision
         return waiting.decision
+
+    def _add(self, waiting: PendingApproval) -> PendingApproval:
+        run_id, call_id = waiting.run_id, waiting.request.tool_call_id
+        self._pending.setdefault(run_id, {})[call_id] = waiting
+        self.count += 1
+        if self.on_change is not None:
+            self.on_change(run_id, call_id, waiting)
+        return waiting
+
+    def _drop(self, run_id: str, call_id: str) -> None:
+        calls = self._pending.get(run_id)
+        if calls is None or calls.pop(call_id, None) is None:
+            return
+        self.count -= 1
+        if not calls:
+            del self._pending[run_id]
+        if self.on_change is not None:
+            self.on_change(run_id, call_id, None)
 
 
 class RunGate:
@@ -208,6 +228,33 @@ class _Nobody:
 
 
 NOBODY = _Nobody()
+
+
+def check_answer(
+    name: str,
+    edit: bool,
+    parameters: dict[str, Any] | None,
+    decision: str,
+    args: dict[str, Any] | None,
+) -> None:
+    """Check an answer's `args` for a call of tool `name` (None: no edit).
+
+    Raises:
+        ApprovalError: `invalid` — args with a deny, args the agent may not edit, or
+            args that are not valid against the tool's JSON schema `parameters`.
+    """
+    if args is None:
+        return
+    if decision != "approve":
+        raise ApprovalError("invalid", "args may only come with decision 'approve'")
+    if not edit:
+        raise ApprovalError(
+            "invalid",
+            f"the arguments of {name!r} may not be edited (the agent's approval_edit is false)",
+        )
+    problem = _invalid_args(args, parameters or {})
+    if problem is not None:
+        raise ApprovalError("invalid", f"args are not valid for {name!r}: {problem}")
 
 
 def _invalid_args(args: dict[str, Any], schema: dict[str, Any]) -> str | None:

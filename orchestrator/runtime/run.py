@@ -7,11 +7,14 @@ emits AGENT_ERROR `cancelled`) and one deadline (`run_timeout_seconds`).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Literal
 
 import msgspec
 import trio
 
+from agents.approval import ApprovalRequest
+from agents.core.turn import parse_arguments
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed
 from agents.runner import AgentRunner, Cancellation
@@ -90,6 +93,42 @@ class Run:
         self.resumed = resumed or {}
         self._orphaned: set[str] = set()
         """RUN_RESUMED's data (`attempt`, `worker`, `afterSeq`)."""
+        if resume is not None and sink is not None:
+            self._adopt_approvals(resume)
+
+    def _adopt_approvals(self, plan: ResumePlan) -> None:
+        """Calls that waited for a decision when the journal stopped wait again, and can
+        be listed and answered from now on (before their agents reach them)."""
+        now = time.time()
+        for agent in plan.agents.values():
+            if agent.ended:
+                continue
+            spec = self.catalog.specs.get(agent.agent_id)
+            policy = self.catalog.approval_policy(spec) if spec is not None else None
+            for call in agent.pending:
+                prior = agent.approvals.get(call.id)
+                tool = self.context.tools.get(call.name)
+                if not isinstance(prior, tuple) or tool is None:
+                    continue
+                try:
+                    args = parse_arguments(call.arguments)
+                except ValueError:
+                    continue
+                requested_at, timeout_at = prior
+                self.catalog.desk.adopt(
+                    self.run_id,
+                    agent.source,
+                    ApprovalRequest(
+                        tool_call_id=call.id,
+                        name=call.name,
+                        args=args,
+                        requested_at=requested_at,
+                        timeout_at=timeout_at,
+                        wait=max(0.0, timeout_at - now),
+                        edit=policy.edit if policy is not None else False,
+                        parameters=tool.parameters(),
+                    ),
+                )
 
     def cancel(self, by: str = "user", reason: str | None = None) -> None:
         """Cancel the whole tree; the run ends `cancelled`.
@@ -216,7 +255,9 @@ class Run:
                     elif plan is not None:
                         runner.messages = list(plan.root.messages)
                         root = plan.root
-                        outcome = await runner.continue_run(tuple(root.pending), tuple(root.done))
+                        outcome = await runner.continue_run(
+                            tuple(root.pending), tuple(root.done), root.approvals
+                        )
                         text = outcome.text
                     else:
                         text = (await runner.run(self.input)).text

@@ -205,7 +205,10 @@ class AgentSpawnTool:
         child = _Child(run, spec, Bus(parent_bus.sink, rebuilt.source), ctx, spec.timeout_seconds)
         child.runner.messages = list(rebuilt.messages)
         work = functools.partial(
-            child.runner.continue_run, tuple(rebuilt.pending), tuple(rebuilt.done)
+            child.runner.continue_run,
+            tuple(rebuilt.pending),
+            tuple(rebuilt.done),
+            rebuilt.approvals,
         )
         return await child.drive(work, tool_error=True)
 

@@ -1,7 +1,7 @@
 """The client ops (`docs/server.md`), as a table: one small handler per op.
 
 How an op is authorized: every entry of `OPS` says whether the op changes
-anything (`writes`: start, cancel, send) and which run it names, if any
+anything (`writes`: start, cancel, send, approve) and which run it names, if any
 (`run_of`). `dispatch` checks both against the connection's principal before the
 handler runs: a read-only `viewer` token may not write (`unauthorized`), and a
 `user` token sees and controls only the runs it started — anything else is
@@ -17,9 +17,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from orchestrator import protocol
 from orchestrator.protocol import ProtocolError
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
+from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.storage.runlog import RunLog, UnknownRun
 
@@ -67,6 +70,9 @@ async def dispatch(conn: Connection, op: protocol.ClientOp) -> None:
         raise ProtocolError("limit_exceeded", str(exc), op.id) from None
     except StorageUnavailable as exc:
         raise ProtocolError("unavailable", str(exc), op.id) from None
+    except ApprovalError as exc:
+        kind: protocol.ErrorCode = "not_found" if exc.code == "not_found" else "bad_request"
+        raise ProtocolError(kind, exc.message, op.id) from None
 
 
 async def visible(conn: Connection, run_id: str, msg_id: protocol.MessageId) -> RunLog:
@@ -145,6 +151,25 @@ async def send(conn: Connection, op: protocol.Send) -> None:
     await conn.reply(protocol.ack(op.id))
 
 
+async def approve(conn: Connection, op: protocol.Approve) -> None:
+    if op.reason is not None:
+        check_size(conn, "reason", op.reason, op.id)
+    if op.args is not None:
+        check_size(conn, "args", msgspec.json.encode(op.args).decode(), op.id)
+    by = conn.principal.name or "client"
+    await conn.app.runs.approve(
+        op.run_id, op.tool_call_id, op.decision, by=by, reason=op.reason, args=op.args
+    )
+    await conn.reply(protocol.ack(op.id))
+
+
+async def pending(conn: Connection, op: protocol.Pending) -> None:
+    owner = None if conn.principal.sees_all else conn.principal.name
+    found, more = await conn.app.runs.pending(op.run_id, owner=owner, limit=op.limit)
+    shown = [msgspec.structs.replace(info, parameters=None) for info in found]
+    await conn.reply(protocol.encode(protocol.PendingReply(approvals=shown, more=more, id=op.id)))
+
+
 async def runs(conn: Connection, op: protocol.Runs) -> None:
     app = conn.app
     owner = None if conn.principal.sees_all else conn.principal.name
@@ -182,6 +207,8 @@ OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Run: Op(run, writes=True),
     protocol.Cancel: Op(cancel, run_of=lambda op: op.run_id, writes=True),
     protocol.Send: Op(send, run_of=lambda op: op.run_id, writes=True),
+    protocol.Approve: Op(approve, run_of=lambda op: op.run_id, writes=True),
+    protocol.Pending: Op(pending, run_of=lambda op: op.run_id),
     protocol.Runs: Op(runs, run_of=lambda op: op.before),
     protocol.Agents: Op(agents),
 }

@@ -101,7 +101,8 @@ async def test_a_waiting_call_holds_only_itself_and_runs_once_when_approved(
         assert not (tmp_path / "ws" / "out.txt").exists()
         (pending,) = run.pending_approvals
         assert pending.request.tool_call_id == asked.data["toolCallId"]
-        assert pending.to_json()["agentKey"] == asked.source.agent_key
+        info = pending.info(agent_id="boss", root_path="x")
+        assert info.agent_key == asked.source.agent_key and info.path == asked.source.path
         run.approve(asked.data["toolCallId"], reason="looks fine")
         with pytest.raises(ApprovalError, match="already answered"):
             run.approve(asked.data["toolCallId"], "deny")
