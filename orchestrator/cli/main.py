@@ -1,11 +1,12 @@
 """`orchestrator` command line (contract §5): `run`, `agents`, `serve`, `worker`, `watch`,
-`cancel`."""
+`cancel`, `approve`, `pending`."""
 
 from __future__ import annotations
 
 import argparse
 import errno
 import functools
+import json
 import logging
 import os
 import signal
@@ -20,7 +21,8 @@ from rich.table import Table
 
 from agents.errors import SpecError
 from agents.spec import load_specs
-from orchestrator.cli.control import cancel_main
+from orchestrator.cli.approver import Mode, TerminalApprover
+from orchestrator.cli.control import approve_main, cancel_main, pending_main
 from orchestrator.cli.render import render_tree
 from orchestrator.cli.watch import check_url, watch_main
 from orchestrator.cluster.node import run_worker
@@ -58,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--no-stream", action="store_true", help="blocking call: print only the final text"
     )
+    answers = run.add_mutually_exclusive_group()
+    answers.add_argument(
+        "--approve-all", action="store_true", help="approve every call that waits for approval"
+    )
+    answers.add_argument(
+        "--deny-all", action="store_true", help="deny every call that waits for approval"
+    )
 
     agents = sub.add_parser("agents", help="list the subagents")
     agents.add_argument("--config", type=Path, default=None, help="server config (YAML)")
@@ -94,6 +103,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     cancel.add_argument("--reason", default=None, help="why (shown in the AGENT_ERRORs)")
     _server_options(cancel)
+    approve = sub.add_parser("approve", help="answer a tool call that waits for approval")
+    approve.add_argument("run_id", help="the run")
+    approve.add_argument("tool_call_id", help="the waiting call (its APPROVAL_REQUESTED)")
+    approve.add_argument("--deny", action="store_true", help="deny it (default: approve)")
+    approve.add_argument("--reason", default=None, help="why (the agent sees it)")
+    approve.add_argument(
+        "--args", default=None, help="changed arguments, a JSON object (where edits are allowed)"
+    )
+    _server_options(approve)
+    pending = sub.add_parser("pending", help="list the tool calls that wait for approval")
+    pending.add_argument("run_id", nargs="?", default=None, help="only this run")
+    pending.add_argument("--json", action="store_true", help="print them as one JSON array")
+    _server_options(pending)
     return parser
 
 
@@ -141,6 +163,8 @@ async def _run(args: argparse.Namespace, config: ServerConfig) -> int:
             trio.open_nursery() as nursery,
         ):
             nursery.start_soon(_watch_signals, stream)
+            approver = TerminalApprover(stream, _approval_mode(args))
+            nursery.start_soon(approver.run)
             try:
                 if args.json:
                     out = sys.stdout.buffer
@@ -148,6 +172,8 @@ async def _run(args: argparse.Namespace, config: ServerConfig) -> int:
                         async for batch in stream.batches():
                             out.write(b"".join(encode_event(e) + b"\n" for e in batch))
                             out.flush()
+                            for event in batch:
+                                approver.see(event)
                     except BrokenPipeError:  # `| head`: stop the run, exit quietly
                         stream.cancel()
                         # Point stdout at /dev/null so the exit-time flush stays quiet.
@@ -160,9 +186,11 @@ async def _run(args: argparse.Namespace, config: ServerConfig) -> int:
                         refresh_per_second=12,
                         transient=False,
                     ) as live:
+                        approver.pause = lambda asking: live.stop() if asking else live.start()
                         async for batch in stream.batches():
                             for event in batch:
                                 view.apply(event)
+                                approver.see(event)
                             live.update(render_tree(view, console.width))
             finally:
                 nursery.cancel_scope.cancel()
@@ -175,6 +203,14 @@ async def _run(args: argparse.Namespace, config: ServerConfig) -> int:
         if result.status == "completed":
             return 0
         return EXIT_CANCELLED if result.status == "cancelled" else EXIT_FAILED
+
+
+def _approval_mode(args: argparse.Namespace) -> Mode:
+    if args.approve_all:
+        return "approve"
+    if args.deny_all:
+        return "deny"
+    return "ask" if sys.stdin.isatty() else "no-terminal"
 
 
 def _agents(config: ServerConfig) -> int:
@@ -316,11 +352,52 @@ def _cancel(args: argparse.Namespace) -> int:
     )
 
 
+def _approve(args: argparse.Namespace) -> int:
+    changed = None
+    if args.args is not None:
+        try:
+            changed = json.loads(args.args)
+        except ValueError as exc:
+            raise ConfigError(f"--args is not JSON: {exc}") from None
+        if not isinstance(changed, dict):
+            raise ConfigError("--args must be a JSON object")
+    return trio.run(
+        functools.partial(
+            approve_main,
+            _watch_url(args),
+            args.run_id,
+            args.tool_call_id,
+            deny=args.deny,
+            reason=args.reason,
+            args=changed,
+            token=args.token or os.environ.get("ORCHESTRATOR_TOKEN") or None,
+            origin=args.origin,
+        )
+    )
+
+
+def _pending(args: argparse.Namespace) -> int:
+    return trio.run(
+        functools.partial(
+            pending_main,
+            _watch_url(args),
+            args.run_id,
+            as_json=args.json,
+            token=args.token or os.environ.get("ORCHESTRATOR_TOKEN") or None,
+            origin=args.origin,
+        )
+    )
+
+
 def _main(args: argparse.Namespace) -> int:
     if args.command == "watch":
         return _watch(args)
     if args.command == "cancel":
         return _cancel(args)
+    if args.command == "approve":
+        return _approve(args)
+    if args.command == "pending":
+        return _pending(args)
     config = _load(args.config)
     if args.command in ("serve", "worker"):
         logging.basicConfig(
