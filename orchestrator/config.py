@@ -99,6 +99,9 @@ class ServerSection(BaseModel):
     live_coalesce_ms: float = Field(default=0.0, ge=0, le=50)
     """A caught-up subscription waits this long after new events arrive, so the events
     of that moment go out as one frame (0: a frame per wake-up; see benchmarks.md)."""
+    resume_runs: bool = True
+    """Runs still running when the server stops (SIGTERM) or crashes continue from their
+    journal at its next start; false: they end `interrupted`. Needs durable storage."""
     direct_send: bool = True
     """Write a frame straight to the socket when nothing else is writing to it
     (orchestrator/server/direct_send.py); false: always `await ws.send()`."""

@@ -150,6 +150,11 @@ class RunSink:
         """The seq of the newest event (0 before the first)."""
         return self._seq
 
+    def drop(self) -> None:
+        """From now on the run's events go nowhere (the server stops and will resume the
+        run from what its journal has): nothing more is journaled, not even its end."""
+        self._outlet = _DROP
+
     def publish_nowait(
         self,
         source: Source | None,
@@ -179,6 +184,22 @@ class RunSink:
         if type is EventType.RUN_FINISHED:
             self.closed = True
         return event
+
+
+class _Dropped:
+    """An outlet that takes every event and keeps none (`RunSink.drop`)."""
+
+    def put_nowait(self, event: Event) -> bool:
+        return False
+
+    def put_many(self, events: list[Event]) -> bool:
+        return False
+
+    async def wait_writable(self) -> None:
+        return
+
+
+_DROP = _Dropped()
 
 
 class Bus:

@@ -14,11 +14,13 @@ import logging
 import time
 from typing import Any, Literal
 
+import msgspec
 import trio
 
 from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.rebuild import ResumePlan
+from orchestrator.runs.resume import end_unresumable, plan_resume
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
 from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
@@ -30,6 +32,9 @@ from orchestrator.storage.journal import Journal
 __all__ = ["HostedRun", "RunHost"]
 
 logger = logging.getLogger(__name__)
+MAX_RESTARTS = 5
+"""A run is resumed after at most this many restarts of the server (a run that
+crashes the server each time must not crash it for ever)."""
 
 
 class HostedRun:
@@ -288,3 +293,56 @@ class RunHost:
             run.interrupt()
         for done in list(self._done.values()):
             await done.wait()
+
+    async def suspend_all(self) -> None:
+        """Shutdown, to resume at the next start: stop every run without journaling its
+        end (`Run.suspend`; a blocking call, which has no journal, ends `interrupted`)."""
+        for run in list(self.active.values()):
+            if run.sink is None:
+                run.interrupt()
+            else:
+                run.suspend()
+        for done in list(self._done.values()):
+            await done.wait()
+
+    # -- after a restart -----------------------------------------------------------
+
+    async def resume_left(self, run_ids: list[str]) -> int:
+        """Continue the runs a previous server left running (`journal.resumable`), each
+        from its journal, the way a cluster worker takes a run over; the number resumed.
+
+        A run that cannot go on — its agent is gone from the subagents, or the server
+        stopped `MAX_RESTARTS` times while it ran — is ended `failed` instead.
+        """
+        resumed = 0
+        for run_id in run_ids:
+            record = self.journal.get(run_id).record
+            attempt = max(record.attempt, 1) + 1
+            record = msgspec.structs.replace(record, status="running", attempt=attempt)
+            problem = None
+            if record.agent_id not in self.orchestrator.specs:
+                problem = f"its agent {record.agent_id!r} is no longer defined"
+            elif attempt > MAX_RESTARTS + 1:
+                problem = f"the server stopped {attempt - 1} times while it ran"
+            if problem is not None:
+                logger.warning("run %s is not resumed: %s", run_id, problem)
+                await end_unresumable(
+                    self.journal,
+                    record,
+                    error_type="interrupted",
+                    message=f"interrupted: not resumed after a restart: {problem}",
+                )
+                continue
+            plan = await plan_resume(self.journal, record)
+            if plan.finished:  # only its record was behind: it ended
+                last = await self.journal.read(run_id, record.last_seq - 1, 1)
+                status = last[-1].event.data.get("status") if last else None
+                self.journal.end_call_run(run_id, str(status or "failed"))
+                continue
+            self.resume(
+                record,
+                plan=plan,
+                resumed={"attempt": attempt, "afterSeq": record.last_seq, "reason": "restart"},
+            )
+            resumed += 1
+        return resumed

@@ -86,6 +86,7 @@ class Run:
         """Child instances by agentKey (valid for `agent_send` until the run ends)."""
         self.root: AgentRunner | None = None
         self._interrupted = False
+        self._suspended = False
         self._failure: str | None = None
         self._cancelled: Cancellation | None = None
         self.resume = resume
@@ -202,6 +203,15 @@ class Run:
         self._interrupted = True
         self.scope.cancel()
 
+    def suspend(self) -> None:
+        """Stop the run because the server is stopping, to resume it at the next start:
+        nothing it emits from now on is journaled (no AGENT_ERROR, no RUN_FINISHED), so
+        its journal ends as it was, still `running` — the same as after a crash."""
+        self._suspended = True
+        if self.sink is not None:
+            self.sink.drop()
+        self.scope.cancel()
+
     def agent(self, agent_key: str | None) -> AgentRunner | None:
         """A running agent of this run: the root for None, else by agentKey."""
         if agent_key is None:
@@ -271,7 +281,7 @@ class Run:
                 error = f"timeout: run exceeded run_timeout_seconds ({timeout:g} s)"
             elif self.scope.cancelled_caught and self._failure is not None:
                 status, error = "failed", self._failure
-            elif self.scope.cancelled_caught and self._interrupted:
+            elif self.scope.cancelled_caught and (self._interrupted or self._suspended):
                 status, error = "interrupted", "the server stopped while the run was running"
             elif self.scope.cancelled_caught:
                 status = "cancelled"
@@ -286,7 +296,7 @@ class Run:
             error=error,
             usage=runner.subtree_usage.copy(),
         )
-        if plan is not None:
+        if plan is not None and not self._suspended:
             self._end_unresumed(bus, plan, status)
         data: dict[str, object] = {"status": status}
         if text is not None:
@@ -326,9 +336,11 @@ class Run:
             return
         bus.emit_nowait(EventType.RUN_RESUMED, dict(self.resumed))
         attempt = self.resumed.get("attempt")
+        reason = self.resumed.get("reason", "worker_lost")
+        lost = "when the server restarted" if reason == "restart" else "with its worker"
         for agent in plan.cut_off():
             Bus(bus.sink, agent.source).emit_nowait(
-                EventType.TURN_ABANDONED, {"reason": "worker_lost", "attempt": attempt}
+                EventType.TURN_ABANDONED, {"reason": reason, "attempt": attempt}
             )
         for agent in plan.orphans():
             assert agent.key is not None
@@ -337,10 +349,8 @@ class Run:
                 EventType.AGENT_ERROR,
                 {
                     "errorType": "worker_lost",
-                    "message": (
-                        f"agent {agent.agent_id!r} was lost with its worker and nobody waits "
-                        "for it any more"
-                    ),
+                    "message": f"agent {agent.agent_id!r} was lost {lost} and nobody waits "
+                    "for it any more",
                 },
                 last=True,
             )

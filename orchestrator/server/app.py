@@ -133,12 +133,18 @@ class RunningServer:
         self.ws_server.serve_nursery.cancel_scope.cancel()
         self.ws_server.closing = True
         budget = app.config.server.shutdown_timeout
+        suspend = (  # the runs are resumed at the next start
+            app.config.server.resume_runs and app.journal.storage.durable and app.node is None
+        )
         with trio.move_on_after(budget) as graceful:
-            await app.host.interrupt_all()
+            if suspend:
+                await app.host.suspend_all()
+            else:
+                await app.host.interrupt_all()
             with trio.move_on_after(max(budget - 4, budget / 2)):
                 await app.journal.writer.flush()
             # Give feeds a moment to deliver the runs' last events and their `end`.
-            with trio.move_on_after(1):
+            with trio.move_on_after(0 if suspend else 1):
                 while any(c.feeds for c in list(app.connections)):
                     await app.feed_ended.park()
             with trio.move_on_after(2):
@@ -186,6 +192,11 @@ async def serve(
                 "ending %d runs left running by the last server: interrupted",
                 len(journal.interrupted),
             )
+        if config.server.resume_runs and not journal.storage.durable and config.cluster is None:
+            logger.warning(
+                "server.resume_runs: the memory storage keeps nothing over a restart, so runs "
+                "still running when this server stops cannot be resumed (use sqlite:// or redis://)"
+            )
         await _serve(config, journal, host, port, task_status)
 
 
@@ -203,6 +214,9 @@ async def _serve(
             trio.open_nursery() as run_nursery,
         ):
             runs = RunHost(orch, journal, run_nursery)
+            if journal.resumable:
+                count = await runs.resume_left(journal.resumable)
+                logger.warning("resumed %d runs left running by the last server", count)
             node = None
             if config.cluster is not None:
                 node = await nursery.start(_join_cluster, config.cluster, journal, runs)

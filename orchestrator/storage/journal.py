@@ -119,6 +119,8 @@ class Journal:
         self.events_truncated = 0
         self.interrupted: list[str] = []
         """Runs a previous server left running, ended `interrupted` at open."""
+        self.resumable: list[str] = []
+        """Runs a previous server left running, to be resumed (`Journal.open(resume=)`)."""
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -135,6 +137,7 @@ class Journal:
         retention: RetentionPolicy | None = None,
         final_flush_timeout: float = 10.0,
         cluster: bool = False,
+        resume: bool = False,
     ) -> AsyncIterator[Journal]:
         """Load the store's runs and run the writer (and retention) for the block.
 
@@ -153,6 +156,8 @@ class Journal:
             retention: what to keep (None: everything).
             final_flush_timeout: seconds the last flush may take.
             cluster: runs belong to a cluster (none is interrupted at open; see `mirrors`).
+            resume: runs left running that have events are listed in `resumable` (the
+                server continues them) instead of ended `interrupted`.
         """
         journal = cls(
             storage,
@@ -168,6 +173,8 @@ class Journal:
             journal.logs[record.run_id] = log
             if cluster:
                 log.remote = True
+            elif record.status == "running" and resume and record.last_seq > 0:
+                journal.resumable.append(record.run_id)
             elif record.status == "running":
                 journal.interrupted.append(record.run_id)
                 journal._finish_interrupted(log)

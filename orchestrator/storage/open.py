@@ -52,6 +52,7 @@ async def open_journal(config: ServerConfig) -> AsyncIterator[Journal]:
                 retention.max_age_seconds, retention.max_runs, retention.max_run_events
             ),
             cluster=config.cluster is not None,
+            resume=config.server.resume_runs,
         ) as journal,
     ):
         yield journal

@@ -343,11 +343,11 @@ def test_after_a_server_restart_the_page_resumes_without_loss_or_duplicates(
         page, _ = open_page(browser, srv.url)
         run_id = start_run(page, "planner", "restart me")
         page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=20_000)
-        srv.stop(signal.SIGTERM)  # graceful: the run ends `interrupted`, its events kept
+        srv.stop(signal.SIGTERM)  # graceful: the run stops, its journal kept as it was
         page.wait_for_selector("#conn.disconnected", timeout=10_000)
-        srv.start()  # same port, same journal
+        srv.start()  # same port, same journal: the run goes on where it stopped
         page.wait_for_selector("#conn.open", timeout=20_000)
-        page.wait_for_selector("#run-status.interrupted", timeout=20_000)
+        page.wait_for_selector("#run-status.completed", timeout=30_000)
         seen = model_events(page)
         assert seen["count"] == seen["last"]  # every seq once, none missing
         statuses = page.evaluate(
@@ -363,7 +363,7 @@ def test_after_kill_9_and_a_restart_every_card_says_interrupted(
     browser: Browser, tmp_path: Path
 ) -> None:
     write_agents(tmp_path, token_delay=0.03)
-    srv = Server(tmp_path, config())
+    srv = Server(tmp_path, config(server={"resume_runs": False}))
     srv.start()
     try:
         page, _ = open_page(browser, srv.url)

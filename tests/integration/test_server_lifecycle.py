@@ -1,4 +1,5 @@
-"""Restart with SQLite, crash recovery (`interrupted`), graceful shutdown, `watch`."""
+"""Restart with SQLite, crash recovery with `resume_runs: false` (`interrupted`), graceful
+shutdown, `watch` (resuming after a restart: test_restart_resume.py)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,9 @@ async def test_history_survives_a_restart(
 
 
 async def test_runs_left_running_by_a_crash_end_interrupted(tmp_path: Path) -> None:
-    config = demo_config(tmp_path, token_delay=0.02, storage="sqlite:///journal.db")
+    config = demo_config(
+        tmp_path, token_delay=0.02, storage="sqlite:///journal.db", server={"resume_runs": False}
+    )
     seen: list[dict[str, Any]] = []
     async with trio.open_nursery() as nursery:
         server: RunningServer = await nursery.start(functools.partial(serve, config, port=0))
@@ -220,7 +223,9 @@ async def start_serve_process(nursery: trio.Nursery, config_path: Path) -> tuple
 
 
 async def test_serve_command_shuts_down_gracefully_on_sigterm(tmp_path: Path) -> None:
-    config = demo_config(tmp_path, token_delay=0.02, storage="sqlite:///j.db")
+    config = demo_config(
+        tmp_path, token_delay=0.02, storage="sqlite:///j.db", server={"resume_runs": False}
+    )
     async with trio.open_nursery() as nursery:
         proc, url = await start_serve_process(nursery, tmp_path / "server.yaml")
         async with connect(url, max_size=None) as ws:
@@ -248,7 +253,12 @@ async def test_kill_9_loses_none_of_the_events_a_client_saw(
         "instructions": "i",
         "script": {"token_delay": 0.001, "turns": [{"say": "w " * 20000}]},
     }
-    config = demo_config(tmp_path, storage=durable_storage, extra_agents={"talker": talker})
+    config = demo_config(
+        tmp_path,
+        storage=durable_storage,
+        extra_agents={"talker": talker},
+        server={"resume_runs": False},
+    )
     seen: list[dict[str, Any]] = []
     async with trio.open_nursery() as nursery:
         proc, url = await start_serve_process(nursery, tmp_path / "server.yaml")

@@ -1,0 +1,159 @@
+"""Runs survive a restart of a real `orchestrator serve` process (SIGTERM and kill -9):
+they go on from their journal, finished children are not re-run, a waiting approval
+still waits and its call runs once, and watchers resume by afterSeq with no gap."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import trio
+from websockets.exceptions import ConnectionClosed
+from websockets.trio.client import connect
+
+from tests.integration.test_approvals_server import AGENTS, Client
+from tests.integration.test_server_lifecycle import start_serve_process
+from tests.server_helpers import demo_config, read_until_end, recv, replay, request
+
+
+def keyed(event: dict[str, Any]) -> str:
+    return event["source"]["agentKey"] if event["source"] else "root"
+
+
+def by(event: dict[str, Any], agent_id: str) -> bool:
+    return event["source"] is not None and event["source"]["agentId"] == agent_id
+
+
+def check_story(events: list[dict[str, Any]]) -> None:
+    """One gap-free story: every agent started once and ended once."""
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    started = Counter(keyed(e) for e in events if e["type"] in ("RUN_STARTED", "AGENT_STARTED"))
+    ended = Counter(keyed(e) for e in events if e["type"] in ("AGENT_RESULT", "AGENT_ERROR"))
+    assert all(n == 1 for n in started.values()), started
+    assert all(n == 1 for n in ended.values()), ended
+    assert set(ended) == set(started)
+
+
+async def watch_until_closed(ws: Any, seen: list[dict[str, Any]]) -> None:
+    """Read events until the server closes the connection."""
+    with contextlib.suppress(ConnectionClosed):
+        while True:
+            frame = await recv(ws)
+            seen += frame.get("events", [])
+
+
+async def test_a_run_stopped_by_sigterm_goes_on_after_the_restart(tmp_path: Path) -> None:
+    config_path = tmp_path / "server.yaml"
+    demo_config(tmp_path, token_delay=0.01, storage="sqlite:///journal.db")
+    seen: list[dict[str, Any]] = []
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        async with connect(url, max_size=None) as ws:
+            ack = await request(ws, op="run", id=1, agent="planner", input="q")
+            run_id = ack["runId"]
+            # Stop once a researcher's first answer is in, while the rest still streams.
+            while not any(e["type"] == "AGENT_RESULT" for e in seen):
+                seen += (await recv(ws)).get("events", [])
+            proc.send_signal(signal.SIGTERM)
+            await watch_until_closed(ws, seen)
+        with trio.fail_after(20):
+            await proc.wait()
+        assert proc.returncode == 0
+    assert not any(e["type"] == "RUN_FINISHED" for e in seen)  # nothing journaled its end
+
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        try:
+            rest = await replay(url, run_id, after_seq=seen[-1]["seq"])
+            everything = await replay(url, run_id)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+    assert rest[0]["seq"] == seen[-1]["seq"] + 1
+    resumed = next(e for e in rest if e["type"] == "RUN_RESUMED")
+    assert resumed["data"]["reason"] == "restart" and resumed["data"]["attempt"] == 2
+    assert everything == seen + rest
+    assert rest[-1]["type"] == "RUN_FINISHED" and rest[-1]["data"]["status"] == "completed"
+    check_story(everything)
+    # The researcher that had answered was not run again.
+    first = next(keyed(e) for e in seen if e["type"] == "AGENT_RESULT")
+    assert not [e for e in rest if keyed(e) == first]
+
+
+async def test_an_approval_waits_through_kill_9_and_its_call_runs_once(tmp_path: Path) -> None:
+    config_path = tmp_path / "server.yaml"
+    demo_config(
+        tmp_path,
+        storage="sqlite:///journal.db",
+        extra_agents=AGENTS,
+    )
+    seen: list[dict[str, Any]] = []
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        async with connect(url, max_size=None) as ws:
+            client = Client(ws)
+            ack = await client.ask(op="run", id="r", agent="top", input="go")
+            run_id = ack["runId"]
+            (asked,) = await client.until("APPROVAL_REQUESTED")
+            await client.until("AGENT_RESULT")  # talker is done
+            proc.send_signal(signal.SIGKILL)
+            seen += client.events
+            await watch_until_closed(ws, seen)
+    assert proc.returncode == -signal.SIGKILL
+    call_id = asked["data"]["toolCallId"]
+
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        try:
+            async with connect(url, max_size=None) as ws:
+                client = Client(ws)
+                (item,) = (await client.ask(op="pending", id="p"))["approvals"]
+                assert item["toolCallId"] == call_id and item["runId"] == run_id
+                assert item["timeoutAt"] == asked["data"]["timeoutAt"]
+                assert item["requestedAt"] == asked["ts"]
+                watch = await client.ask(
+                    op="subscribe", id="s", runId=run_id, afterSeq=seen[-1]["seq"]
+                )
+                answer = {"runId": run_id, "toolCallId": call_id, "decision": "approve"}
+                assert (await client.ask(op="approve", id="a", **answer))["op"] == "ack"
+                again = await client.ask(op="approve", id="b", **answer)
+                assert again["code"] == "not_found" and "already answered" in again["message"]
+                rest, end = await read_until_end(ws, watch["sub"])
+                rest = client.events + rest
+        finally:
+            proc.send_signal(signal.SIGTERM)
+    assert end["status"] == "completed"
+    everything = seen + rest
+    check_story(everything)
+    assert [e["type"] for e in everything].count("APPROVAL_REQUESTED") == 1
+    (resolved,) = [e for e in rest if e["type"] == "APPROVAL_RESOLVED"]
+    assert resolved["data"]["decision"] == "approve" and resolved["source"] == asked["source"]
+    results = [
+        e for e in everything if e["type"] == "TOOL_RESULT" and e["source"] == asked["source"]
+    ]
+    assert len(results) == 1 and not results[0]["data"]["isError"]
+    assert (tmp_path / "workspace" / "a.txt").read_text() == "A"
+    # The talker, which had answered before the crash, was not run again.
+    talker = [e for e in everything if e["type"] == "AGENT_STARTED" and by(e, "talker")]
+    assert len(talker) == 1
+
+
+async def test_resume_runs_false_ends_them_interrupted(tmp_path: Path) -> None:
+    config_path = tmp_path / "server.yaml"
+    demo_config(tmp_path, token_delay=0.02, storage="sqlite:///j.db", server={"resume_runs": False})
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        async with connect(url, max_size=None) as ws:
+            ack = await request(ws, op="run", id=1, agent="planner", input="q")
+            assert (await recv(ws))["op"] == "events"
+            proc.send_signal(signal.SIGKILL)
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        try:
+            events = await replay(url, ack["runId"])
+        finally:
+            proc.send_signal(signal.SIGTERM)
+    assert events[-1]["data"]["status"] == "interrupted"
+    assert not [e for e in events if e["type"] == "RUN_RESUMED"]
