@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from websockets.sync.client import connect as sync_connect
 
 REPO = Path(__file__).resolve().parent.parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -313,6 +314,129 @@ def test_stop_on_an_agent_cancels_its_subtree_and_the_run_goes_on(
         assert errors == []
     finally:
         srv.stop(signal.SIGKILL)
+
+
+APPROVING = {
+    # boss → lead → fixer: fixer's write_file (depth 2) waits; boss's `wait` runs meanwhile.
+    "boss": {
+        "description": "b",
+        "instructions": "b",
+        "tools": ["agent_spawn"],
+        "script": {
+            "turns": [
+                {"calls": [{"name": "agent_spawn", "args": {"agent_id": "lead", "task": "t"}}]},
+                {"say": "boss: {results}"},
+            ]
+        },
+    },
+    "lead": {
+        "description": "l",
+        "instructions": "l",
+        "tools": ["agent_spawn"],
+        "script": {
+            "turns": [
+                {"calls": [{"name": "agent_spawn", "args": {"agent_id": "fixer", "task": "t"}}]},
+                {"say": "lead: {results}"},
+            ]
+        },
+    },
+    "fixer": {
+        "description": "f",
+        "instructions": "f",
+        "tools": ["write_file"],
+        "approval": ["write_file"],
+        "approval_edit": True,
+        "script": {
+            "turns": [
+                {"calls": [{"name": "write_file", "args": {"path": "p.txt", "content": "old"}}]},
+                {"say": "fixer: {results}"},
+            ]
+        },
+    },
+}
+
+
+def test_an_approval_deep_in_the_tree_is_answered_from_the_console(
+    browser: Browser, tmp_path: Path
+) -> None:
+    write_agents(tmp_path, token_delay=0.01, extra=APPROVING)
+    srv = Server(tmp_path, config())
+    srv.start()
+    try:
+        page, errors = open_page(browser, srv.url)
+        run_id = start_run(page, "boss", "fix it")
+        other, other_errors = open_page(browser, f"{srv.url}?run={run_id}")
+        for p in (page, other):
+            # Marked in the tree, the runs list and the timeline's model.
+            p.wait_for_selector(".node .badge.waiting", timeout=20_000)
+            assert node(p, "fixer").locator(".badge").inner_text() == "waiting for approval"
+            p.wait_for_selector(f'#runs-list li[data-run="{run_id}"] .badge.waiting')
+            assert p.evaluate("window.__console.state.run.waiting") == 1
+        node(page, "fixer").click()
+        form = page.locator("form.approval")
+        form.wait_for()
+        assert "write_file" in form.inner_text().lower()
+        shot(page, "console-approval.png")
+        args = form.locator("textarea")
+        assert json.loads(args.input_value()) == {"path": "p.txt", "content": "old"}
+        args.fill("not json")
+        form.locator("button", has_text="Approve").click()
+        page.wait_for_function("document.querySelector('#notice').textContent.includes('JSON')")
+        args.fill(json.dumps({"path": "p.txt", "content": "new"}))
+        form.locator("input").fill("checked by hand")
+        form.locator("button", has_text="Approve").click()
+        # The decision shows live in every open console.
+        node(other, "fixer").click()
+        other.wait_for_function(
+            "document.querySelector('#detail').innerText.toLowerCase()"
+            ".includes('approved by client (edited): checked by hand')",
+            timeout=20_000,
+        )
+        for p in (page, other):
+            p.wait_for_selector("#run-status.completed", timeout=20_000)
+            assert p.locator(".node .badge.waiting").count() == 0
+            assert p.locator("form.approval").count() == 0
+        assert (tmp_path / "workspace" / "p.txt").read_text() == "new"
+        assert errors == [] and other_errors == []
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_a_viewer_sees_what_waits_and_cannot_answer(browser: Browser, tmp_path: Path) -> None:
+    write_agents(tmp_path, token_delay=0.01, extra=APPROVING)
+    tokens = [
+        {"name": "ops", "token": "ops-secret", "role": "admin"},
+        {"name": "eve", "token": "eve-secret", "role": "viewer"},
+    ]
+    srv = Server(tmp_path, config(server={"tokens": tokens}))
+    srv.start()
+    try:
+        page = browser.new_page()
+        page.goto(srv.url)
+        page.fill("#token-input", "eve-secret")
+        page.click("#token-go")
+        page.wait_for_selector("#conn.open", timeout=10_000)
+        run_id = start_admin_run(srv, "ops-secret", "boss")  # over the protocol
+        page.goto(f"{srv.url}?run={run_id}")
+        page.wait_for_selector(".node .badge.waiting", timeout=20_000)
+        node(page, "fixer").click()
+        form = page.locator("form.approval")
+        form.wait_for()
+        assert "write_file" in form.inner_text().lower()
+        assert not form.locator("button", has_text="Approve").is_visible()
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def start_admin_run(srv: Server, token: str, agent: str) -> str:
+    """Start a run over the WebSocket protocol (a plain client, not the page)."""
+    url = srv.url.replace("http", "ws", 1) + "ws"
+    with sync_connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        ws.send(json.dumps({"op": "run", "id": 1, "agent": agent, "input": "x", "stream": True}))
+        ack = json.loads(ws.recv())
+        assert ack["op"] == "ack", ack
+        run_id: str = ack["runId"]
+        return run_id
 
 
 def test_a_depth_filter_is_applied_by_the_server(browser: Browser, server: Server) -> None:

@@ -398,3 +398,65 @@ async def test_a_subtree_cancel_through_one_gateway_reaches_the_worker(
             assert [r["data"]["content"] for r in results if r["data"]["isError"]] == [
                 "cancelled by the user: one is enough"
             ]
+
+
+async def test_an_approval_survives_its_worker_and_is_answered_through_another_gateway(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    from tests.integration.test_approvals_server import AGENTS
+
+    async with cluster(tmp_path, redis_url, lease_seconds=2, extra_agents=AGENTS) as c:
+        one, two = await c.start("serve"), await c.start("serve")
+        first = await c.start("worker")
+        async with connect(one.url, max_size=None) as ws:
+            ack = await request(ws, op="run", id=1, agent="top", input="go")
+            run_id = ack["runId"]
+            seen: list[dict[str, Any]] = []
+            with trio.fail_after(30):
+                while not any(e["type"] == "APPROVAL_REQUESTED" for e in seen):
+                    seen.extend(json.loads(await ws.recv()).get("events", []))
+        (asked,) = [e for e in seen if e["type"] == "APPROVAL_REQUESTED"]
+        call_id = asked["data"]["toolCallId"]
+        async with connect(two.url, max_size=None) as ws:
+
+            async def listed() -> bool:
+                reply = await request(ws, op="pending", id="p", runId=run_id)
+                return [a["toolCallId"] for a in reply["approvals"]] == [call_id]
+
+            await until(listed)  # the worker publishes it a moment after the event
+            first.kill()
+            # The call stays listed and answerable with no worker at all.
+            assert await listed()
+            bad = await request(
+                ws,
+                op="approve",
+                id="x",
+                runId=run_id,
+                toolCallId=call_id,
+                decision="approve",
+                args={"path": 1},
+            )
+            assert bad["code"] == "bad_request" and "args are not valid" in bad["message"]
+            answer = {"runId": run_id, "toolCallId": call_id, "decision": "approve"}
+            assert (await request(ws, op="approve", id="a", reason="ok", **answer))["op"] == "ack"
+            again = await request(ws, op="approve", id="b", **answer)
+            assert again["code"] == "not_found" and "already answered (approve)" in again["message"]
+            second = await c.start("worker")
+            sub = await request(ws, op="subscribe", id="s", runId=run_id)
+            assert sub["op"] == "ack"
+            events, status = await watch_all(ws, within=60)
+        assert status == "completed", events[-1]
+        check_tree(events)
+        resumed = [e for e in events if e["type"] == "RUN_RESUMED"]
+        assert len(resumed) == 1 and resumed[0]["data"]["worker"] == second.name
+        assert [e["type"] for e in events].count("APPROVAL_REQUESTED") == 1
+        (resolved,) = [e for e in events if e["type"] == "APPROVAL_RESOLVED"]
+        assert resolved["data"]["decision"] == "approve" and resolved["data"]["reason"] == "ok"
+        assert resolved["seq"] > resumed[0]["seq"]
+        results = [
+            e for e in events if e["type"] == "TOOL_RESULT" and e["source"] == asked["source"]
+        ]
+        assert len(results) == 1 and not results[0]["data"]["isError"]
+        async with connect(one.url, max_size=None) as ws:
+            assert (await request(ws, op="pending", id="p"))["approvals"] == []

@@ -19,6 +19,7 @@ const state = {
   onScreen: new Set(), // keys of the rows in (or near) the view
   collapsed: new Set(),
   runs: [],
+  waitingRuns: new Map(),   // runId -> open approvals (the `pending` op, every 3 s)
   specs: [],
   starting: false,
   frame: 0,
@@ -108,8 +109,13 @@ function notice(error) {
 
 async function refreshRuns() {
   if (!conn.open) return;
-  const reply = await conn.request("runs", { limit: 100 });
+  const [reply, pending] = await Promise.all([
+    conn.request("runs", { limit: 100 }),
+    conn.request("pending", { limit: 10000 }).catch(() => ({ approvals: [] })),
+  ]);
   state.runs = reply.runs;
+  state.waitingRuns = new Map();
+  for (const a of pending.approvals) state.waitingRuns.set(a.runId, (state.waitingRuns.get(a.runId) || 0) + 1);
   renderRuns();
 }
 setInterval(() => { refreshRuns().catch(() => {}); }, 3000);
@@ -127,6 +133,13 @@ function renderRuns() {
     const took = r.finishedAt ? `${(r.finishedAt - r.createdAt).toFixed(1)} s` : "";
     meta.append(el("span", `badge ${r.status}`, r.status), el("span", "", r.agentId),
       el("span", "", started.toLocaleTimeString()), el("span", "", took));
+    const live = state.run && state.run.runId === r.runId && state.run.lastSeq > 0;
+    const waiting = live ? state.run.waiting : state.waitingRuns.get(r.runId) || 0;
+    if (waiting > 0 && r.status === "running") {
+      const mark = el("span", "badge waiting", `${waiting} waiting`);
+      mark.title = "tool calls waiting for approval";
+      meta.prepend(mark);
+    }
     li.append(task, meta);
     li.onclick = () => select(r.runId);
     li.onkeydown = (e) => { if (e.key === "Enter") select(r.runId); };
@@ -282,6 +295,10 @@ function renderFrame() {
   $("run-status").textContent = run.status;
   $("run-status").className = `badge ${run.status}`;
   $("cancel").disabled = run.status !== "running";
+  if (run.waiting !== state.shownWaiting) {   // the runs list marks runs that wait
+    state.shownWaiting = run.waiting;
+    renderRuns();
+  }
   if (run.structure) run.structure = !placeNodes(run, started);
   if (state.selected && run.dirty.has(state.selected)) renderDetail(run, state.selected);
   for (const key of run.dirty) {
@@ -358,7 +375,8 @@ function updateNode(run, key) {
   if (!agent || !li) return;
   const [toggle, name, stats, preview] = li.firstChild.children;
   const [badge, tokensSpan, timeSpan] = stats.children;
-  const status = agent.status === "error" ? agent.errorType || "error" : agent.status;
+  const waiting = agent.status === "running" && agent.waiting > 0;
+  const status = waiting ? "waiting for approval" : agent.status === "error" ? agent.errorType || "error" : agent.status;
   const tokens = run.tokens(agent);
   const end = agent.endTs ?? (run.status === "running" ? Date.now() / 1000 : run.lastTs);
   const seconds = agent.startTs ? Math.max(0, end - agent.startTs) : 0;
@@ -369,7 +387,7 @@ function updateNode(run, key) {
   const spec = state.specs.find((s) => s.id === agent.agentId);
   set(name, "title", `${agent.path || agent.name}${spec && spec.model ? ` · model ${spec.model}` : ""}`);
   set(toggle, "disabled", agent.children.length === 0);
-  set(badge, "className", `badge ${agent.status}`);
+  set(badge, "className", `badge ${waiting ? "waiting" : agent.status}`);
   set(badge, "textContent", status);
   set(tokensSpan, "textContent", tokens !== null ? `${tokens} tok` : "");
   set(timeSpan, "textContent", `${seconds.toFixed(1)} s`);
@@ -433,7 +451,7 @@ function renderDetail(run, key) {
   const pane = $("detail");
   if (!agent) return;
   // Someone typing a message here: redraw once they leave the field.
-  const typing = pane.contains(document.activeElement) && document.activeElement.tagName === "INPUT";
+  const typing = pane.contains(document.activeElement) && ["INPUT", "TEXTAREA"].includes(document.activeElement.tagName);
   if (typing) {
     state.detailStale = true;
     return;
@@ -447,7 +465,10 @@ function renderDetail(run, key) {
   const where = `${agent.key === ROOT ? "root agent" : agent.key} · ${agent.agentId} · depth ${agent.depth}`;
   head.append(el("h3", "", agent.name), el("div", "sub", spec && spec.model ? `${where} · model ${spec.model}` : where));
   const status = el("div", "sub");
-  status.append(el("span", `badge ${agent.status}`, agent.status === "error" ? agent.errorType || "error" : agent.status));
+  const waiting = agent.status === "running" && agent.waiting > 0;
+  status.append(waiting
+    ? el("span", "badge waiting", "waiting for approval")
+    : el("span", `badge ${agent.status}`, agent.status === "error" ? agent.errorType || "error" : agent.status));
   if (agent.errorMessage) status.append(" ", el("span", "", agent.errorMessage));
   head.append(status);
   const own = agent.usage, tree = agent.subtreeUsage;
@@ -474,7 +495,12 @@ function renderDetail(run, key) {
     for (const m of agent.messages) box.append(el("div", "msg", `${m.from}: ${m.text}`));
     parts.push(box);
   }
-  if (run.status === "running" && agent.status === "running") parts.push(stopBox(run, key, agent));
+  if (run.status === "running" && agent.status === "running") {
+    for (const approval of agent.approvals.values()) {
+      if (approval.decision === null) parts.push(approvalBox(run, key, approval));
+    }
+    parts.push(stopBox(run, key, agent));
+  }
   if (run.status === "running") {   // running agents queue it; idle children run again on it
     const form = el("form");
     form.id = "send-box";
@@ -564,6 +590,50 @@ function stopBox(run, key, agent) {
   return form;
 }
 
+// A waiting tool call: its name and arguments (editable where the agent allows it),
+// Approve / Deny with a reason. The decision comes back as APPROVAL_RESOLVED, in every
+// open console.
+function approvalBox(run, key, approval) {
+  const form = el("form", "approval");
+  form.id = `approval-${approval.id}`;
+  form.dataset.call = approval.id;
+  const left = Math.max(0, Math.round(approval.timeoutAt - Date.now() / 1000));
+  const until = left > 120 ? `${Math.round(left / 60)} min` : `${left} s`;
+  form.append(el("div", "label", `waiting for approval · ${approval.name} · denied as "timeout" in ${until}`));
+  const args = el(approval.edit ? "textarea" : "pre", "args");
+  const text = JSON.stringify(approval.args, null, 2);
+  if (approval.edit) {
+    args.value = text;
+    args.rows = Math.min(12, text.split("\n").length + 1);
+    args.setAttribute("aria-label", "arguments (editable)");
+  } else args.textContent = text;
+  const reason = el("input");
+  reason.placeholder = "reason (optional)";
+  reason.setAttribute("aria-label", "reason");
+  const approve = el("button", "primary", "Approve");
+  approve.value = "approve";
+  const deny = el("button", "", "Deny");
+  deny.value = "deny";
+  const row = el("div", "row");
+  row.append(reason, approve, deny);
+  form.append(args, row);
+  form.onsubmit = async (e) => {
+    e.preventDefault();
+    const decision = e.submitter && e.submitter.value === "deny" ? "deny" : "approve";
+    const fields = { runId: run.runId, toolCallId: approval.id, decision };
+    if (reason.value.trim()) fields.reason = reason.value.trim();
+    if (approval.edit && decision === "approve" && args.value.trim() !== text.trim()) {
+      try { fields.args = JSON.parse(args.value); } catch { notice("the arguments are not valid JSON"); return; }
+    }
+    approve.disabled = deny.disabled = true;
+    try {
+      await conn.request("approve", fields);
+      notice(decision === "approve" ? "approved" : "denied");
+    } catch (error) { notice(error); approve.disabled = deny.disabled = false; }
+  };
+  return form;
+}
+
 // How an agent's run ended, for what it left unfinished (no live words once it is over).
 function agentEnd(run, agent) {
   if (agent.status !== "running") return agent.status === "error" ? agent.errorType || "error" : agent.status;
@@ -573,8 +643,14 @@ function agentEnd(run, agent) {
 // `ended`: null while the agent runs; else how it ended (an unfinished call then says so).
 function toolBox(call, ended = null) {
   const box = el("div", "tool" + (call.isError ? " error" : ""));
-  const state = call.result !== undefined ? (call.isError ? "error" : "done") : ended === null ? "running" : `not finished (${ended})`;
-  box.append(el("div", "label", `${call.server ? "server tool" : "tool"} · ${call.name} · ${state}`));
+  const a = call.approval;
+  const open = a && a.decision === null;
+  const state = call.result !== undefined ? (call.isError ? "error" : "done")
+    : ended !== null ? `not finished (${ended})` : open ? "waiting for approval" : "running";
+  const decided = a && a.decision !== null && a.decision !== "unanswered"
+    ? ` · ${a.decision === "approve" ? "approved" : a.decision === "deny" ? "denied" : a.decision} by ${a.by}${a.edited ? " (edited)" : ""}${a.reason ? `: ${a.reason}` : ""}`
+    : "";
+  box.append(el("div", "label", `${call.server ? "server tool" : "tool"} · ${call.name} · ${state}${decided}`));
   const args = call.args !== undefined ? JSON.stringify(call.args, null, 2) : call.argsText;
   box.append(el("pre", "args", args || ""));
   if (call.result !== undefined) box.append(el("pre", "result" + (call.isError ? " error" : ""), call.result));
@@ -624,9 +700,9 @@ function renderTimeline(run) {
   ctx.clearRect(0, 0, width, view);
   if (!state.colors) {
     const styles = getComputedStyle(document.documentElement);
-    state.colors = ["--muted", "--bar", "--bar-tool"].map((name) => styles.getPropertyValue(name));
+    state.colors = ["--muted", "--bar", "--bar-tool", "--bar-wait"].map((name) => styles.getPropertyValue(name));
   }
-  const [muted, bar, toolBar] = state.colors;
+  const [muted, bar, toolBar, waitBar] = state.colors;
   const end = run.status === "running" ? Math.max(run.lastTs, Date.now() / 1000) : run.lastTs;
   const span = Math.max(end - run.firstTs, 0.001);
   const x = (t) => labelWidth + ((t - run.firstTs) / span) * (width - labelWidth - 4);
@@ -646,6 +722,10 @@ function renderTimeline(run) {
     for (const call of agent.tools.values()) {
       ctx.fillRect(x(call.startTs), y + 4, Math.max(2, x(call.endTs ?? end) - x(call.startTs)), lane - 10);
     }
+    ctx.fillStyle = waitBar;   // time spent waiting for a person's decision
+    for (const a of agent.approvals.values()) {
+      ctx.fillRect(x(a.ts), y + 1, Math.max(3, x(a.endTs ?? end) - x(a.ts)), lane - 4);
+    }
   }
   state.timelineRows = agents;
   state.timelineSpan = { first: run.firstTs, span, labelWidth, width, lane, scroll: box.scrollTop };
@@ -657,7 +737,8 @@ function timelineLabel(run, event) {
   const agent = rows[Math.floor((event.offsetY + geo.scroll - 2) / geo.lane)];
   if (!agent) return "";
   const stop = agent.endTs ?? run.lastTs;
-  return `${agent.name}: ${((stop - (agent.startTs ?? geo.first))).toFixed(2)} s, ${agent.tools.size} tool call(s)`;
+  const waiting = agent.waiting > 0 ? `, ${agent.waiting} waiting for approval` : "";
+  return `${agent.name}: ${((stop - (agent.startTs ?? geo.first))).toFixed(2)} s, ${agent.tools.size} tool call(s)${waiting}`;
 }
 
 // Durations of running agents tick once a second (only theirs are redrawn).

@@ -25,6 +25,7 @@ export class RunModel {
     this.bySession = new Map();
     this.eventCount = 0;
     this.recent = [];   // the last RAW_KEPT events, whole
+    this.waiting = 0;   // approvals still open in the whole run
   }
 
   agent(source) {
@@ -44,6 +45,8 @@ export class RunModel {
         task: "", status: "running", errorType: null, errorMessage: null, result: null,
         turns: [this.newTurn()], tools: new Map(), messages: [],
         usage: null, subtreeUsage: null, startTs: null, endTs: null, events: 0,
+        approvals: new Map(),   // toolCallId -> approval (open until `decision` is set)
+        waiting: 0,             // approvals still open
       };
       this.agents.set(key, agent);
       if (parent) this.agents.get(parent).children.push(key);
@@ -108,6 +111,19 @@ export class RunModel {
         break;
       }
       case "USER_MESSAGE": agent.messages.push({ text: d.text, from: d.from, ts: e.ts }); break;
+      case "APPROVAL_REQUESTED": {
+        const call = this.call(agent, d.toolCallId, d.name, e.ts);
+        call.approval = { id: d.toolCallId, name: d.name, args: d.args, edit: !!d.edit, timeoutAt: d.timeoutAt, ts: e.ts, decision: null };
+        if (!agent.approvals.has(d.toolCallId)) { agent.waiting += 1; this.waiting += 1; }
+        agent.approvals.set(d.toolCallId, call.approval);
+        break;
+      }
+      case "APPROVAL_RESOLVED": {
+        const approval = agent.approvals.get(d.toolCallId);
+        if (approval && approval.decision === null) { agent.waiting -= 1; this.waiting -= 1; }
+        if (approval) Object.assign(approval, { decision: d.decision, by: d.by, reason: d.reason ?? null, edited: !!d.edited, endTs: e.ts });
+        break;
+      }
       case "AGENT_RESULT":
         agent.status = "done"; agent.result = d.text; agent.usage = d.usage; agent.subtreeUsage = d.subtreeUsage; agent.endTs = e.ts;
         break;
@@ -133,11 +149,16 @@ export class RunModel {
 
   finish(status, data, ts) {
     this.status = status || "completed";
+    this.waiting = 0;
     this.error = data.error || null;
     this.result = data.result ?? null;
     const root = this.agents.get(ROOT);
     if (root && root.status === "running" && this.status === "completed") root.status = "done";
     for (const agent of this.agents.values()) {
+      for (const approval of agent.approvals.values()) {   // nobody can answer them now
+        if (approval.decision === null) { approval.decision = "unanswered"; approval.endTs = ts; }
+      }
+      agent.waiting = 0;
       if (agent.status !== "running") continue;
       agent.status = this.status === "completed" ? "done" : this.status;   // interrupted, cancelled, failed
       if (this.status === "failed") { agent.status = "error"; agent.errorType = agent.errorType || "failed"; }
