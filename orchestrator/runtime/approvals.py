@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-import jsonschema
 import trio
 
 from agents.approval import ApprovalRequest, Decision
@@ -259,6 +258,9 @@ def check_answer(
 
 def _invalid_args(args: dict[str, Any], schema: dict[str, Any]) -> str | None:
     """The first problem of `args` against the tool's JSON schema (None: valid)."""
+    import jsonschema  # here, not at the top: only an edited answer needs it (its import
+    # costs ~50 ms of start-up and a bigger heap for every collection of the event path)
+
     validator = jsonschema.Draft202012Validator(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(args))
     if error is None:
