@@ -193,6 +193,11 @@ class AgentRunner:
         return self.bus.agent_key
 
     @property
+    def timeout_scope(self) -> trio.CancelScope | None:
+        """The scope whose deadline bounds this instance (its spawn's, or the run's)."""
+        return self._timeout_scope
+
+    @property
     def usage(self) -> Usage:
         """Usage of this instance's own model turns."""
         return self.usage_node.own

@@ -13,7 +13,8 @@ touches the desk; a waiting call is one `PendingApproval` and one parked task.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import trio
@@ -84,13 +85,21 @@ class ApprovalDesk:
         """Run → call id → its decision, while the run lasts (`already answered`)."""
         self.count = 0
         """Calls waiting now, over every run."""
+        self._clocks = StoppedClocks()
         self.on_change: Callable[[str, str, PendingApproval | None], None] | None = None
         """Told `(run_id, tool_call_id, waiting)` when a call starts waiting, and with
         None when it no longer does (a cluster worker publishes the list)."""
 
-    def gate(self, run_id: str, source: Source | None) -> RunGate:
-        """Where one agent instance of `run_id` waits (`agents.approval.ApprovalGate`)."""
-        return RunGate(self, run_id, source)
+    def gate(
+        self,
+        run_id: str,
+        source: Source | None,
+        deadlines: Callable[[], Iterable[trio.CancelScope]] = tuple,
+    ) -> RunGate:
+        """Where one agent instance of `run_id` waits (`agents.approval.ApprovalGate`);
+        `deadlines` gives the scopes whose clocks stop while it waits (its own spawn's,
+        its ancestors', the run's)."""
+        return RunGate(self, run_id, source, deadlines)
 
     def pending(self, run_id: str | None = None) -> list[PendingApproval]:
         """The waiting calls of one run, or of every run; oldest first."""
@@ -156,8 +165,17 @@ class ApprovalDesk:
         answerable from now, before its agent reaches it (`wait` then finds it)."""
         self._add(PendingApproval(run_id, source, request))
 
-    async def wait(self, run_id: str, source: Source | None, request: ApprovalRequest) -> Decision:
-        """Park until the decision, the timeout, or a cancel (see `RunGate.wait`)."""
+    async def wait(
+        self,
+        run_id: str,
+        source: Source | None,
+        request: ApprovalRequest,
+        deadlines: Iterable[trio.CancelScope] = (),
+    ) -> Decision:
+        """Park until the decision, the timeout, or a cancel (see `RunGate.wait`).
+
+        While it waits, the `deadlines` (timeouts of the agent, its ancestors and the
+        run) stand still: a person's hour of thinking does not time the run out."""
         waiting = self._pending.get(run_id, {}).get(request.tool_call_id)
         if waiting is None:
             if self.count >= self.max_pending:
@@ -168,10 +186,13 @@ class ApprovalDesk:
                     "server (limits.max_pending_approvals)",
                 )
             waiting = self._add(PendingApproval(run_id, source, request))
+        scopes = list(deadlines)
+        self._clocks.stop(scopes)
         try:
             with trio.move_on_after(request.wait):
                 await waiting.woken.wait()
         finally:
+            self._clocks.start(scopes)
             self._drop(run_id, request.tool_call_id)
         if waiting.decision is None:
             waiting.decision = Decision(
@@ -204,14 +225,58 @@ class ApprovalDesk:
 class RunGate:
     """One agent instance's way into the desk."""
 
-    __slots__ = ("_desk", "_run_id", "_source")
+    __slots__ = ("_deadlines", "_desk", "_run_id", "_source")
 
-    def __init__(self, desk: ApprovalDesk, run_id: str, source: Source | None) -> None:
+    def __init__(
+        self,
+        desk: ApprovalDesk,
+        run_id: str,
+        source: Source | None,
+        deadlines: Callable[[], Iterable[trio.CancelScope]],
+    ) -> None:
         self._desk, self._run_id, self._source = desk, run_id, source
+        self._deadlines = deadlines
 
     async def wait(self, request: ApprovalRequest) -> Decision:
         """Wait for the decision on `request`; `timeout` after `request.wait` seconds."""
-        return await self._desk.wait(self._run_id, self._source, request)
+        return await self._desk.wait(self._run_id, self._source, request, self._deadlines())
+
+
+class StoppedClocks:
+    """Deadlines that stand still while calls below them wait for a person.
+
+    A scope's clock stops when the first waiting call under it starts waiting (its
+    deadline goes to infinity) and starts again when the last one ends, its deadline
+    moved later by the time it stood still. Overlapping waits count once.
+    """
+
+    __slots__ = ("_stopped",)
+
+    def __init__(self) -> None:
+        self._stopped: dict[int, tuple[trio.CancelScope, list[float]]] = {}
+        """id(scope) → (scope, [waiting calls, stopped at, its deadline then])."""
+
+    def stop(self, scopes: Iterable[trio.CancelScope]) -> None:
+        now = trio.current_time()
+        for scope in scopes:
+            entry = self._stopped.get(id(scope))
+            if entry is not None:
+                entry[1][0] += 1
+            elif math.isfinite(scope.deadline):
+                self._stopped[id(scope)] = (scope, [1, now, scope.deadline])
+                scope.deadline = math.inf
+
+    def start(self, scopes: Iterable[trio.CancelScope]) -> None:
+        now = trio.current_time()
+        for scope in scopes:
+            entry = self._stopped.get(id(scope))
+            if entry is None:
+                continue
+            state = entry[1]
+            state[0] -= 1
+            if state[0] == 0:
+                del self._stopped[id(scope)]
+                scope.deadline = state[2] + (now - state[1])
 
 
 class _Nobody:

@@ -116,7 +116,11 @@ class AgentCatalog:
         policy = self.approval_policy(spec)
         gate: ApprovalGate | None = None
         if policy is not None:
-            gate = self.desk.gate(bus.run_id, bus.source) if isinstance(bus, Bus) else NOBODY
+            if isinstance(bus, Bus):
+                key = bus.agent_key
+                gate = self.desk.gate(bus.run_id, bus.source, lambda: run.deadlines(key))
+            else:
+                gate = NOBODY
         return AgentRunner(
             spec,
             self.providers.for_agent(spec),
@@ -135,7 +139,16 @@ class AgentCatalog:
 class RunContext:
     """One run as its tools see it: the catalog, the limits, the live agent instances."""
 
-    __slots__ = ("agents", "catalog", "continued", "limits", "parents", "resume", "tools")
+    __slots__ = (
+        "agents",
+        "catalog",
+        "continued",
+        "limits",
+        "parents",
+        "resume",
+        "root",
+        "tools",
+    )
 
     def __init__(self, catalog: AgentCatalog, limits: RunLimits) -> None:
         self.catalog = catalog
@@ -148,11 +161,27 @@ class RunContext:
         run ends)."""
         self.parents: dict[str, str | None] = {}
         """agentKey → its parent's agentKey (None: the root spawned it)."""
+        self.root: AgentRunner | None = None
+        """The root agent's runner (the run sets it)."""
         self.resume: ResumePlan | None = None
         """Cluster takeover: the agents rebuilt from the journal (spawn calls left
         without a result continue their child from it)."""
         self.continued: set[str] = set()
         """agentKeys of rebuilt children that were continued (or answered from the journal)."""
+
+    def deadlines(self, agent_key: str | None) -> list[trio.CancelScope]:
+        """The scopes that time out the instance `agent_key` (None: the root): its own
+        spawn's, its ancestors', the run's."""
+        found: list[trio.CancelScope] = []
+        key = agent_key
+        while key is not None:
+            runner = self.agents.get(key)
+            if runner is not None and runner.timeout_scope is not None:
+                found.append(runner.timeout_scope)
+            key = self.parents.get(key)
+        if self.root is not None and self.root.timeout_scope is not None:
+            found.append(self.root.timeout_scope)
+        return found
 
     def descendants(self, agent_key: str) -> list[str]:
         """The agentKeys below `agent_key` in the tree, parents before their children."""

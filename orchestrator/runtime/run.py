@@ -254,7 +254,7 @@ class Run:
             timeout_scope=deadline,
             usage=UsageNode(budget=budget, budget_source=source),
         )
-        self.root = runner
+        self.root = self.context.root = runner
         try:
             with self.scope, deadline:
                 try:

@@ -9,11 +9,14 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+import yaml
 
+from agents.errors import SpecError
 from orchestrator import ApprovalError, Orchestrator
-from orchestrator.core.events import Event
+from orchestrator.config import load_config
+from orchestrator.core.events import Event, EventType
 from orchestrator.runtime.engine import RunStream
-from tests.helpers import write_config
+from tests.helpers import collect, write_config
 
 
 def agent(turns: list[dict[str, Any]], tools: list[str], **extra: Any) -> dict[str, Any]:
@@ -208,3 +211,84 @@ async def test_a_call_without_a_watcher_is_denied(orch: Orchestrator, tmp_path: 
     assert result.status == "completed"
     assert result.text is not None and "nobody can approve the call" in result.text
     assert not (tmp_path / "ws" / "out.txt").exists()
+
+
+async def test_cancelling_the_run_resolves_a_waiting_call_cancelled(orch: Orchestrator) -> None:
+    events: list[Event] = []
+    async with orch.stream("boss", "go") as run:
+        asked = await until(run, events, "APPROVAL_REQUESTED")
+        run.cancel(reason="all stop")  # an ancestor of the waiting agent: the root
+        await rest(run, events)
+    (resolved,) = [e for e in events if e.type == "APPROVAL_RESOLVED"]
+    assert resolved.source == asked.source
+    assert resolved.data["decision"] == "cancelled" and resolved.data["by"] == "user"
+    assert resolved.data["reason"] == "all stop"
+    assert events[-1].data["status"] == "cancelled"
+    assert not [e for e in events if e.type == "TOOL_RESULT" and e.data["name"] == "write_file"]
+
+
+async def test_a_background_child_waits_the_same_way(tmp_path: Path) -> None:
+    agents = {
+        **AGENTS,
+        "bg": agent(
+            [
+                {
+                    "calls": [
+                        {
+                            "name": "agent_spawn",
+                            "args": {"agent_id": "fixed", "task": "t", "timeout_seconds": 0},
+                        }
+                    ]
+                },
+                {"say": "started: {results}"},
+                {"say": "bg got: {input}"},
+            ],
+            ["agent_spawn"],
+        ),
+    }
+    config = write_config(tmp_path, agents, tools={"root": str(tmp_path / "ws")})
+    (tmp_path / "ws").mkdir()
+    events: list[Event] = []
+    async with Orchestrator.open(config) as orch, orch.stream("bg", "go") as run:
+        asked = await until(run, events, "APPROVAL_REQUESTED")
+        assert asked.source is not None and asked.source.task_id is not None
+        run.approve(asked.data["toolCallId"])
+        await rest(run, events)
+    assert events[-1].data["status"] == "completed"
+    assert (tmp_path / "ws" / "out.txt").read_text() == "hello"
+    assert "bg got: [task-" in events[-1].data["result"]
+
+
+async def test_the_server_list_applies_where_a_subagent_says_nothing(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    pause = {"name": "wait", "args": {"seconds": 1}}  # (no thread: the clock autojumps)
+    agents = {
+        "plain": agent([{"calls": [pause]}, {"say": "plain: {results}"}], ["wait"]),
+        "opted_out": agent([{"calls": [pause]}, {"say": "out: {results}"}], ["wait"], approval=[]),
+    }
+    config = write_config(tmp_path, agents).model_copy(update={"approval": ["wait"]})
+    async with Orchestrator.open(config) as orch:
+        plain = await collect(orch, "plain", "go")  # nobody answers: it times out
+        opted_out = await collect(orch, "opted_out", "go")
+    assert [e.type for e in plain].count(EventType.APPROVAL_REQUESTED) == 1
+    # It waited the whole default hour, four times run_timeout_seconds (900): the run's
+    # clock stands still while a call waits for a person.
+    assert plain[-1].data["status"] == "completed"
+    assert "nobody approved it in time" in plain[-1].data["result"]
+    assert not [e for e in opted_out if e.type.startswith("APPROVAL_")]
+    assert opted_out[-1].data["result"].startswith("out: ")
+
+
+async def test_unknown_tools_in_approval_lists_are_clear_errors(tmp_path: Path) -> None:
+    bad = {"x": agent([], ["write_file"], approval=["write_fiel"])}
+    with pytest.raises(SpecError, match=r"x\.yaml: approval\[0\]: unknown tool 'write_fiel'"):
+        write_config(tmp_path, bad)
+        async with Orchestrator.open(load_config(tmp_path / "server.yaml")):
+            pass
+    (tmp_path / "x.yaml").unlink(missing_ok=True)
+    (tmp_path / "subagents" / "x.yaml").write_text(yaml.safe_dump(agent([], [])))
+    config = load_config(tmp_path / "server.yaml").model_copy(update={"approval": ["*", "nope"]})
+    with pytest.raises(SpecError, match=r"approval\[1\]: unknown tool 'nope' in the server config"):
+        async with Orchestrator.open(config):
+            pass
