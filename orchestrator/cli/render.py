@@ -30,7 +30,11 @@ def _line(node: AgentNode, width: int) -> Text:
             who = fields.get("$.agent_id", "")
             task = " ".join(str(fields.get("$.task", "")).split())[:40]
             line.append(f" → spawning {who}: {task}…", style="cyan")
-        if node.tools_running:
+        if node.waiting:
+            line.append(
+                f" ⏸ waiting for approval: {', '.join(node.waiting.values())}", style="magenta"
+            )
+        elif node.tools_running:
             line.append(f" ⚙ {', '.join(node.tools_running)}", style="cyan")
         elif node.thinking:
             line.append(" thinking…", style="italic dim")

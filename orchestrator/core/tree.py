@@ -38,6 +38,7 @@ class AgentNode:
         "turn_done",
         "turns",
         "usage",
+        "waiting",
     )
 
     def __init__(self, key: str, agent_id: str, name: str, depth: int) -> None:
@@ -58,6 +59,8 @@ class AgentNode:
         """Tool calls still streaming their arguments: toolCallId → fields so far."""
         self.turns = 0
         self.turn_done = False
+        self.waiting: dict[str, str] = {}
+        """Tool calls waiting for approval: toolCallId → tool name."""
         self.usage: dict[str, Any] | None = None
         self.children: list[str] = []
 
@@ -160,6 +163,10 @@ class TreeView:
             name = str(data.get("name", "?"))
             if name in node.tools_running:
                 node.tools_running.remove(name)
+        elif kind is EventType.APPROVAL_REQUESTED:
+            node.waiting[str(data.get("toolCallId"))] = str(data.get("name", "?"))
+        elif kind is EventType.APPROVAL_RESOLVED:
+            node.waiting.pop(str(data.get("toolCallId")), None)
         elif kind is EventType.USER_MESSAGE:
             node.status = "running"  # an idle agent that gets a message runs again
             node.error = None
@@ -170,7 +177,9 @@ class TreeView:
             node.result = str(data.get("text", ""))
             node.usage = data.get("subtreeUsage") or data.get("usage")
             node.tools_running.clear()
+            node.waiting.clear()
         elif kind is EventType.AGENT_ERROR:
             node.status = str(data.get("errorType", "failed"))
             node.error = str(data.get("message", ""))
             node.tools_running.clear()
+            node.waiting.clear()

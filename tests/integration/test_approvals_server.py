@@ -65,12 +65,19 @@ class Client:
         self.ws = ws
         self.events: list[dict[str, Any]] = []
         self.replies: dict[Any, dict[str, Any]] = {}
+        self.end: dict[str, Any] | None = None
 
     async def ask(self, **op: Any) -> dict[str, Any]:
         await self.ws.send(json.dumps(op))
         while op["id"] not in self.replies:
             await self._read_one()
         return self.replies.pop(op["id"])
+
+    async def finish(self) -> dict[str, Any]:
+        """Read to the run's `end`; the end frame."""
+        while self.end is None:
+            await self._read_one()
+        return self.end
 
     async def until(self, kind: str, count: int = 1) -> list[dict[str, Any]]:
         while len(found := [e for e in self.events if e["type"] == kind]) < count:
@@ -81,6 +88,8 @@ class Client:
         frame = await recv(self.ws)
         if frame["op"] == "events":
             self.events.extend(frame["events"])
+        elif frame["op"] == "end":
+            self.end = frame
         elif frame.get("id") is not None:
             self.replies[frame["id"]] = frame
 
@@ -193,4 +202,45 @@ async def test_a_denied_call_and_a_later_watcher_see_the_same_story(tmp_path: Pa
         "tool 'write_file' was not run: denied by client: not that file"
     )
     assert "denied by client: not that file" in events[-1]["data"]["result"]
+    assert not (tmp_path / "workspace" / "a.txt").exists()
+
+
+async def test_cancelling_an_ancestor_of_a_waiting_call_resolves_it_cancelled(
+    tmp_path: Path,
+) -> None:
+    config = demo_config(tmp_path, extra_agents=AGENTS)
+    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+        client = Client(ws)
+        ack = await client.ask(op="run", id="r", agent="top", input="go")
+        run_id = ack["runId"]
+        (asked,) = await client.until("APPROVAL_REQUESTED")
+        (mid,) = [
+            e["source"]["agentKey"]
+            for e in client.events
+            if e["type"] == "AGENT_STARTED" and e["source"]["agentId"] == "mid"
+        ]
+        reply = await client.ask(op="cancel", id="c", runId=run_id, agentKey=mid, reason="no")
+        assert reply["op"] == "ack"
+        (resolved,) = await client.until("APPROVAL_RESOLVED")
+        assert (await client.ask(op="pending", id="p"))["approvals"] == []
+        late = await client.ask(
+            op="approve",
+            id="a",
+            runId=run_id,
+            toolCallId=asked["data"]["toolCallId"],
+            decision="approve",
+        )
+        end = await client.finish()
+    assert resolved["source"] == asked["source"]
+    assert resolved["data"] == {
+        "toolCallId": asked["data"]["toolCallId"],
+        "decision": "cancelled",
+        "by": "user",
+        "reason": "no",
+        "edited": False,
+    }
+    assert late["code"] == "not_found"  # answered (cancelled), or the run has ended since
+    assert "already answered (cancelled)" in late["message"] or "not running" in late["message"]
+    assert end["status"] == "completed"
+    assert "cancelled by the user: no" in client.events[-1]["data"]["result"]
     assert not (tmp_path / "workspace" / "a.txt").exists()

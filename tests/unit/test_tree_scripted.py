@@ -102,3 +102,25 @@ def test_tree_view_tolerates_a_partial_feed() -> None:
         view.apply(event)
     agents = sorted(n.agent_id for n in view.walk())
     assert agents == ["critic", "researcher", "researcher", "root"]
+
+
+def test_tree_view_and_its_rendering_show_a_call_waiting_for_approval() -> None:
+    from rich.console import Console
+
+    from orchestrator.cli.render import render_tree
+
+    def event(seq: int, kind: EventType, data: dict[str, Any]) -> Event:
+        return Event("run-1", seq, 0.0, kind, None, False, data)
+
+    view = TreeView()
+    view.apply(event(1, EventType.RUN_STARTED, {"agentId": "writer", "input": "x"}))
+    view.apply(event(2, EventType.TOOL_CALL, {"toolCallId": "c1", "name": "write_file"}))
+    view.apply(event(3, EventType.APPROVAL_REQUESTED, {"toolCallId": "c1", "name": "write_file"}))
+    console = Console(width=120, record=True)
+    console.print(render_tree(view, 120))
+    assert "⏸ waiting for approval: write_file" in console.export_text()
+    view.apply(event(4, EventType.APPROVAL_RESOLVED, {"toolCallId": "c1", "decision": "approve"}))
+    assert view.root.waiting == {}
+    console = Console(width=120, record=True)
+    console.print(render_tree(view, 120))
+    assert "⚙ write_file" in console.export_text()
