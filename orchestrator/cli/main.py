@@ -11,8 +11,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import trio
 from rich.console import Console
@@ -338,18 +339,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+def _control(
+    options: argparse.Namespace, command: Callable[..., Awaitable[int]], /, *a: Any, **kw: Any
+) -> int:
+    """Run a client command against the server `options` name (`--url`/`--config`, token)."""
+    token = options.token or os.environ.get("ORCHESTRATOR_TOKEN") or None
+    url = _watch_url(options)
+    return trio.run(functools.partial(command, url, *a, token=token, origin=options.origin, **kw))
+
+
 def _cancel(args: argparse.Namespace) -> int:
-    return trio.run(
-        functools.partial(
-            cancel_main,
-            _watch_url(args),
-            args.run_id,
-            agent_key=args.agent,
-            reason=args.reason,
-            token=args.token or os.environ.get("ORCHESTRATOR_TOKEN") or None,
-            origin=args.origin,
-        )
-    )
+    return _control(args, cancel_main, args.run_id, agent_key=args.agent, reason=args.reason)
 
 
 def _approve(args: argparse.Namespace) -> int:
@@ -361,32 +361,19 @@ def _approve(args: argparse.Namespace) -> int:
             raise ConfigError(f"--args is not JSON: {exc}") from None
         if not isinstance(changed, dict):
             raise ConfigError("--args must be a JSON object")
-    return trio.run(
-        functools.partial(
-            approve_main,
-            _watch_url(args),
-            args.run_id,
-            args.tool_call_id,
-            deny=args.deny,
-            reason=args.reason,
-            args=changed,
-            token=args.token or os.environ.get("ORCHESTRATOR_TOKEN") or None,
-            origin=args.origin,
-        )
+    return _control(
+        args,
+        approve_main,
+        args.run_id,
+        args.tool_call_id,
+        deny=args.deny,
+        reason=args.reason,
+        args=changed,
     )
 
 
 def _pending(args: argparse.Namespace) -> int:
-    return trio.run(
-        functools.partial(
-            pending_main,
-            _watch_url(args),
-            args.run_id,
-            as_json=args.json,
-            token=args.token or os.environ.get("ORCHESTRATOR_TOKEN") or None,
-            origin=args.origin,
-        )
-    )
+    return _control(args, pending_main, args.run_id, as_json=args.json)
 
 
 def _main(args: argparse.Namespace) -> int:
