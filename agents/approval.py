@@ -14,6 +14,8 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from agents.core.wildcard import wildcard_match
+
 __all__ = [
     "ApprovalGate",
     "ApprovalPolicy",
@@ -37,8 +39,10 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds a call waits before it is answered `timeout`."""
 
     def requires(self, name: str) -> bool:
-        """A call of tool `name` waits for a decision."""
-        return name in self.tools or "*" in self.tools
+        """A call of tool `name` waits for a decision (entries may use `*`: `fs__*`)."""
+        if name in self.tools or "*" in self.tools:
+            return True
+        return any("*" in entry and wildcard_match(entry, name) for entry in self.tools)
 
 
 class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -59,6 +59,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _REASONING = EventType.REASONING
+_PROGRESS_EVERY = 0.1
+"""Seconds between two TOOL_PROGRESS events of one call."""
 _CHECK_EVERY = 256
 """A turn's size is checked every this-many stream parts (so a limit may be passed by
 up to this many parts; the check costs nothing per delta)."""
@@ -229,6 +231,16 @@ class AgentRunner:
         elif stop and self._scope is not None:
             self._scope.cancel()
         return True
+
+    def fail(self, error_type: str, message: str) -> None:
+        """The instance cannot even start (its tools are not available): AGENT_ERROR.
+
+        Raises:
+            AgentFailed: always, with `error_type` and `message`.
+        """
+        self._ended = False
+        self._error(error_type, message)
+        raise AgentFailed(message, error_type=error_type)
 
     def run(self, task: str) -> Coroutine[Any, Any, AgentOutcome]:
         """Run on `task` until a final answer (await the result).
@@ -708,6 +720,7 @@ class AgentRunner:
                     usage=self.usage_node,
                     instance=self.state,
                     start_background=self.start_background,
+                    progress=_Progress(self.bus, call.id),
                 )
                 try:
                     content, is_error = await tool.run(args, ctx), False
@@ -792,6 +805,31 @@ class AgentRunner:
             data["args"] = decision.args
         await bus.emit(EventType.APPROVAL_RESOLVED, data)
         return decision
+
+
+class _Progress:
+    """A tool call's TOOL_PROGRESS events, at most one per `_PROGRESS_EVERY` seconds
+    (a tool that reports thousands a second cannot flood the run); the last report,
+    `progress == total`, always goes out."""
+
+    __slots__ = ("_bus", "_call_id", "_next")
+
+    def __init__(self, bus: Emitter, call_id: str) -> None:
+        self._bus = bus
+        self._call_id = call_id
+        self._next = 0.0
+
+    def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        now = trio.current_time()
+        if (now < self._next and progress != total) or self._bus.closed:
+            return
+        self._next = now + _PROGRESS_EVERY
+        data: dict[str, Any] = {"toolCallId": self._call_id, "progress": progress}
+        if total is not None:
+            data["total"] = total
+        if message:
+            data["message"] = message[:1000]
+        self._bus.emit_nowait(EventType.TOOL_PROGRESS, data)
 
 
 class _Turn:

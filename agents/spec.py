@@ -130,10 +130,13 @@ def load_specs(
     *,
     models: Iterable[str] | None = None,
     tools: Iterable[str] | None = None,
+    mcp_servers: Iterable[str] = (),
 ) -> dict[str, AgentSpec]:
     """Load every `*.yaml`/`*.yml` in `directory`, sorted by agentId.
 
-    With `models`/`tools`, also check that each spec names only known ones.
+    With `models`/`tools`, also check that each spec names only known ones; a tool
+    `<server>__<tool>` (or a pattern such as `fs__*`) must name a server of
+    `mcp_servers` (its tools are known only once the server runs).
 
     Raises:
         SpecError: for the first invalid file.
@@ -142,6 +145,7 @@ def load_specs(
         raise SpecError(f"{directory}: subagents_dir is not a directory")
     known_models = set(models) if models is not None else None
     known_tools = set(tools) if tools is not None else None
+    servers = set(mcp_servers)
     specs: dict[str, AgentSpec] = {}
     files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
     for path in files:
@@ -156,10 +160,20 @@ def load_specs(
         if known_tools is not None:
             for key, names in (("tools", spec.tools), ("approval", spec.approval or [])):
                 for i, tool in enumerate(names):
-                    if tool not in known_tools and not (key == "approval" and tool == "*"):
+                    if tool in known_tools or (key == "approval" and tool == "*"):
+                        continue
+                    server, sep, _ = tool.partition("__")
+                    if sep and server in servers:
+                        continue
+                    if sep and server:
                         raise SpecError(
-                            f"{path}: {key}[{i}]: unknown tool {tool!r} "
-                            f"(known: {', '.join(sorted(known_tools))})"
+                            f"{path}: {key}[{i}]: {tool!r} names MCP server {server!r}, which "
+                            f"mcp_servers does not configure (configured: "
+                            f"{', '.join(sorted(servers)) or 'none'})"
                         )
+                    raise SpecError(
+                        f"{path}: {key}[{i}]: unknown tool {tool!r} "
+                        f"(known: {', '.join(sorted(known_tools))})"
+                    )
         specs[spec.id] = spec
     return specs

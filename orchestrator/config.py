@@ -8,6 +8,7 @@ path (`sqlite:////var/lib/o.db`) is taken as it is.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +28,9 @@ __all__ = [
     "TokenConfig",
     "load_config",
 ]
+
+
+_MCP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 
 
 class ConfigError(Exception):
@@ -186,6 +190,56 @@ class ToolsConfig(BaseModel):
     """Host names `http_get` may reach even when they resolve to non-public addresses."""
 
 
+class McpServerConfig(BaseModel):
+    """One entry of `mcp_servers`: an MCP server whose tools agents may call.
+
+    Either `command` (a process spoken to over stdio) or `url` (streamable HTTP).
+    Secrets come from the environment (`env_from`, `headers_from`, `token_env`): they
+    are never logged and never put in events.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str | None = Field(default=None, min_length=1)
+    """The program to start (stdio)."""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment of the process, besides PATH (and a few harmless variables the
+    `mcp` package passes: HOME, LOGNAME, SHELL, TERM, USER); nothing else of the
+    server's own environment reaches it."""
+    env_from: dict[str, str] = Field(default_factory=dict)
+    """Environment of the process taken from the server's: `{NAME: SERVER_VARIABLE}`."""
+    cwd: str | None = None
+    """Working directory (relative: the config file's directory)."""
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    """The server's streamable-HTTP endpoint."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    headers_from: dict[str, str] = Field(default_factory=dict)
+    """Request headers taken from the server's environment: `{Header: VARIABLE}`."""
+    token_env: str | None = None
+    """A variable holding a bearer token, sent as `Authorization: Bearer …`."""
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    """Longest one tool call may take; then its agent gets an error result and the
+    session is started again for the next call."""
+    startup_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Longest starting a session (the process, the handshake, the tool list) may take."""
+    max_result_chars: int = Field(default=256 * 1024, ge=1024)
+    """A tool result longer than this is cut (with a marker) before the model sees it."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either `command` (stdio) or `url` (streamable HTTP)")
+        stdio_only = ("args", "env", "env_from", "cwd")
+        http_only = ("headers", "headers_from", "token_env")
+        wrong = http_only if self.command is not None else stdio_only
+        given = [key for key in wrong if getattr(self, key)]
+        if given:
+            kind = "stdio (`command`)" if self.command is not None else "HTTP (`url`)"
+            raise ValueError(f"{', '.join(given)}: not used by an {kind} server")
+        return self
+
+
 class RetentionConfig(BaseModel):
     """`storage.retention:` — what the journal forgets, and when."""
 
@@ -270,6 +324,8 @@ class ServerConfig(BaseModel):
     approval: list[str] = Field(default_factory=list)
     """Tools whose calls wait for a person's decision, for every subagent whose YAML
     has no `approval` key (`"*"`: every tool)."""
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    """MCP servers whose tools subagents may list as `<name>__<tool>` (docs/mcp.md)."""
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     cluster: ClusterConfig | None = None
@@ -281,6 +337,17 @@ class ServerConfig(BaseModel):
     @classmethod
     def _storage_url(cls, value: Any) -> Any:
         return {"url": value} if isinstance(value, str) else value
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in value:
+            if not _MCP_NAME.match(name) or "__" in name:
+                raise ValueError(
+                    f"{name!r}: an MCP server name is 1-32 letters, digits, '_' or '-' "
+                    "(no '__': it separates the server from the tool)"
+                )
+        return value
 
     @model_validator(mode="after")
     def _cluster_needs_redis(self) -> ServerConfig:

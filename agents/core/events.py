@@ -25,6 +25,8 @@ class EventType(enum.StrEnum):
     AGENT_RESULT = "AGENT_RESULT"
     AGENT_ERROR = "AGENT_ERROR"
     USER_MESSAGE = "USER_MESSAGE"
+    TOOL_PROGRESS = "TOOL_PROGRESS"
+    """A long tool call moves: `{toolCallId, progress, total?, message?}` (MCP progress)."""
     RUN_RESUMED = "RUN_RESUMED"
     """Cluster mode: another worker took the run over and continues it."""
     TURN_ABANDONED = "TURN_ABANDONED"

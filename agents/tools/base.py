@@ -7,8 +7,11 @@ from typing import Any, Protocol
 
 from agents.core.usage import UsageNode
 
-__all__ = ["BackgroundStarter", "InstanceState", "Tool", "ToolContext"]
+__all__ = ["BackgroundStarter", "InstanceState", "ProgressReporter", "Tool", "ToolContext"]
 
+ProgressReporter = Callable[[float, "float | None", "str | None"], None]
+"""`report(progress, total, message)`: the call moved (a TOOL_PROGRESS event; at most
+ten a second per call are sent, and the last one always)."""
 BackgroundStarter = Callable[[str, Callable[[], Awaitable[str]]], None]
 """`start(label, work)`: run `work` beside the agent; its text (or failure) comes back
 to the agent as a message before its next model turn."""
@@ -35,6 +38,7 @@ class ToolContext:
             the child's usage counts for the caller's subtree (and budget) live.
         instance: counters shared by every call of the calling instance.
         start_background: runs work beside the caller (background spawns).
+        progress: reports how far the call got (TOOL_PROGRESS), or None.
 
     What a tool needs beyond the call (a client, a root folder, the run it serves)
     it is given when it is made.
@@ -46,6 +50,7 @@ class ToolContext:
         "call_id",
         "depth",
         "instance",
+        "progress",
         "start_background",
         "usage",
     )
@@ -60,6 +65,7 @@ class ToolContext:
         usage: UsageNode,
         instance: InstanceState,
         start_background: BackgroundStarter,
+        progress: ProgressReporter | None = None,
     ) -> None:
         self.call_id = call_id
         self.agent_id = agent_id
@@ -68,6 +74,7 @@ class ToolContext:
         self.usage = usage
         self.instance = instance
         self.start_background = start_background
+        self.progress = progress
 
 
 class Tool(Protocol):

@@ -22,6 +22,9 @@ from agents.spec import AgentSpec
 from agents.tools.base import Tool
 from orchestrator.core.bus import AnyBus, Bus
 from orchestrator.core.rebuild import ResumePlan
+from orchestrator.mcp.hub import McpError, McpHub
+from orchestrator.mcp.names import server_of, wildcard_match
+from orchestrator.mcp.tool import McpTool
 from orchestrator.runtime.approvals import NOBODY, ApprovalDesk
 
 __all__ = ["AgentCatalog", "RunContext", "RunLimits", "UnknownAgent"]
@@ -61,6 +64,7 @@ class AgentCatalog:
             key (the server config's `approval`).
         approval_timeout: seconds a call waits when its subagent does not say.
         desk: where calls wait (shared by every run of the catalog).
+        mcp: the MCP servers' sessions (None: no `mcp_servers` configured).
     """
 
     def __init__(
@@ -72,6 +76,7 @@ class AgentCatalog:
         approval: Sequence[str] = (),
         approval_timeout: float = 3600.0,
         desk: ApprovalDesk | None = None,
+        mcp: McpHub | None = None,
     ) -> None:
         self.specs = specs
         self.providers = providers
@@ -79,6 +84,49 @@ class AgentCatalog:
         self.approval = tuple(approval)
         self.approval_timeout = approval_timeout
         self.desk = desk or ApprovalDesk()
+        self.mcp = mcp
+        servers = set(mcp.configs) if mcp is not None else set()
+        self._mcp_users = {
+            spec.id for spec in specs.values() if any(server_of(t) in servers for t in spec.tools)
+        }
+        """Subagents that list MCP tools (only they pay for resolving them)."""
+        self._resolved: dict[str, tuple[AgentSpec, dict[str, Tool]]] = {}
+        """agentId → its spec with MCP patterns expanded, and those MCP tools."""
+
+    def uses_mcp(self, spec: AgentSpec) -> bool:
+        """The subagent lists tools of MCP servers (`prepare` it before running it)."""
+        return spec.id in self._mcp_users
+
+    async def prepare(self, spec: AgentSpec) -> None:
+        """Start the MCP servers `spec` lists tools of (if not running) and expand its
+        patterns (`fs__*`) against their tool lists; `runner` then uses the result.
+
+        Raises:
+            McpError: a server cannot be started, or an entry matches none of its tools.
+        """
+        if self.mcp is None or spec.id not in self._mcp_users:
+            return
+        names: list[str] = []
+        tools: dict[str, Tool] = {}
+        for i, entry in enumerate(spec.tools):
+            server = server_of(entry)
+            if server is None or server not in self.mcp.configs:
+                names.append(entry)
+                continue
+            listed = await self.mcp.tools(server)
+            matched = [name for name in listed if wildcard_match(entry, name)]
+            if not matched:
+                have = ", ".join(sorted(listed)) or "none"
+                raise McpError(
+                    f"{spec.id}.yaml: tools[{i}]: {entry!r} matches no tool of MCP server "
+                    f"{server!r} (it has: {have})"
+                )
+            max_chars = self.mcp.configs[server].max_result_chars
+            for name in matched:
+                if name not in tools:
+                    names.append(name)
+                    tools[name] = McpTool(self.mcp, listed[name], max_chars)
+        self._resolved[spec.id] = (spec.model_copy(update={"tools": names}), tools)
 
     def approval_policy(self, spec: AgentSpec) -> ApprovalPolicy | None:
         """Which calls of `spec`'s instances wait for approval (None: none)."""
@@ -112,7 +160,14 @@ class AgentCatalog:
         timeout_scope: trio.CancelScope,
         usage: UsageNode,
     ) -> AgentRunner:
-        """An `AgentRunner` for one instance of `spec` in `run` (with the run's tools)."""
+        """An `AgentRunner` for one instance of `spec` in `run` (with the run's tools;
+        MCP tools as the last `prepare` of `spec` resolved them)."""
+        tools = run.tools
+        if spec.id in self._mcp_users:
+            resolved = self._resolved.get(spec.id)
+            if resolved is not None:
+                spec, mcp_tools = resolved
+                tools = {**tools, **mcp_tools}
         policy = self.approval_policy(spec)
         gate: ApprovalGate | None = None
         if policy is not None:
@@ -124,7 +179,7 @@ class AgentCatalog:
         return AgentRunner(
             spec,
             self.providers.for_agent(spec),
-            run.tools,
+            tools,
             bus,
             depth=depth,
             timeout_scope=timeout_scope,

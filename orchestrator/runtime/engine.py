@@ -25,6 +25,7 @@ from agents.tools.builtin import BUILTIN_TOOLS, builtin_tools
 from orchestrator.config import ServerConfig
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.events import Event
+from orchestrator.mcp.hub import McpHub
 from orchestrator.runtime.approvals import ApprovalDesk, PendingApproval
 from orchestrator.runtime.context import AgentCatalog, RunLimits, UnknownAgent
 from orchestrator.runtime.queue import EventQueue
@@ -37,6 +38,16 @@ __all__ = ["Orchestrator", "RunStream", "UnknownAgent", "builtin_tool_names"]
 def builtin_tool_names() -> list[str]:
     """The tools a subagent YAML may list (from the tool registries, not a copy)."""
     return [AgentSpawnTool.name, AgentSendTool.name, *(tool.name for tool in BUILTIN_TOOLS)]
+
+
+@asynccontextmanager
+async def _mcp_hub(config: ServerConfig) -> AsyncIterator[McpHub | None]:
+    """The MCP hub when `mcp_servers` names any (its sessions end with the block)."""
+    if not config.mcp_servers:
+        yield None
+        return
+    async with McpHub.open(dict(config.mcp_servers), config.base_dir) as hub:
+        yield hub
 
 
 class RunStream:
@@ -144,6 +155,7 @@ class Orchestrator:
         specs: dict[str, AgentSpec],
         providers: ProviderFactory,
         client: httpx.AsyncClient,
+        mcp: McpHub | None = None,
     ) -> None:
         self.config = config
         self.specs = specs
@@ -164,7 +176,10 @@ class Orchestrator:
             approval=config.approval,
             approval_timeout=config.limits.approval_timeout_seconds,
             desk=ApprovalDesk(config.limits.max_pending_approvals),
+            mcp=mcp,
         )
+        self.mcp = mcp
+        """The MCP servers' sessions (None: none configured); they end with `open`."""
         """The built-in tools above are shared; each run adds `agent_spawn` and
         `agent_send`, bound to it (`spawn.run_tools`)."""
 
@@ -191,7 +206,10 @@ class Orchestrator:
         """
         if specs is None:
             specs = load_specs(
-                config.subagents_path, models=config.models, tools=builtin_tool_names()
+                config.subagents_path,
+                models=config.models,
+                tools=builtin_tool_names(),
+                mcp_servers=config.mcp_servers,
             )
         known = builtin_tool_names()
         for i, name in enumerate(config.approval):
@@ -207,8 +225,8 @@ class Orchestrator:
         owned: AbstractAsyncContextManager[httpx.AsyncClient] = (
             nullcontext(http_client) if http_client is not None else httpx.AsyncClient()
         )
-        async with owned as client:
-            yield cls(config, specs, ProviderFactory(dict(config.models), client), client)
+        async with owned as client, _mcp_hub(config) as mcp:
+            yield cls(config, specs, ProviderFactory(dict(config.models), client), client, mcp)
 
     def default_limits(self, max_depth: int | None = None) -> RunLimits:
         """The configured limits, with an optional max_depth override."""

@@ -29,6 +29,7 @@ from orchestrator.core.bus import (
 )
 from orchestrator.core.events import EventType, RunStatus, Usage
 from orchestrator.core.rebuild import ResumePlan
+from orchestrator.mcp.hub import McpError
 from orchestrator.runtime.approvals import ApprovalError, PendingApproval
 from orchestrator.runtime.context import AgentCatalog, RunContext, RunLimits
 from orchestrator.runtime.spawn import run_tools
@@ -246,6 +247,12 @@ class Run:
             if b is not None
         ]
         budget, source = min(budgets) if budgets else (None, "budget_tokens")
+        unavailable = None
+        if self.catalog.uses_mcp(spec):  # its MCP servers start (bounded by their timeouts)
+            try:
+                await self.catalog.prepare(spec)
+            except McpError as exc:
+                unavailable = str(exc)
         runner = self.catalog.runner(
             spec,
             bus,
@@ -258,6 +265,8 @@ class Run:
         try:
             with self.scope, deadline:
                 try:
+                    if unavailable is not None:
+                        runner.fail("mcp_unavailable", unavailable)
                     if plan is not None and plan.root.ended:  # only RUN_FINISHED was missing
                         if plan.root.result is None:
                             raise AgentFailed(plan.root.error or "failed", error_type="failed")

@@ -31,6 +31,7 @@ from agents.tools.base import Tool, ToolContext
 from orchestrator.core.bus import AnyBus, Bus, NullBus, current_bus
 from orchestrator.core.events import EventType
 from orchestrator.core.rebuild import AgentPlan
+from orchestrator.mcp.hub import McpError
 from orchestrator.runtime.context import RunContext
 
 __all__ = ["AgentSendTool", "AgentSpawnTool", "failure_text", "run_tools", "send_to"]
@@ -123,6 +124,21 @@ class AgentSpawnTool:
             if rebuilt is not None:
                 return self._continue(rebuilt, ctx)
         spec = self._admit(spawn, ctx)
+        if run.catalog.uses_mcp(spec):  # its MCP servers must be up first: await that
+            return self._prepared(spec, spawn, ctx)
+        return self._start(spec, spawn, ctx)
+
+    async def _prepared(self, spec: AgentSpec, spawn: SpawnArgs, ctx: ToolContext) -> str:
+        try:
+            await self._run.catalog.prepare(spec)
+        except McpError as exc:
+            raise ToolError(f"agent_spawn: {spec.id!r} cannot start: {exc}") from None
+        return await self._start(spec, spawn, ctx)
+
+    def _start(
+        self, spec: AgentSpec, spawn: SpawnArgs, ctx: ToolContext
+    ) -> Coroutine[Any, Any, str]:
+        """Start the admitted child; the coroutine that drives it (or returns its ids)."""
         timeout = (
             spawn.timeout_seconds if spawn.timeout_seconds is not None else spec.timeout_seconds
         )
@@ -199,6 +215,10 @@ class AgentSpawnTool:
                 return rebuilt.result
             raise ToolError(f"subagent {rebuilt.agent_id!r} failed: {rebuilt.error}")
         spec = run.catalog.spec(rebuilt.agent_id)
+        try:
+            await run.catalog.prepare(spec)
+        except McpError as exc:
+            raise ToolError(f"subagent {spec.id!r} cannot go on: {exc}") from None
         parent_bus = current_bus.get()
         if not isinstance(parent_bus, Bus):  # takeovers only happen in journaled runs
             raise ToolError("agent_spawn: cannot continue a child without the run's bus")

@@ -1,0 +1,58 @@
+"""An MCP tool result as the text a model gets back (pure).
+
+| MCP content | becomes |
+|---|---|
+| `text` | its text |
+| `image`, `audio` | `[image image/png, 12345 bytes]` (models get no binary here) |
+| `resource` with text | its text, after `[resource <uri>]` |
+| `resource` with a blob | `[resource <uri> <mimeType>, N bytes]` |
+| `resource_link` | `[resource link <uri> <name>]` |
+| `structuredContent` with no content blocks | its JSON |
+
+Blocks are joined with blank lines; the whole is cut at `max_chars` with a marker.
+`isError: true` makes it an error result for the model (the agent goes on).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["result_text"]
+
+
+def result_text(content: list[Any], structured: Any, max_chars: int) -> str:
+    """The model's text for a result's `content` blocks and `structuredContent`."""
+    parts = [_block(block) for block in content]
+    if not parts and structured is not None:
+        parts.append(json.dumps(structured, ensure_ascii=False, separators=(",", ":")))
+    text = "\n\n".join(p for p in parts if p)
+    if len(text) > max_chars:
+        cut = len(text) - max_chars
+        text = text[:max_chars] + f"…[truncated {cut} characters]"
+    return text
+
+
+def _block(block: Any) -> str:
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return str(block.text)
+    if kind in ("image", "audio"):
+        return f"[{kind} {block.mime_type}, {_size(block.data)} bytes]"
+    if kind == "resource":
+        resource = block.resource
+        text = getattr(resource, "text", None)
+        if text is not None:
+            return f"[resource {resource.uri}]\n{text}"
+        mime = getattr(resource, "mime_type", None) or "application/octet-stream"
+        return f"[resource {resource.uri} {mime}, {_size(getattr(resource, 'blob', ''))} bytes]"
+    if kind == "resource_link":
+        name = getattr(block, "name", "")
+        return f"[resource link {block.uri}" + (f" {name}]" if name else "]")
+    return f"[{kind or 'unknown'} content]"
+
+
+def _size(data: str) -> int:
+    """Bytes that base64 `data` stands for (counted, not decoded)."""
+    data = data.strip()
+    return max(0, len(data) * 3 // 4 - data[-2:].count("="))

@@ -1,0 +1,96 @@
+"""MCP's pure parts: the names models see, wildcard patterns, results as text, config."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from agents.approval import ApprovalPolicy
+from agents.core.wildcard import wildcard_match
+from orchestrator.config import McpServerConfig, ServerConfig
+from orchestrator.mcp.names import MAX_NAME, exposed_names, server_of
+from orchestrator.mcp.results import result_text
+
+
+class Block:
+    def __init__(self, **fields: object) -> None:
+        self.__dict__.update(fields)
+
+
+def test_names_are_valid_for_every_provider_unique_and_reported() -> None:
+    long = "x" * 80
+    names, notes = exposed_names("fs", ["read", "odd name!", "odd_name_", long])
+    assert list(names.values()) == ["read", "odd name!", "odd_name_", long]
+    assert names["fs__read"] == "read"
+    for exposed in names:
+        assert len(exposed) <= MAX_NAME and all(c.isalnum() or c in "_-" for c in exposed)
+    assert len(set(names)) == 4  # the two that collide after cleaning got hash suffixes
+    assert len(notes) == 3 and any("collides" in n for n in notes)
+    assert any("too long" in n for n in notes)
+    again, _ = exposed_names("fs", ["read", "odd name!", "odd_name_", long])
+    assert again == names  # stable: the same names after a restart
+
+
+@given(st.lists(st.text(min_size=1, max_size=100), min_size=1, max_size=20, unique=True))
+def test_every_tool_gets_one_valid_name(tools: list[str]) -> None:
+    names, _ = exposed_names("srv", tools)
+    assert sorted(names.values()) == sorted(tools)
+    assert all(len(n) <= MAX_NAME for n in names)
+
+
+def test_wildcards() -> None:
+    assert wildcard_match("fs__*", "fs__read")
+    assert wildcard_match("*", "anything")
+    assert wildcard_match("gh__search_*_issues", "gh__search_open_issues")
+    assert not wildcard_match("fs__*", "gh__read")
+    assert not wildcard_match("a*b*c", "acb")
+    assert wildcard_match("a*a", "aa") and not wildcard_match("a*a", "a")
+    assert wildcard_match("plain", "plain") and not wildcard_match("plain", "plainer")
+    assert server_of("fs__read") == "fs" and server_of("read_file") is None
+    assert server_of("__x") is None
+
+
+@given(st.text(alphabet="ab*", max_size=12), st.text(alphabet="ab", max_size=12))
+def test_wildcards_agree_with_fnmatch(pattern: str, name: str) -> None:
+    import fnmatch
+
+    assert wildcard_match(pattern, name) == fnmatch.fnmatchcase(name, pattern)
+
+
+def test_approval_lists_may_use_mcp_patterns() -> None:
+    policy = ApprovalPolicy(tools=frozenset({"fs__write_*"}))
+    assert policy.requires("fs__write_file") and not policy.requires("fs__read_file")
+
+
+def test_results_become_text() -> None:
+    blocks = [
+        Block(type="text", text="hello"),
+        Block(type="image", data="aGVsbG8=", mime_type="image/png"),
+        Block(type="resource", resource=Block(uri="file:///a", text="inside")),
+        Block(type="resource", resource=Block(uri="file:///b", blob="AAAA", mime_type=None)),
+        Block(type="resource_link", uri="file:///c", name="c"),
+    ]
+    assert result_text(blocks, None, 10_000) == (
+        "hello\n\n[image image/png, 5 bytes]\n\n[resource file:///a]\ninside\n\n"
+        "[resource file:///b application/octet-stream, 3 bytes]\n\n[resource link file:///c c]"
+    )
+    assert result_text([], {"n": 1}, 100) == '{"n":1}'
+    assert result_text([Block(type="text", text="x" * 50)], None, 10) == (
+        "x" * 10 + "…[truncated 40 characters]"
+    )
+
+
+def test_config_checks_each_server() -> None:
+    with pytest.raises(ValidationError, match="either `command`"):
+        McpServerConfig()
+    with pytest.raises(ValidationError, match="either `command`"):
+        McpServerConfig(command="x", url="http://h/mcp")
+    with pytest.raises(ValidationError, match="token_env: not used by an stdio"):
+        McpServerConfig(command="x", token_env="T")
+    with pytest.raises(ValidationError, match="env, cwd: not used by an HTTP"):
+        McpServerConfig(url="http://h/mcp", env={"A": "b"}, cwd="/")
+    with pytest.raises(ValidationError, match="no '__'"):
+        ServerConfig.model_validate({"mcp_servers": {"a__b": {"command": "x"}}})
+    ServerConfig.model_validate({"mcp_servers": {"fs-1": {"command": "x"}}})
