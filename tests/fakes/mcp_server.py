@@ -66,6 +66,13 @@ def fail() -> str:
     raise ToolError("it went wrong on purpose")
 
 
+@app.tool()
+def header(name: str, ctx: Context) -> str:
+    """A header of the HTTP request that carried this call (`<none>` over stdio)."""
+    headers = ctx.headers or {}
+    return headers.get(name.lower(), "<none>")
+
+
 @app.tool(name="odd name!")
 def odd() -> str:
     """A tool whose name models would refuse."""
@@ -73,5 +80,7 @@ def odd() -> str:
 
 
 if __name__ == "__main__":
-    app.run()
-    sys.exit(0)
+    if sys.argv[1:2] == ["--http"]:
+        app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        app.run()

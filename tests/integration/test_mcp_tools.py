@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -256,3 +257,93 @@ async def test_unknown_servers_and_patterns_that_match_nothing_are_clear_errors(
     assert "demo__add" in refused["content"]  # it says what the server has
     assert direct[-1].data["status"] == "failed"
     assert direct[-1].data["error"].startswith("mcp_unavailable: wrong.yaml: tools[0]")
+
+
+async def test_a_server_over_streamable_http_with_a_token_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    agents = {
+        "user": agent(
+            [
+                {
+                    "calls": [
+                        call("web__add", a=20, b=22),
+                        call("web__header", name="Authorization"),
+                        call("web__slow", steps=2),
+                    ]
+                },
+                {"say": "ok"},
+            ],
+            ["web__*"],
+        )
+    }
+    os.environ["ORCHESTRATOR_TEST_TOKEN"] = "t0ken"
+    config = write_config(tmp_path, agents)
+    config = ServerConfig.model_validate(
+        {
+            **config.model_dump(),
+            "base_dir": tmp_path,
+            "mcp_servers": {
+                "web": {
+                    "url": f"http://127.0.0.1:{port}/mcp",
+                    "token_env": "ORCHESTRATOR_TEST_TOKEN",
+                }
+            },
+        }
+    )
+    async with trio.open_nursery() as nursery:
+        server = await trio.lowlevel.open_process(
+            [sys.executable, SERVER, "--http", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            with trio.fail_after(20):  # until it listens
+                while True:
+                    try:
+                        stream = await trio.open_tcp_stream("127.0.0.1", port)
+                        await stream.aclose()
+                        break
+                    except OSError:
+                        await trio.sleep(0.1)
+            async with Orchestrator.open(config) as orch:
+                events = await collect(orch, "user", "go")
+        finally:
+            server.kill()
+            await server.wait()
+            nursery.cancel_scope.cancel()
+    added, auth, counted = results(events)
+    assert added["content"] == "42"
+    assert auth["content"] == "Bearer t0ken"
+    assert counted["content"] == "counted to 2"
+    assert [e.data["progress"] for e in events if e.type == EventType.TOOL_PROGRESS] == [1, 2]
+    # The token reached the server's request (above), and nothing of ours said it.
+    assert "t0ken" not in repr([e for e in events if e.type != EventType.TOOL_RESULT])
+
+
+async def test_mcp_tools_go_through_approvals(tmp_path: Path) -> None:
+    agents = {
+        "user": agent(
+            [{"calls": [call("demo__add", a=1, b=2)]}, {"say": "{results}"}],
+            ["demo__*"],
+            approval=["demo__a*"],
+            approval_edit=True,
+        )
+    }
+    config = mcp_config(tmp_path, agents)
+    events: list[Event] = []
+    async with Orchestrator.open(config) as orch, orch.stream("user", "go") as run:
+        async for event in run:
+            events.append(event)
+            if event.type == EventType.APPROVAL_REQUESTED:
+                assert event.data["name"] == "demo__add"
+                with pytest.raises(Exception, match="args are not valid"):
+                    run.approve(event.data["toolCallId"], args={"a": "one", "b": 2})
+                run.approve(event.data["toolCallId"], args={"a": 40, "b": 2})
+    (result,) = results(events)
+    assert result["content"] == "42"
