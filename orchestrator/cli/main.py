@@ -1,5 +1,5 @@
 """`orchestrator` command line (contract §5): `run`, `agents`, `serve`, `worker`, `watch`,
-`cancel`, `approve`, `pending`."""
+`cancel`, `approve`, `pending`, `mcp`."""
 
 from __future__ import annotations
 
@@ -113,6 +113,10 @@ def _parser() -> argparse.ArgumentParser:
         "--args", default=None, help="changed arguments, a JSON object (where edits are allowed)"
     )
     _server_options(approve)
+    mcp = sub.add_parser(
+        "mcp", help="serve a server's subagents as MCP tools over stdio (for MCP clients)"
+    )
+    _server_options(mcp)
     pending = sub.add_parser("pending", help="list the tool calls that wait for approval")
     pending.add_argument("run_id", nargs="?", default=None, help="only this run")
     pending.add_argument("--json", action="store_true", help="print them as one JSON array")
@@ -385,6 +389,10 @@ def _main(args: argparse.Namespace) -> int:
         return _approve(args)
     if args.command == "pending":
         return _pending(args)
+    if args.command == "mcp":
+        from orchestrator.cli.mcp_serve import mcp_main  # the `mcp` extra, only here
+
+        return _control(args, mcp_main)
     config = _load(args.config)
     if args.command in ("serve", "worker"):
         logging.basicConfig(

@@ -217,7 +217,7 @@ class McpHub:
         self,
         info: ToolInfo,
         args: dict[str, Any],
-        progress: Callable[[float, float | None, str | None], None] | None = None,
+        report: Callable[[float, float | None, str | None], None] | None = None,
     ) -> tuple[list[Any], Any, bool]:
         """Call a tool: its result's content blocks, structured content and `isError`.
 
@@ -228,9 +228,9 @@ class McpHub:
         session = await self.session(info.server)
         timeout = session.config.timeout_seconds
 
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
-            if progress is not None:
-                progress(value, total, message)
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            if report is not None:  # the `mcp` package's callback: these parameter names
+                report(progress, total, message)
 
         with trio.move_on_after(timeout) as deadline:
             try:

@@ -1,0 +1,116 @@
+"""`orchestrator mcp`: a server's subagents as MCP tools, over stdio.
+
+Imported only by `orchestrator mcp` (it needs the `mcp` extra). An MCP client
+(Claude Desktop, Claude Code, an IDE) starts this command; each subagent
+of the server it talks to is one tool (`{task}` in, the final answer out). A call
+starts a run on the server over the WebSocket protocol — so the run is in the
+server's journal like any other and its console shows it live — and reports the
+tree's progress (agents started and finished, where the newest event came from) as
+MCP progress notifications. Cancelling the MCP call cancels the run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from websockets.trio.client import connect
+
+__all__ = ["mcp_main"]
+
+_PROGRESS_EVERY = 0.25
+"""Seconds between two progress notifications of one call."""
+
+
+class _Server:
+    """How the bridge reaches the orchestrator server."""
+
+    def __init__(self, url: str, token: str | None, origin: str | None) -> None:
+        self.url = url
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if origin:
+            headers["Origin"] = origin
+        self.headers = headers or None
+
+    async def agents(self) -> list[dict[str, Any]]:
+        async with connect(self.url, additional_headers=self.headers) as ws:
+            await ws.send(json.dumps({"op": "agents", "id": 1}))
+            reply = json.loads(await ws.recv())
+        if reply.get("op") != "agents":
+            raise RuntimeError(f"{self.url}: {reply.get('code')}: {reply.get('message')}")
+        agents: list[dict[str, Any]] = reply["agents"]
+        return agents
+
+    async def run(self, agent_id: str, task: str, ctx: Context) -> str:
+        """Run `agent_id` on `task` to its end; its final answer (or a ToolError)."""
+        async with connect(self.url, additional_headers=self.headers, max_size=None) as ws:
+            await ws.send(json.dumps({"op": "run", "id": 1, "agent": agent_id, "input": task}))
+            ack = json.loads(await ws.recv())
+            if ack.get("op") != "ack":
+                raise ToolError(f"{ack.get('code')}: {ack.get('message')}")
+            run_id = ack["runId"]
+            started, finished, final = 1, 0, None
+            next_report = 0.0
+            try:
+                while True:
+                    frame = json.loads(await ws.recv())
+                    if frame.get("op") == "end":
+                        break
+                    for event in frame.get("events", ()):
+                        kind = event["type"]
+                        if kind == "AGENT_STARTED":
+                            started += 1
+                        elif kind in ("AGENT_RESULT", "AGENT_ERROR"):
+                            finished += 1
+                        elif kind == "RUN_FINISHED":
+                            final = event["data"]
+                    now = trio.current_time()
+                    if now >= next_report and frame.get("events"):
+                        next_report = now + _PROGRESS_EVERY
+                        last = frame["events"][-1]
+                        where = last["source"]["path"] if last["source"] else agent_id
+                        await ctx.report_progress(
+                            finished, started, f"{finished}/{started} agents done · {where}"
+                        )
+            except BaseException:
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    # The MCP call was cancelled (or the bridge is stopping): so is the run.
+                    await self._cancel(run_id)
+                raise
+        if final is None or final.get("status") != "completed":
+            status = (final or {}).get("status", "unknown")
+            raise ToolError(f"run {run_id} {status}: {(final or {}).get('error', '')}".rstrip(": "))
+        return str(final.get("result", ""))
+
+    async def _cancel(self, run_id: str) -> None:
+        """Cancel the run over a connection of its own (the call's is being torn down)."""
+        cancel = {"op": "cancel", "id": 2, "runId": run_id, "reason": "the MCP call was cancelled"}
+        async with connect(self.url, additional_headers=self.headers) as ws:
+            await ws.send(json.dumps(cancel))
+            await ws.recv()
+
+
+async def mcp_main(url: str, *, token: str | None, origin: str | None = None) -> int:
+    """Serve the subagents of the server at `url` over stdio until stdin closes."""
+    server = _Server(url, token, origin)
+    app = MCPServer("orchestrator")
+    for agent in await server.agents():
+        agent_id = str(agent["id"])
+
+        def make(agent_id: str) -> Any:
+            async def run_agent(task: str, ctx: Context) -> str:
+                return await server.run(agent_id, task, ctx)
+
+            return run_agent
+
+        app.add_tool(
+            make(agent_id),
+            name=agent_id,
+            description=f"{agent['description']} (runs the {agent_id!r} agent and its whole "
+            "tree of sub-agents on the task; returns its final answer)",
+        )
+    await app.run_stdio_async()
+    return 0
