@@ -347,3 +347,54 @@ async def test_mcp_tools_go_through_approvals(tmp_path: Path) -> None:
                 run.approve(event.data["toolCallId"], args={"a": 40, "b": 2})
     (result,) = results(events)
     assert result["content"] == "42"
+
+
+async def test_over_http_a_hang_is_an_error_result_and_the_next_call_works(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    agents = {
+        "user": agent(
+            [
+                {"calls": [call("web__hang", marker=str(tmp_path / "m"))]},
+                {"calls": [call("web__add", a=1, b=2)]},
+                {"say": "ok"},
+            ],
+            ["web__*"],
+        )
+    }
+    config = write_config(tmp_path, agents)
+    config = ServerConfig.model_validate(
+        {
+            **config.model_dump(),
+            "base_dir": tmp_path,
+            "mcp_servers": {"web": {"url": f"http://127.0.0.1:{port}/mcp", "timeout_seconds": 1}},
+        }
+    )
+    server = await trio.lowlevel.open_process(
+        [sys.executable, SERVER, "--http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with trio.fail_after(20):  # until it listens
+            while True:
+                try:
+                    stream = await trio.open_tcp_stream("127.0.0.1", port)
+                    await stream.aclose()
+                    break
+                except OSError:
+                    await trio.sleep(0.1)
+        async with Orchestrator.open(config) as orch:
+            events = await collect(orch, "user", "go")
+            assert orch.mcp is not None and orch.mcp.starts == 2
+    finally:
+        server.kill()
+        await server.wait()
+    hung, added = results(events)
+    assert hung["isError"] and "did not answer 'hang' within 1 s" in hung["content"]
+    assert added["content"] == "3" and not added["isError"]
