@@ -110,7 +110,10 @@ async def test_a_model_lists_and_calls_mcp_tools_and_sees_their_progress(tmp_pat
     assert third["isError"] and "it went wrong on purpose" in third["content"]
     assert fourth["content"] == "odd"
     progress = [e.data for e in events if e.type == EventType.TOOL_PROGRESS]
-    assert [p["progress"] for p in progress] == [1, 2, 3]
+    # Reports closer than 0.1 s are dropped (a busy machine bunches them): those sent
+    # are in order, and the last one always goes out.
+    values = [p["progress"] for p in progress]
+    assert values == sorted(values) and set(values) <= {1, 2, 3} and values[-1] == 3
     assert progress[-1] == {
         "toolCallId": second["toolCallId"],
         "progress": 3,
