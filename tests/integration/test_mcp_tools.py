@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -262,14 +264,44 @@ async def test_unknown_servers_and_patterns_that_match_nothing_are_clear_errors(
     assert direct[-1].data["error"].startswith("mcp_unavailable: wrong.yaml: tools[0]")
 
 
-async def test_a_server_over_streamable_http_with_a_token_from_the_environment(
-    tmp_path: Path,
-) -> None:
+@asynccontextmanager
+async def http_mcp_server() -> AsyncIterator[str]:
+    """The test MCP server over streamable HTTP on a free loopback port; its URL."""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    server = await trio.lowlevel.open_process(
+        [sys.executable, SERVER, "--http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with trio.fail_after(20):  # until it listens
+            while True:
+                try:
+                    stream = await trio.open_tcp_stream("127.0.0.1", port)
+                    await stream.aclose()
+                    break
+                except OSError:
+                    await trio.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.kill()
+        await server.wait()
+
+
+def http_config(tmp_path: Path, agents: dict[str, dict[str, Any]], **web: Any) -> ServerConfig:
+    config = write_config(tmp_path, agents)
+    return ServerConfig.model_validate(
+        {**config.model_dump(), "base_dir": tmp_path, "mcp_servers": {"web": web}}
+    )
+
+
+async def test_a_server_over_streamable_http_with_a_token_from_the_environment(
+    tmp_path: Path,
+) -> None:
     agents = {
         "user": agent(
             [
@@ -286,40 +318,10 @@ async def test_a_server_over_streamable_http_with_a_token_from_the_environment(
         )
     }
     os.environ["ORCHESTRATOR_TEST_TOKEN"] = "t0ken"
-    config = write_config(tmp_path, agents)
-    config = ServerConfig.model_validate(
-        {
-            **config.model_dump(),
-            "base_dir": tmp_path,
-            "mcp_servers": {
-                "web": {
-                    "url": f"http://127.0.0.1:{port}/mcp",
-                    "token_env": "ORCHESTRATOR_TEST_TOKEN",
-                }
-            },
-        }
-    )
-    async with trio.open_nursery() as nursery:
-        server = await trio.lowlevel.open_process(
-            [sys.executable, SERVER, "--http", str(port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            with trio.fail_after(20):  # until it listens
-                while True:
-                    try:
-                        stream = await trio.open_tcp_stream("127.0.0.1", port)
-                        await stream.aclose()
-                        break
-                    except OSError:
-                        await trio.sleep(0.1)
-            async with Orchestrator.open(config) as orch:
-                events = await collect(orch, "user", "go")
-        finally:
-            server.kill()
-            await server.wait()
-            nursery.cancel_scope.cancel()
+    async with http_mcp_server() as url:
+        config = http_config(tmp_path, agents, url=url, token_env="ORCHESTRATOR_TEST_TOKEN")
+        async with Orchestrator.open(config) as orch:
+            events = await collect(orch, "user", "go")
     added, auth, counted = results(events)
     assert added["content"] == "42"
     assert auth["content"] == "Bearer t0ken"
@@ -355,11 +357,6 @@ async def test_mcp_tools_go_through_approvals(tmp_path: Path) -> None:
 async def test_over_http_a_hang_is_an_error_result_and_the_next_call_works(
     tmp_path: Path,
 ) -> None:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     agents = {
         "user": agent(
             [
@@ -370,34 +367,11 @@ async def test_over_http_a_hang_is_an_error_result_and_the_next_call_works(
             ["web__*"],
         )
     }
-    config = write_config(tmp_path, agents)
-    config = ServerConfig.model_validate(
-        {
-            **config.model_dump(),
-            "base_dir": tmp_path,
-            "mcp_servers": {"web": {"url": f"http://127.0.0.1:{port}/mcp", "timeout_seconds": 1}},
-        }
-    )
-    server = await trio.lowlevel.open_process(
-        [sys.executable, SERVER, "--http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        with trio.fail_after(20):  # until it listens
-            while True:
-                try:
-                    stream = await trio.open_tcp_stream("127.0.0.1", port)
-                    await stream.aclose()
-                    break
-                except OSError:
-                    await trio.sleep(0.1)
+    async with http_mcp_server() as url:
+        config = http_config(tmp_path, agents, url=url, timeout_seconds=1)
         async with Orchestrator.open(config) as orch:
             events = await collect(orch, "user", "go")
             assert orch.mcp is not None and orch.mcp.starts == 2
-    finally:
-        server.kill()
-        await server.wait()
     hung, added = results(events)
     assert hung["isError"] and "did not answer 'hang' within 1 s" in hung["content"]
     assert added["content"] == "3" and not added["isError"]
