@@ -8,6 +8,7 @@ path (`sqlite:////var/lib/o.db`) is taken as it is.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -103,6 +104,9 @@ class ServerSection(BaseModel):
     live_coalesce_ms: float = Field(default=0.0, ge=0, le=50)
     """A caught-up subscription waits this long after new events arrive, so the events
     of that moment go out as one frame (0: a frame per wake-up; see benchmarks.md)."""
+    mcp: bool = False
+    """Serve the subagents as MCP tools over streamable HTTP at `/mcp` on this port,
+    behind the same tokens (docs/mcp.md). Needs the `mcp` extra."""
     resume_runs: bool = True
     """Runs still running when the server stops (SIGTERM) or crashes continue from their
     journal at its next start; false: they end `interrupted`. Needs durable storage."""
@@ -348,6 +352,15 @@ class ServerConfig(BaseModel):
                     "(no '__': it separates the server from the tool)"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _mcp_needs_extra(self) -> ServerConfig:
+        key = "mcp_servers" if self.mcp_servers else "server.mcp" if self.server.mcp else None
+        if key is not None and importlib.util.find_spec("mcp") is None:
+            raise ValueError(
+                f"{key}: MCP needs the `mcp` extra: pip install 'agent-orchestrator[mcp]'"
+            )
+        return self
 
     @model_validator(mode="after")
     def _cluster_needs_redis(self) -> ServerConfig:

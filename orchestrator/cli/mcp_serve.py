@@ -15,14 +15,13 @@ import json
 from typing import Any
 
 import trio
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from websockets.trio.client import connect
 
-__all__ = ["mcp_main"]
+from orchestrator.mcp.expose import TreeProgress, subagent_server
 
-_PROGRESS_EVERY = 0.25
-"""Seconds between two progress notifications of one call."""
+__all__ = ["mcp_main"]
 
 
 class _Server:
@@ -52,29 +51,19 @@ class _Server:
             if ack.get("op") != "ack":
                 raise ToolError(f"{ack.get('code')}: {ack.get('message')}")
             run_id = ack["runId"]
-            started, finished, final = 1, 0, None
-            next_report = 0.0
+            progress, final = TreeProgress(ctx, agent_id), None
             try:
                 while True:
                     frame = json.loads(await ws.recv())
                     if frame.get("op") == "end":
                         break
                     for event in frame.get("events", ()):
-                        kind = event["type"]
-                        if kind == "AGENT_STARTED":
-                            started += 1
-                        elif kind in ("AGENT_RESULT", "AGENT_ERROR"):
-                            finished += 1
-                        elif kind == "RUN_FINISHED":
+                        source = event["source"]
+                        progress.see(event["type"], source["path"] if source else None)
+                        if event["type"] == "RUN_FINISHED":
                             final = event["data"]
-                    now = trio.current_time()
-                    if now >= next_report and frame.get("events"):
-                        next_report = now + _PROGRESS_EVERY
-                        last = frame["events"][-1]
-                        where = last["source"]["path"] if last["source"] else agent_id
-                        await ctx.report_progress(
-                            finished, started, f"{finished}/{started} agents done · {where}"
-                        )
+                    if frame.get("events"):
+                        await progress.report()
             except BaseException:
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
                     # The MCP call was cancelled (or the bridge is stopping): so is the run.
@@ -96,21 +85,6 @@ class _Server:
 async def mcp_main(url: str, *, token: str | None, origin: str | None = None) -> int:
     """Serve the subagents of the server at `url` over stdio until stdin closes."""
     server = _Server(url, token, origin)
-    app = MCPServer("orchestrator")
-    for agent in await server.agents():
-        agent_id = str(agent["id"])
-
-        def make(agent_id: str) -> Any:
-            async def run_agent(task: str, ctx: Context) -> str:
-                return await server.run(agent_id, task, ctx)
-
-            return run_agent
-
-        app.add_tool(
-            make(agent_id),
-            name=agent_id,
-            description=f"{agent['description']} (runs the {agent_id!r} agent and its whole "
-            "tree of sub-agents on the task; returns its final answer)",
-        )
-    await app.run_stdio_async()
+    agents = [(str(a["id"]), str(a["description"])) for a in await server.agents()]
+    await subagent_server(agents, server.run).run_stdio_async()
     return 0

@@ -1,4 +1,5 @@
-"""The server: WebSocket feeds on `/ws`, the console, `/healthz` and `/metrics` on one port.
+"""The server: WebSocket feeds on `/ws`, the console, `/healthz`, `/metrics` (and, with
+`server.mcp`, MCP on `/mcp`) on one port.
 
 async with trio.open_nursery() as nursery:
     server = await nursery.start(serve, config)   # a RunningServer
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
+from typing import Any
 from urllib.parse import urlsplit
 
 import trio
@@ -29,6 +31,7 @@ from orchestrator.runs.service import RunService
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Auth, Principal, RedactTokens
 from orchestrator.server.connection import Connection, release
+from orchestrator.server.front import HandoffListener, route_connections
 from orchestrator.server.http import Routes
 from orchestrator.server.metrics import AppCollector
 from orchestrator.storage.journal import Journal
@@ -108,10 +111,18 @@ class ServerApp:
 class RunningServer:
     """A started server: where it listens, and how to stop it gracefully."""
 
-    def __init__(self, app: ServerApp, ws_server: Server, stop: trio.CancelScope) -> None:
+    def __init__(
+        self,
+        app: ServerApp,
+        ws_server: Server,
+        stop: trio.CancelScope,
+        front: trio.CancelScope | None = None,
+    ) -> None:
         self.app = app
         self.ws_server = ws_server
         self._stop = stop
+        self._front = front
+        """With `server.mcp`: the front door's accepting (front.py)."""
         sock = ws_server.listeners[0].socket
         self.host, self.port = sock.getsockname()[:2]
 
@@ -132,6 +143,8 @@ class RunningServer:
         # so watchers still get the runs' last events and their `end`.
         self.ws_server.serve_nursery.cancel_scope.cancel()
         self.ws_server.closing = True
+        if self._front is not None:
+            self._front.cancel()
         budget = app.config.server.shutdown_timeout
         suspend = (  # the runs are resumed at the next start
             app.config.server.resume_runs and app.journal.storage.durable and app.node is None
@@ -221,18 +234,53 @@ async def _serve(
             if config.cluster is not None:
                 node = await nursery.start(_join_cluster, config.cluster, journal, runs)
             app = ServerApp(config, orch, journal, runs, node)
+            port = config.server.port if port is None else port
+            host = config.server.host if host is None else host
+            ws_options: dict[str, Any] = {
+                "process_request": app.routes.process_request,
+                "max_size": config.server.max_frame_bytes,
+                "max_queue": 8,
+                "logger": ws_logger,
+                "compression": "deflate" if config.server.compression else None,
+            }
+            if config.server.mcp:
+                await _serve_with_mcp(app, stop, host, port, ws_options, task_status)
+                return
             ws_server: Server = await nursery.start(
-                functools.partial(
-                    ws_serve,
-                    app.handler,
-                    config.server.port if port is None else port,
-                    host=config.server.host if host is None else host,
-                    process_request=app.routes.process_request,
-                    max_size=config.server.max_frame_bytes,
-                    max_queue=8,
-                    logger=ws_logger,
-                    compression="deflate" if config.server.compression else None,
-                )
+                functools.partial(ws_serve, app.handler, port, host=host, **ws_options)
             )
             task_status.started(RunningServer(app, ws_server, stop))
             await trio.sleep_forever()
+
+
+async def _serve_with_mcp(
+    app: ServerApp,
+    stop: trio.CancelScope,
+    host: str,
+    port: int,
+    ws_options: dict[str, Any],
+    task_status: trio.TaskStatus[RunningServer],
+) -> None:
+    """`/ws` and `/mcp` on one port: the front door routes each connection (front.py)."""
+    from orchestrator.server.mcp_http import McpEndpoint  # the `mcp` extra, only here
+
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    to_ws, from_front = trio.open_memory_channel[trio.SocketStream](0)
+    async with (
+        McpEndpoint(app).running() as endpoint,
+        trio.open_nursery() as handlers,
+        trio.open_nursery() as nursery,
+    ):
+        ws_server: Server = await nursery.start(
+            functools.partial(
+                ws_serve,
+                app.handler,
+                listeners=[HandoffListener(listeners[0].socket, from_front)],  # type: ignore[list-item]
+                **ws_options,
+            )
+        )
+        async with trio.open_nursery() as front:  # cancelled by shutdown: stop accepting
+            for listener in listeners:
+                front.start_soon(route_connections, listener, to_ws, endpoint.serve, handlers)
+            task_status.started(RunningServer(app, ws_server, stop, front.cancel_scope))
+        await trio.sleep_forever()

@@ -94,3 +94,17 @@ def test_config_checks_each_server() -> None:
     with pytest.raises(ValidationError, match="no '__'"):
         ServerConfig.model_validate({"mcp_servers": {"a__b": {"command": "x"}}})
     ServerConfig.model_validate({"mcp_servers": {"fs-1": {"command": "x"}}})
+
+
+def test_mcp_without_the_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "mcp" else real(name, *a)
+    )
+    with pytest.raises(ValidationError, match=r"mcp_servers: MCP needs the `mcp` extra: pip"):
+        ServerConfig.model_validate({"mcp_servers": {"fs": {"command": "x"}}})
+    with pytest.raises(ValidationError, match=r"server.mcp: MCP needs the `mcp` extra"):
+        ServerConfig.model_validate({"server": {"mcp": True}})
+    ServerConfig.model_validate({})  # nothing asks for MCP: no error

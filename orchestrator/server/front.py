@@ -1,0 +1,103 @@
+"""One port for `/ws` and `/mcp`: route each connection by its request line.
+
+Only when `server.mcp` is on (otherwise websockets' server listens on the port
+itself and nothing here runs). The front door accepts a connection, *peeks* at its
+request line (`MSG_PEEK`: nothing is consumed, so the socket stays a plain
+`trio.SocketStream` for websockets and its direct-send path), and hands it on: a
+request for `/mcp` to the MCP endpoint, anything else to websockets' server, which
+accepts from a `HandoffListener` instead of the socket.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from collections.abc import Awaitable, Callable
+
+import trio
+
+__all__ = ["HandoffListener", "is_mcp_request", "route_connections"]
+
+MAX_REQUEST_LINE = 8 * 1024
+"""Bytes looked at for the request line (longer lines go to websockets, which refuses them)."""
+PEEK_SECONDS = 10.0
+"""How long a connection may take to send its request line (websockets' open timeout)."""
+_PEEK_PAUSE = 0.01
+_FULL_PAUSE = 0.1
+_OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+
+def is_mcp_request(peeked: bytes) -> bool | None:
+    """True for a request line naming `/mcp`, False for any other, None: not all here yet."""
+    line, newline, _ = peeked.partition(b"\n")
+    if not newline:
+        return None if len(peeked) < MAX_REQUEST_LINE else False
+    parts = line.split(b" ")
+    if len(parts) != 3:
+        return False
+    path = parts[1].partition(b"?")[0]
+    return path in (b"/mcp", b"/mcp/")
+
+
+class HandoffListener(trio.abc.Listener[trio.abc.Stream]):
+    """The listener websockets' server accepts from: connections the front door routed
+    to it. `socket` is the real listening socket (websockets logs its address)."""
+
+    def __init__(
+        self, sock: trio.socket.SocketType, streams: trio.MemoryReceiveChannel[trio.SocketStream]
+    ) -> None:
+        self.socket = sock
+        self._streams = streams
+
+    async def accept(self) -> trio.abc.Stream:
+        try:
+            return await self._streams.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise trio.ClosedResourceError("the front door is closed") from None
+
+    async def aclose(self) -> None:
+        await self._streams.aclose()
+
+
+async def _route(
+    stream: trio.SocketStream,
+    to_ws: trio.MemorySendChannel[trio.SocketStream],
+    serve_mcp: Callable[[trio.SocketStream], Awaitable[None]],
+) -> None:
+    mcp: bool | None = None
+    with trio.move_on_after(PEEK_SECONDS):
+        while True:
+            try:
+                peeked = await stream.socket.recv(MAX_REQUEST_LINE, socket.MSG_PEEK)
+            except OSError:
+                peeked = b""
+            mcp = is_mcp_request(peeked) if peeked else False
+            if mcp is not None or not peeked:
+                break
+            await trio.sleep(_PEEK_PAUSE)  # part of a line: wait for the rest
+    if mcp:
+        await serve_mcp(stream)
+        return
+    try:
+        await to_ws.send(stream)  # websockets answers, refuses or times it out
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        await trio.aclose_forcefully(stream)  # it is shutting down
+
+
+async def route_connections(
+    listener: trio.SocketListener,
+    to_ws: trio.MemorySendChannel[trio.SocketStream],
+    serve_mcp: Callable[[trio.SocketStream], Awaitable[None]],
+    handlers: trio.Nursery,
+) -> None:
+    """Accept on `listener` until cancelled; each connection is routed in `handlers`."""
+    async with listener:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_RESOURCES:
+                    raise
+                await trio.sleep(_FULL_PAUSE)  # as trio.serve_listeners does: wait, retry
+                continue
+            handlers.start_soon(_route, stream, to_ws, serve_mcp)

@@ -1,0 +1,159 @@
+"""`/mcp` on `orchestrator serve` (`server.mcp: true`): the subagents as MCP tools over
+streamable HTTP, behind the server's tokens.
+
+Imported only when `server.mcp` is on (it needs the `mcp` extra). A connection for
+`/mcp` comes through the front door (`front.py`) and the h11 bridge (`asgi.py`) to
+the MCP SDK's own session manager; before it, the checks `/ws` makes: origin, token,
+and a viewer token may not start runs. A tool call starts a run here like the `run`
+op (owned by the token, counted in its `max_concurrent_runs`, in the journal, live
+in the console), follows its events in the journal as progress notifications, and
+returns its final answer; a cancelled call (MCP's cancellation, or the client
+leaving) cancels the run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, MutableMapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from websockets.datastructures import Headers
+
+from orchestrator.mcp.expose import TreeProgress, subagent_server
+from orchestrator.runs.service import LimitExceeded, StorageUnavailable
+from orchestrator.runtime.context import UnknownAgent
+from orchestrator.server.asgi import Message, serve_http
+from orchestrator.server.auth import Principal
+
+if TYPE_CHECKING:
+    from orchestrator.server.app import ServerApp
+
+__all__ = ["McpEndpoint"]
+
+_PRINCIPAL = "orchestrator.principal"
+"""Where the checked principal of a request rides in its ASGI scope (the tool reads it)."""
+_CANCEL_SECONDS = 5.0
+
+
+class McpEndpoint:
+    """The subagents of `app` as an MCP server on `/mcp`."""
+
+    def __init__(self, app: ServerApp) -> None:
+        self.app = app
+        specs = app.orchestrator.specs.values()
+        self.server = subagent_server(((s.id, s.description) for s in specs), self._call)
+        self.server.streamable_http_app(  # builds the session manager this endpoint drives
+            max_sessions=app.config.server.max_connections,
+            # Origins are checked below as on /ws (server.allowed_origins), so the
+            # SDK's own localhost-only host check would only refuse proxied clients.
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        self.manager = self.server.session_manager
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[McpEndpoint]:
+        """Own the MCP sessions: they end when this does."""
+        async with self.manager.run():
+            yield self
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        """Serve one connection routed to `/mcp`."""
+        try:
+            server, client = stream.socket.getsockname(), stream.socket.getpeername()
+        except OSError:
+            await trio.aclose_forcefully(stream)
+            return
+        await serve_http(stream, self._asgi, server=server[:2], client=client[:2])
+
+    async def _asgi(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        auth = self.app.auth
+        headers = Headers((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])
+        if not auth.origin_allowed(headers):
+            return await _plain(
+                send,
+                403,
+                "forbidden: cross-site request (add the page's origin to server.allowed_origins)",
+            )
+        principal = auth.identify(headers, scope["query_string"].decode("latin-1"))
+        if principal is None:
+            return await _plain(
+                send,
+                401,
+                "unauthorized: send Authorization: Bearer <token>",
+                [(b"www-authenticate", b"Bearer")],
+            )
+        if principal.read_only:
+            return await _plain(send, 403, "forbidden: a viewer token may not start runs")
+        scope[_PRINCIPAL] = principal
+        await self.manager.handle_request(scope, receive, send)
+
+    async def _call(self, agent_id: str, task: str, ctx: Context) -> str:
+        app = self.app
+        principal: Principal = ctx.request_context.request.scope[_PRINCIPAL]  # type: ignore[union-attr]
+        limit = app.config.limits.max_input_bytes
+        if len(task.encode()) > limit:
+            raise ToolError(f"task is over limits.max_input_bytes ({limit} bytes)")
+        if app.closing:
+            raise ToolError("the server is shutting down")
+        try:
+            started = await app.runs.start(
+                agent_id,
+                task,
+                owner=principal.name,
+                max_runs=principal.max_runs if principal.name is not None else None,
+            )
+        except UnknownAgent as exc:
+            raise ToolError(exc.message) from None
+        except (LimitExceeded, StorageUnavailable) as exc:
+            raise ToolError(str(exc)) from None
+        run_id = started.run_id
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._follow, run_id, TreeProgress(ctx, agent_id))
+                result = await started.wait()
+                nursery.cancel_scope.cancel()
+        except BaseException:
+            with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_SECONDS):
+                # The call was cancelled, or the session is ending: so is the run.
+                await app.runs.cancel(run_id, reason="the MCP call was cancelled")
+            raise
+        if result.status != "completed":
+            raise ToolError(f"run {run_id} {result.status}: {result.error or ''}".rstrip(": "))
+        return result.text or ""
+
+    async def _follow(self, run_id: str, progress: TreeProgress) -> None:
+        """The run's events as progress, read from the journal as they are committed."""
+        journal, after = self.app.journal, 0
+        log = journal.get(run_id)
+        journal.mirrors.watch(log, +1)  # a cluster worker's run is tailed while watched
+        try:
+            while not log.finished or after < log.committed:
+                await journal.wait(run_id, after)
+                entries = await journal.read(run_id, after, 1024)
+                for entry in entries:
+                    source = entry.event.source
+                    progress.see(entry.event.type, source.path if source is not None else None)
+                if entries:
+                    after = entries[-1].seq
+                    await progress.report()
+        finally:
+            journal.mirrors.watch(log, -1)
+
+
+async def _plain(
+    send: Any, status: int, text: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = json.dumps({"error": text}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    start: Message = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": headers + (extra or []),
+    }
+    await send(start)
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,137 @@
+"""The h11 bridge that serves `/mcp` (server/asgi.py) and the front door's routing
+(server/front.py), over trio's in-memory streams: keep-alive, bodies, streamed
+answers, a client leaving mid-answer, refusals and bounds."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from orchestrator.server.asgi import MAX_HEAD_BYTES, serve_http
+from orchestrator.server.front import MAX_REQUEST_LINE, is_mcp_request
+
+
+async def echo(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+    """Answers the body it read, in two pieces, with the path and query."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"x-path", scope["path"].encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": b"got:", "more_body": True})
+    await send({"type": "http.response.body", "body": body + b"|" + scope["query_string"]})
+
+
+async def exchange(app: Any, data: bytes, *, close: bool = True) -> bytes:
+    client, server = trio.testing.memory_stream_pair()
+    out = b""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve_http(server, app, server=("127.0.0.1", 1), client=None))
+        await client.send_all(data)
+        if close:
+            await client.send_eof()
+        with trio.fail_after(5):
+            while chunk := await client.receive_some():
+                out += chunk
+    return out
+
+
+async def test_requests_on_one_connection_with_bodies_and_streamed_answers() -> None:
+    one = b"POST /mcp?a=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+    two = (
+        b"POST /mcp HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    )
+    out = await exchange(echo, one + two, close=False)
+    assert out.count(b"HTTP/1.1 200") == 2
+    assert b"x-path: /mcp" in out
+    assert b"got:" in out and b"hello|a=1" in out and b"abc|" in out
+
+
+async def test_a_client_that_leaves_mid_answer_is_told_to_the_app() -> None:
+    told: list[str] = []
+
+    async def forever(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        told.append((await receive())["type"])
+
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve_http(server, forever, server=None, client=None))
+        await client.send_all(b"GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n")
+        seen = b""
+        while b"data: 1" not in seen:
+            seen += await client.receive_some()
+        await client.aclose()
+    assert told == ["http.disconnect"]
+
+
+async def test_an_answer_without_reading_the_body_keeps_the_connection() -> None:
+    async def refuse(scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"0")]}
+        )
+        await send({"type": "http.response.body", "body": b""})
+
+    request = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+    out = await exchange(refuse, request * 2)
+    assert out.count(b"HTTP/1.1 401") == 2
+
+
+async def test_bad_requests_are_refused_with_a_status_and_the_app_never_runs() -> None:
+    ran: list[bool] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        ran.append(True)
+
+    huge = b"GET /mcp HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * MAX_HEAD_BYTES  # and no end
+    assert (await exchange(app, huge, close=False)).startswith(b"HTTP/1.1 431")
+    assert (await exchange(app, b"NOT HTTP AT ALL\r\n\r\n")).startswith(b"HTTP/1.1 400")
+    assert ran == []
+
+
+async def test_an_app_that_fails_before_answering_is_a_500() -> None:
+    async def broken(scope: Any, receive: Any, send: Any) -> None:
+        raise RuntimeError("boom")
+
+    out = await exchange(broken, b"GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 500") and b"boom" not in out
+
+
+async def test_an_idle_connection_is_closed(autojump_clock: trio.abc.Clock) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    with trio.fail_after(120):
+        await serve_http(server, echo, server=None, client=None)  # no request ever comes
+    assert await client.receive_some() == b""
+
+
+@pytest.mark.parametrize(
+    ("peeked", "expected"),
+    [
+        (b"POST /mcp HTTP/1.1\r\nHost: x\r\n", True),
+        (b"GET /mcp?token=t HTTP/1.1\r\n", True),
+        (b"DELETE /mcp/ HTTP/1.1\r\n", True),
+        (b"GET /ws HTTP/1.1\r\n", False),
+        (b"GET /mcpx HTTP/1.1\r\n", False),
+        (b"GET / HTTP/1.1\r\n", False),
+        (b"garbage\r\n", False),
+        (b"POST /mc", None),  # the rest of the line has not arrived
+        (b"G" * MAX_REQUEST_LINE, False),  # too long to be ours: websockets refuses it
+    ],
+)
+def test_the_front_door_routes_by_the_request_line(peeked: bytes, expected: bool | None) -> None:
+    assert is_mcp_request(peeked) is expected
