@@ -1,5 +1,5 @@
 """MCP servers as tools, against a real MCP server (the `mcp` package's `MCPServer`) over
-stdio: listed and called by a scripted model, progress, a crash mid-call, a hang past
+stdio and streamable HTTP: listed and called by a scripted model, progress, a crash mid-call, a hang past
 the timeout, a cancel mid-call, the environment it gets, and no process left behind."""
 
 from __future__ import annotations
@@ -265,13 +265,15 @@ async def test_unknown_servers_and_patterns_that_match_nothing_are_clear_errors(
 
 
 @asynccontextmanager
-async def http_mcp_server() -> AsyncIterator[str]:
-    """The test MCP server over streamable HTTP on a free loopback port; its URL."""
+async def http_mcp_server(port: int | None = None) -> AsyncIterator[str]:
+    """The test MCP server over streamable HTTP on loopback (a free port unless given);
+    its URL."""
     import socket
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    if port is None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
     server = await trio.lowlevel.open_process(
         [sys.executable, SERVER, "--http", str(port)],
         stdout=subprocess.DEVNULL,
@@ -375,3 +377,59 @@ async def test_over_http_a_hang_is_an_error_result_and_the_next_call_works(
     hung, added = results(events)
     assert hung["isError"] and "did not answer 'hang' within 1 s" in hung["content"]
     assert added["content"] == "3" and not added["isError"]
+
+
+async def test_over_http_a_server_that_dies_mid_call_is_an_error_and_a_new_session_follows(
+    tmp_path: Path,
+) -> None:
+    """The HTTP server's process exits during the call: an error result; the next call
+    (held at its approval until the server is back on the same port) opens a new session."""
+    agents = {
+        "user": agent(
+            [
+                {"calls": [call("web__crash")]},
+                {"calls": [call("web__add", a=2, b=3)]},
+                {"say": "ok"},
+            ],
+            ["web__*"],
+            approval=["web__add"],
+        )
+    }
+    events: list[Event] = []
+    async with http_mcp_server() as url:
+        config = http_config(tmp_path, agents, url=url, timeout_seconds=5)
+        port = int(url.split(":")[2].split("/")[0])
+        async with Orchestrator.open(config) as orch, orch.stream("user", "go") as run:
+            async for event in run:
+                events.append(event)
+                if event.type == EventType.APPROVAL_REQUESTED:
+                    async with http_mcp_server(port):  # back, as a service manager would
+                        run.approve(event.data["toolCallId"])
+                        async for later in run:
+                            events.append(later)
+            assert orch.mcp is not None and orch.mcp.starts == 2
+    crashed, added = results(events)
+    assert crashed["isError"] and "MCP server 'web' failed during 'crash'" in crashed["content"]
+    assert added["content"] == "5" and not added["isError"]
+    assert events[-1].data["status"] == "completed"
+
+
+async def test_over_http_cancelling_the_agent_sends_mcp_cancellation(tmp_path: Path) -> None:
+    marker = tmp_path / "cancelled"
+    agents = {
+        "user": agent([{"calls": [call("web__hang", marker=str(marker))]}], ["web__*"]),
+    }
+    events: list[Event] = []
+    async with http_mcp_server() as url:
+        config = http_config(tmp_path, agents, url=url)
+        async with Orchestrator.open(config) as orch, orch.stream("user", "go") as run:
+            async for event in run:
+                events.append(event)
+                if event.type == EventType.TOOL_CALL:
+                    await trio.sleep(0.5)  # the call reached the server
+                    run.cancel(reason="enough")
+        with trio.fail_after(10):
+            while not marker.exists():  # noqa: ASYNC110 - the server writes it
+                await trio.sleep(0.05)
+    assert marker.read_text() == "cancelled"  # the cancellation reached the server
+    assert events[-1].data["status"] == "cancelled"
