@@ -1,6 +1,7 @@
 """MCP servers as tools, against a real MCP server (the `mcp` package's `MCPServer`) over
-stdio and streamable HTTP: listed and called by a scripted model, progress, a crash mid-call, a hang past
-the timeout, a cancel mid-call, the environment it gets, and no process left behind."""
+stdio and streamable HTTP: listed and called by a scripted model, progress, a crash
+mid-call, a hang past the timeout, a cancel mid-call, the environment it gets, and no
+process left behind."""
 
 from __future__ import annotations
 
