@@ -1,9 +1,13 @@
-"""What an MCP tool call costs next to a built-in tool, and what a stdio session's start costs.
+"""What an MCP tool call costs next to a built-in tool, what a stdio session's start
+costs (a session per run against one per process), and what a call of our own `/mcp`
+endpoint costs.
 
 The MCP server is the tests' `MCPServer` (tests/fakes/mcp_server.py: `add`), over stdio
 and over streamable HTTP on loopback; the built-in tool is `read_file` of a small
 file (its own thread hop included). Calls go through the same `Tool.run` the runner
-uses, one at a time and 8 at once.
+uses, one at a time and 8 at once. The `/mcp` figures are calls of a one-turn
+scripted agent on `orchestrator serve` (`server.mcp: true`, memory storage) by the
+`mcp` package's client: each call is a whole run.
 
     .venv/bin/python -m bench.mcp_bench [--calls 500] [--starts 5]
 """
@@ -11,6 +15,7 @@ uses, one at a time and 8 at once.
 from __future__ import annotations
 
 import argparse
+import logging
 import socket
 import statistics
 import subprocess
@@ -87,6 +92,24 @@ async def bench(calls: int, starts: int) -> dict[str, str]:
         out["stdio session start (process, handshake, tool list), median s"] = (
             f"{statistics.median(times):.2f} (min {min(times):.2f}, max {max(times):.2f})"
         )
+        per_run, per_process = [], []
+        async with McpHub.open({"s": stdio}, root) as shared:
+            await shared.session("s")
+            for _ in range(starts):  # a run's one call, the session already open
+                started = time.perf_counter()
+                await (await mcp_tool(shared, "s")).run({"a": 1, "b": 2}, context())
+                per_process.append(time.perf_counter() - started)
+        for _ in range(starts):  # a run's one call with a session of its own
+            started = time.perf_counter()
+            async with McpHub.open({"s": stdio}, root) as own:
+                await (await mcp_tool(own, "s")).run({"a": 1, "b": 2}, context())
+            per_run.append(time.perf_counter() - started)
+        out["a run's one stdio MCP call, session per process, median ms"] = (
+            f"{statistics.median(per_process) * 1000:.1f}"
+        )
+        out["a run's one stdio MCP call, session per run (start, call, stop), median s"] = (
+            f"{statistics.median(per_run):.2f}"
+        )
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
@@ -113,7 +136,62 @@ async def bench(calls: int, starts: int) -> dict[str, str]:
         finally:
             process.kill()
             await process.wait()
+        for parallel in (1, 8):
+            value = await endpoint_rate(root, calls // 5, parallel)
+            out[f"our /mcp endpoint, {parallel} at once, runs/s"] = f"{value:,.0f}"
     return out
+
+
+async def endpoint_rate(root: Path, calls: int, parallel: int) -> float:
+    """Calls per second of a one-turn agent through `/mcp` on a real server."""
+    import httpx2
+    import yaml
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from orchestrator.config import load_config
+    from orchestrator.server.app import RunningServer, serve
+
+    (root / "agents").mkdir(exist_ok=True)
+    spec = {
+        "description": "echo",
+        "instructions": "i",
+        "script": {"token_delay": 0, "turns": [{"say": "ok"}]},
+    }
+    (root / "agents" / "echo.yaml").write_text(yaml.safe_dump(spec))
+    data = {
+        "server": {"host": "127.0.0.1", "port": 0, "mcp": True, "resume_runs": False},
+        "storage": "memory://",
+        "models": {"default": {"provider": "scripted"}},
+        "subagents_dir": "agents",
+    }
+    (root / "server.yaml").write_text(yaml.safe_dump(data))
+    config = load_config(root / "server.yaml")
+    async with trio.open_nursery() as nursery:
+        server: RunningServer = await nursery.start(serve, config)
+        url = f"http://{server.host}:{server.port}/mcp"
+        per = calls // parallel
+
+        async def caller() -> None:
+            async with (
+                httpx2.AsyncClient() as http,
+                Client(streamable_http_client(url, http_client=http)) as client,
+            ):
+                await client.call_tool("echo", {"task": "warm up"})
+                await ready.wait()
+                for _ in range(per):
+                    assert not (await client.call_tool("echo", {"task": "t"})).is_error
+
+        ready = trio.Event()
+        async with trio.open_nursery() as callers:
+            for _ in range(parallel):
+                callers.start_soon(caller)
+            await trio.sleep(2)  # the sessions are open
+            started = time.perf_counter()
+            ready.set()
+        elapsed = time.perf_counter() - started
+        await server.shutdown()
+    return per * parallel / elapsed
 
 
 def main() -> None:
@@ -121,6 +199,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--starts", type=int, default=5)
     args = parser.parse_args()
+    logging.disable(logging.INFO)  # the HTTP clients and the MCP SDK log every request
     for key, value in trio.run(bench, args.calls, args.starts).items():
         print(f"{key}: {value}")
 

@@ -170,3 +170,32 @@ async def test_shutdown_ends_the_mcp_sessions_and_the_calls_in_flight(tmp_path: 
     (ended,) = outcome  # the call ended (an error result, or the session closed): no hang
     if not isinstance(ended, Exception):
         assert ended.is_error and "interrupted" in ended.content[0].text
+
+
+async def test_sigterm_of_serve_with_an_mcp_call_in_flight_exits_cleanly(tmp_path: Path) -> None:
+    import signal
+
+    from tests.integration.test_server_lifecycle import start_serve_process
+
+    demo_config(tmp_path, token_delay=0.05, server={"mcp": True}, storage="sqlite:///j.db")
+    outcome: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, tmp_path / "server.yaml")
+        base = url.removeprefix("ws://").removesuffix("/ws")
+
+        async def call() -> None:
+            try:
+                async with mcp_client(f"http://{base}") as client:
+                    outcome.append(await client.call_tool("planner", {"task": "slowly"}))
+            except Exception as exc:  # noqa: BLE001 - the server went away: also an end
+                outcome.append(exc)
+
+        nursery.start_soon(call)
+        await trio.sleep(1.5)  # the run is under way
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(20):
+            await proc.wait()
+        with trio.fail_after(10):
+            while not outcome:  # noqa: ASYNC110 - the client notices the end
+                await trio.sleep(0.05)
+    assert proc.returncode == 0
