@@ -76,7 +76,8 @@ class Routes:
         if url.path != "/ws":
             return conn.respond(
                 HTTPStatus.NOT_FOUND,
-                "not found: use /, /ws, /auth, /healthz or /metrics (/mcp needs server.mcp: true)\n",
+                "not found: use /, /ws, /auth, /healthz or /metrics "
+                "(/mcp needs server.mcp: true)\n",
             )
         if not app.auth.origin_allowed(request.headers):
             return conn.respond(
