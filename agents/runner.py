@@ -20,6 +20,22 @@ import msgspec
 import trio
 
 from agents.approval import ApprovalGate, ApprovalPolicy, ApprovalRequest, Decision, Prior
+from agents.core.compaction import (
+    CHARS_PER_TOKEN,
+    CONTINUE_PROMPT,
+    MAX_SUMMARY_CHARS,
+    OUTPUT_LIMIT_REASONS,
+    SUMMARY_SYSTEM,
+    ContextMeter,
+    Overflow,
+    estimate_messages,
+    estimate_request,
+    estimate_text,
+    overflow_of,
+    plan_cut,
+    summary_message,
+    transcript,
+)
 from agents.core.events import EventType, Usage
 from agents.core.messages import (
     AssistantMessage,
@@ -44,7 +60,7 @@ from agents.core.usage import UsageNode
 from agents.emitter import NULL_EMITTER, Emitter
 from agents.errors import AgentFailed, ProviderError, ToolError
 from agents.providers.base import Provider
-from agents.spec import AgentSpec
+from agents.spec import AgentSpec, CompactionSpec
 from agents.tools.base import InstanceState, Tool, ToolContext
 
 __all__ = [
@@ -52,9 +68,14 @@ __all__ = [
     "AgentRunner",
     "Cancellation",
     "Phase",
+    "Summarizer",
     "TurnLimits",
     "is_cancellation",
 ]
+
+Summarizer = Callable[[str, str, ToolContext], Awaitable[str]]
+"""`summarize(agent_id, task, ctx)`: run the summarizer subagent `agent_id` as a child
+of the compacting agent on `task`; its answer (the runtime's `agent_spawn`)."""
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +148,9 @@ class AgentRunner:
         turn_limits: bounds on each model turn (`output_limit`, `turn_timeout`).
         approval: which tool calls wait for a person's decision, and `gate`, where
             they wait (the run's); without both, every call runs at once.
+        compaction: how the conversation is compacted when it grows too long (the
+            spec's, or the server's default); `summarize_with` runs a summarizer
+            subagent as a child.
     """
 
     def __init__(
@@ -142,8 +166,12 @@ class AgentRunner:
         turn_limits: TurnLimits | None = None,
         approval: ApprovalPolicy | None = None,
         gate: ApprovalGate | None = None,
+        compaction: CompactionSpec | None = None,
+        summarize_with: Summarizer | None = None,
     ) -> None:
         self.spec = spec
+        self.compaction = compaction or spec.compaction or CompactionSpec()
+        self._summarize_with = summarize_with
         self._approval = approval if gate is not None and approval is not None else None
         self._gate = gate
         self.turn_limits = turn_limits or TurnLimits()
@@ -161,6 +189,15 @@ class AgentRunner:
             for tool in self._tools.values()
         )
         self.messages: list[Message] = []
+        self._meter = ContextMeter(
+            estimate_request(
+                ModelRequest(system=spec.instructions, messages=(), tools=self._tool_specs)
+            )
+        )
+        self._compactions = 0
+        self._background_calls: dict[str, int] = {}
+        """Tool call id → background work it started that is still running (a
+        compaction never summarizes such a call away)."""
         self.usage_node = usage or UsageNode(budget=spec.budget_tokens)
         self.usage_node.on_trip = self._budget_tripped
         self.state = InstanceState()
@@ -368,6 +405,8 @@ class AgentRunner:
             known.update((r.tool_call_id, r) for r in rerun)
             self.messages.extend(known[c.id] for c in order if c.id in known)
         turns = 0
+        cut_parts: list[str] = []
+        """The texts of a final answer cut by the output limit, continued since."""
         while True:
             if turns >= self.spec.max_turns:
                 self.phase = Phase.FINISHING
@@ -378,13 +417,32 @@ class AgentRunner:
                 )
             self._take_inbox()
             turns += 1
-            message, results, reason = await self._turn()
+            threshold = self.compaction.max_context_tokens
+            if threshold is not None and self._meter.size(self.messages) > threshold:
+                await self._compact("threshold")
+            message, results, reason = await self._model_turn()
             self.messages.append(message)
             if message.tool_calls:
                 self.messages.extend(results)
+                cut_parts.clear()
                 continue
             if reason == "pause_turn":  # the provider paused a long server-tool turn
                 continue  # sending the conversation back lets it go on
+            if reason in OUTPUT_LIMIT_REASONS and self.spec.continue_on_output_limit:
+                if len(cut_parts) >= self.spec.continue_on_output_limit:
+                    raise AgentFailed(
+                        f"agent {self.spec.id!r}: its answer was cut by the model's output "
+                        f"limit ({reason}) again after {len(cut_parts)} continuation(s) "
+                        "(continue_on_output_limit; or raise the model's max_tokens)",
+                        error_type="output_limit",
+                    )
+                cut_parts.append(message.text)
+                self.bus.emit_nowait(
+                    EventType.USER_MESSAGE,
+                    {"text": CONTINUE_PROMPT, "from": "orchestrator", "continuation": True},
+                )
+                self.messages.append(UserMessage(text=CONTINUE_PROMPT))
+                continue
             # A final answer is final only once nothing more can reach the agent:
             # background children still running wake it for another turn.
             while not self.inbox and self._background_running:
@@ -392,7 +450,147 @@ class AgentRunner:
             if self.inbox:
                 continue
             self.phase = Phase.FINISHING
-            return await self._finish(message.text)
+            text = "".join(cut_parts) + message.text
+            return await self._finish(text)
+
+    async def _model_turn(self) -> tuple[AssistantMessage, list[ToolResultMessage], str]:
+        """A model turn; a prompt the provider says is too long is compacted once and
+        the turn asked again (the provider streamed nothing for it)."""
+        try:
+            return await self._turn()
+        except ProviderError as exc:
+            overflow = overflow_of(exc)
+            if overflow is None:
+                raise
+        await self._compact("prompt_too_long", overflow)
+        try:
+            return await self._turn()
+        except ProviderError as exc:
+            again = overflow_of(exc)
+            if again is None:
+                raise
+            raise AgentFailed(
+                f"agent {self.spec.id!r}: the conversation is still too long for the model "
+                f"after compaction: {again.describe()}",
+                error_type="context_overflow",
+            ) from exc
+
+    async def _compact(self, reason: str, overflow: Overflow | None = None) -> None:
+        """Replace the older part of the conversation by a summary (COMPACTION_STARTED,
+        then COMPACTION_FINISHED). Nothing changes until the summary is in: a cancel or
+        a failure while it is written leaves the conversation as it was.
+
+        Raises:
+            AgentFailed: `context_overflow` (nothing can be summarized, or the result is
+                still over `max_context_tokens`), `compaction_failed` (the summarizer).
+        """
+        policy, messages = self.compaction, self.messages
+        before = self._meter.size(messages)
+        protected = frozenset(self._background_calls)
+        cut = plan_cut(messages, policy.keep_last_turns, protected)
+        if cut is None and reason == "prompt_too_long" and policy.keep_last_turns:
+            cut = plan_cut(messages, 0, protected)  # the last turns must go too
+        if cut is None and reason == "threshold":
+            return  # nothing to summarize yet: the threshold is a target, not the limit
+        if cut is None:
+            why = overflow.describe() if overflow is not None else f"about {before} tokens"
+            raise AgentFailed(
+                f"agent {self.spec.id!r}: its conversation is too long for its model "
+                f"({why}) and holds nothing more to summarize: the task and the turns kept "
+                f"(compaction.keep_last_turns: {policy.keep_last_turns}) are about "
+                f"{before} tokens",
+                error_type="context_overflow",
+            )
+        self._compactions += 1
+        self.bus.emit_nowait(
+            EventType.COMPACTION_STARTED, {"reason": reason, "beforeTokens": before}
+        )
+        window = overflow.limit if overflow is not None and overflow.limit else None
+        window = window or policy.max_context_tokens
+        max_chars = window * CHARS_PER_TOKEN * 3 // 4 if window else None
+        text = transcript(messages[1 : cut.at], max_chars)
+        try:
+            summary = (await self._summarize(text)).strip()
+        except (ProviderError, ToolError) as exc:
+            raise AgentFailed(
+                f"agent {self.spec.id!r}: compaction failed: {exc}", error_type="compaction_failed"
+            ) from exc
+        if not summary or len(summary) > MAX_SUMMARY_CHARS:
+            said = f"{len(summary)} characters, over {MAX_SUMMARY_CHARS}" if summary else "nothing"
+            raise AgentFailed(
+                f"agent {self.spec.id!r}: compaction failed: the summarizer wrote {said}",
+                error_type="compaction_failed",
+            )
+        kept = messages[cut.at :]
+        messages[:] = [messages[0], summary_message(summary, cut.turns), *kept]
+        self._meter.forget()
+        after = self._meter.size(messages)
+        full = self.bus.offer(  # put now: the conversation and its journal change together
+            EventType.COMPACTION_FINISHED,
+            {
+                "afterTokens": after,
+                "summarizedTurns": cut.turns,
+                "summarizedMessages": cut.at - 1,
+                "keptMessages": len(kept),
+                "summary": summary,
+            },
+        )
+        limit = policy.max_context_tokens
+        if limit is not None and after > limit:
+            raise AgentFailed(
+                f"agent {self.spec.id!r}: after compaction the conversation is still about "
+                f"{after} tokens, {after - limit} over compaction.max_context_tokens ({limit}): "
+                f"the summary is about {estimate_text(summary)} tokens and the "
+                f"{len(kept)} messages kept about {estimate_messages(kept)}",
+                error_type="context_overflow",
+            )
+        if full:
+            await self.bus.wait_writable()
+
+    async def _summarize(self, text: str) -> str:
+        """The summary of `text` (a transcript): by the summarizer subagent, run as a child
+        of this agent, or by this agent's own model (its usage is this agent's)."""
+        policy = self.compaction
+        ask = (
+            f"{text}\n\n---\nSummarize the conversation above (the earlier part of yours) "
+            "as your notes to yourself for the rest of the task."
+        )
+        if policy.instructions:
+            ask += f"\n\n{policy.instructions}"
+        if policy.summarizer is not None and self._summarize_with is not None:
+            ctx = self._tool_context(f"compaction-{self._compactions}")
+            return await self._summarize_with(policy.summarizer, ask, ctx)
+        system = SUMMARY_SYSTEM
+        if policy.instructions:
+            system += f"\n\n{policy.instructions}"
+        request = ModelRequest(system=system, messages=(UserMessage(text=ask),), purpose="summary")
+        limits = self.turn_limits
+        parts: list[str] = []
+        size = 0
+        usage: UsageReport | None = None
+        try:
+            with trio.CancelScope(relative_deadline=limits.timeout) as deadline:
+                async with aclosing(self.provider.stream(request)) as batches:
+                    async for batch in batches:
+                        for part in batch:
+                            if type(part) is TextDelta:
+                                parts.append(part.text)
+                                size += len(part.text)
+                            elif type(part) is UsageReport:
+                                usage = part
+                        if size > limits.max_bytes:
+                            raise ToolError(
+                                f"the summary passed {limits.max_bytes} characters "
+                                "(limits.max_turn_bytes)"
+                            )
+        finally:
+            if usage is not None:
+                self.usage_node.charge(
+                    Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+                )
+        if deadline.cancelled_caught:
+            raise ToolError(f"the summary took over {limits.timeout:g} s")
+        return "".join(parts)
 
     async def _rerun(
         self, calls: tuple[ToolCall, ...], prior: dict[str, Prior]
@@ -430,20 +628,32 @@ class AgentRunner:
         return [results[call.id] for call in calls]
 
     def start_background(
-        self, label: str, work: Callable[[], Awaitable[str]], *, report: bool = True
+        self,
+        label: str,
+        work: Callable[[], Awaitable[str]],
+        *,
+        report: bool = True,
+        call_id: str | None = None,
     ) -> None:
         """Run `work` beside this agent, which does not finish before it.
 
         With `report`, the work's text (or failure) comes back to the agent as a
-        message before its next model turn, from the label's first word.
+        message before its next model turn, from the label's first word. `call_id`:
+        the tool call that started it (kept out of compaction while it runs).
         """
         if self._background is None:
             raise RuntimeError("the agent is not running")
         self._background_running += 1
-        self._background.start_soon(self._background_task, label, work, report)
+        if call_id is not None:
+            self._background_calls[call_id] = self._background_calls.get(call_id, 0) + 1
+        self._background.start_soon(self._background_task, label, work, report, call_id)
 
     async def _background_task(
-        self, label: str, work: Callable[[], Awaitable[str]], report: bool
+        self,
+        label: str,
+        work: Callable[[], Awaitable[str]],
+        report: bool,
+        call_id: str | None = None,
     ) -> None:
         message = None
         try:
@@ -454,6 +664,10 @@ class AgentRunner:
             message = f"[{label} failed ({kind})]\n{exc}"
         finally:
             self._background_running -= 1
+            if call_id is not None:
+                left = self._background_calls.pop(call_id, 1) - 1
+                if left:
+                    self._background_calls[call_id] = left
             self._wake.unpark_all()
         if report:
             self.deliver(message, label.split(" ")[0])
@@ -539,6 +753,10 @@ class AgentRunner:
             )
         if failure is not None:
             raise failure
+        if turn.usage is not None:  # the next request holds this turn's message too
+            self._meter.turn_ended(
+                turn.usage.input_tokens, turn.usage.output_tokens, len(self.messages) + 1
+            )
         reason = turn.assembler.finish_reason or "unknown"
         return message, [turn.results[call.id] for call in message.tool_calls], reason
 
@@ -712,16 +930,7 @@ class AgentRunner:
             if decision is not None and decision.decision != "approve":
                 content, is_error = decision.refusal(call.name), True
             elif tool is not None and args is not None and problem is None:
-                ctx = ToolContext(
-                    call_id=call.id,
-                    agent_id=self.spec.id,
-                    agent_key=self.agent_key,
-                    depth=self.depth,
-                    usage=self.usage_node,
-                    instance=self.state,
-                    start_background=self.start_background,
-                    progress=_Progress(self.bus, call.id),
-                )
+                ctx = self._tool_context(call.id, _Progress(self.bus, call.id))
                 try:
                     content, is_error = await tool.run(args, ctx), False
                 except ToolError as exc:
@@ -747,6 +956,21 @@ class AgentRunner:
         finally:
             if done is not None:
                 done.set()
+
+    def _tool_context(self, call_id: str, progress: _Progress | None = None) -> ToolContext:
+        def start(label: str, work: Callable[[], Awaitable[str]]) -> None:
+            self.start_background(label, work, call_id=call_id)
+
+        return ToolContext(
+            call_id=call_id,
+            agent_id=self.spec.id,
+            agent_key=self.agent_key,
+            depth=self.depth,
+            usage=self.usage_node,
+            instance=self.state,
+            start_background=start,
+            progress=progress,
+        )
 
     async def _ask_approval(
         self, call: ToolCall, args: dict[str, Any], tool: Tool, waited: tuple[float, float] | None

@@ -17,7 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from agents.errors import SpecError
 from agents.yaml_loader import load_yaml_model
 
-__all__ = ["AgentSpec", "ScriptSpec", "ScriptStep", "ScriptedCall", "load_spec", "load_specs"]
+__all__ = [
+    "AgentSpec",
+    "CompactionSpec",
+    "ScriptSpec",
+    "ScriptStep",
+    "ScriptedCall",
+    "load_spec",
+    "load_specs",
+]
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -50,6 +58,9 @@ class ScriptStep(BaseModel):
     """Seconds to wait before the turn starts streaming (latency, timeouts)."""
     fail: str | None = None
     """Fail the model call with this message instead of answering."""
+    finish: str | None = None
+    """The finish reason to report instead of `stop`/`tool_calls` (`length`: the turn was
+    cut by the output limit)."""
 
 
 class ScriptSpec(BaseModel):
@@ -65,7 +76,32 @@ class ScriptSpec(BaseModel):
     """With no token_delay, yield to the scheduler every this-many words (1: like a
     provider whose every delta comes from a socket read)."""
     turns: list[ScriptStep] = Field(default_factory=list)
-    """Turn N answers the N-th model call of the agent instance."""
+    """Turn N answers the N-th model turn of the agent instance (turns a compaction
+    summarized count too)."""
+    summary: str | None = None
+    """What the model answers when a compaction asks it for a summary (`{input}`: the
+    first 30 words of what it summarizes); default: `Summary: ` and those words."""
+    context_window: int | None = Field(default=None, gt=0)
+    """The model's context window in tokens (words, for this model): a longer request
+    fails as Anthropic's does, `prompt is too long: N tokens > W maximum`."""
+
+
+class CompactionSpec(BaseModel):
+    """`compaction:` — how an agent keeps a long conversation within its model's context
+    (docs/configuration.md#compaction)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_context_tokens: int | None = Field(default=None, gt=0)
+    """Compact before a model turn whose request would pass this many tokens; None:
+    only when the provider says the prompt is too long."""
+    keep_last_turns: int = Field(default=2, ge=0, le=100)
+    """Model turns (with their tool results) kept as they are after the summary."""
+    summarizer: str | None = None
+    """A subagent that writes the summary, run as a child of the agent; default: the
+    agent's own model."""
+    instructions: str | None = Field(default=None, min_length=1)
+    """Added to the summarizer's instructions (what to keep, in what form)."""
 
 
 class AgentSpec(BaseModel):
@@ -99,6 +135,12 @@ class AgentSpec(BaseModel):
     """The approver may change a waiting call's arguments."""
     approval_timeout_seconds: float | None = Field(default=None, gt=0)
     """Seconds a call waits for its decision (default: `limits.approval_timeout_seconds`)."""
+    compaction: CompactionSpec | None = None
+    """How this agent compacts a long conversation; None: the server config's `compaction`."""
+    continue_on_output_limit: int = Field(default=1, ge=0, le=10)
+    """A final answer cut by the model's output limit is continued this many times (the
+    parts join into one answer); cut once more, the agent fails `output_limit`. 0: a cut
+    answer is taken as it is."""
 
     @property
     def display_name(self) -> str:
@@ -176,4 +218,12 @@ def load_specs(
                         f"(known: {', '.join(sorted(known_tools))})"
                     )
         specs[spec.id] = spec
+    for path in files:
+        spec = specs[path.stem]
+        summarizer = spec.compaction.summarizer if spec.compaction is not None else None
+        if summarizer is not None and summarizer not in specs:
+            raise SpecError(
+                f"{path}: compaction.summarizer: unknown agent {summarizer!r} "
+                f"(known: {', '.join(sorted(specs))})"
+            )
     return specs

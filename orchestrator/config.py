@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents.model_config import ModelConfig
+from agents.spec import CompactionSpec
 from agents.yaml_loader import load_yaml_model
 
 __all__ = [
@@ -330,6 +331,9 @@ class ServerConfig(BaseModel):
     has no `approval` key (`"*"`: every tool)."""
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     """MCP servers whose tools subagents may list as `<name>__<tool>` (docs/mcp.md)."""
+    compaction: CompactionSpec = Field(default_factory=CompactionSpec)
+    """How agents compact a long conversation, for every subagent whose YAML has no
+    `compaction` key (docs/configuration.md#compaction)."""
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     cluster: ClusterConfig | None = None

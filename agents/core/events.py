@@ -36,6 +36,10 @@ class EventType(enum.StrEnum):
     """A tool call that needs a person's decision waits for it (`approve` answers)."""
     APPROVAL_RESOLVED = "APPROVAL_RESOLVED"
     """The decision on a waiting call: approve, deny, timeout or cancelled."""
+    COMPACTION_STARTED = "COMPACTION_STARTED"
+    """The agent's conversation grew too long: its older part is being summarized."""
+    COMPACTION_FINISHED = "COMPACTION_FINISHED"
+    """The older part was replaced by a summary (the text is in the event)."""
     RUN_FINISHED = "RUN_FINISHED"
 
 

@@ -58,6 +58,8 @@ class UserMessage(msgspec.Struct, frozen=True, kw_only=True, tag="user"):
     """Input to the agent: its task, or a message sent into it."""
 
     text: str
+    summarized_turns: int = 0
+    """Not 0: this message is a compaction's summary, standing for that many model turns."""
 
 
 class AssistantMessage(msgspec.Struct, frozen=True, kw_only=True, tag="assistant"):
@@ -99,6 +101,9 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     system: str
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
+    purpose: str = "turn"
+    """`turn`: a model turn of the agent; `summary`: a compaction asks for a summary
+    (real providers ignore it; the scripted one answers its `summary`)."""
 
 
 # --- stream parts -----------------------------------------------------------

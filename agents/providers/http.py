@@ -8,6 +8,7 @@ us to wait (`Retry-After`).
 from __future__ import annotations
 
 import email.utils
+import json
 import time
 import zlib
 from collections.abc import AsyncGenerator
@@ -18,7 +19,14 @@ import httpx
 from agents.core.sse import SseDecoder, SseError, SseEvent
 from agents.errors import ProviderError
 
-__all__ = ["ERROR_BODY_BYTES", "classify_status", "parse_retry_after", "post_sse", "read_body"]
+__all__ = [
+    "ERROR_BODY_BYTES",
+    "classify_status",
+    "error_type_of",
+    "parse_retry_after",
+    "post_sse",
+    "read_body",
+]
 
 ERROR_BODY_BYTES = 64 * 1024
 """How much of a provider's error body is read (it may be huge, or compressed)."""
@@ -65,6 +73,23 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, when - (time.time() if now is None else now))
 
 
+def error_type_of(body: bytes) -> str | None:
+    """The provider's own error code in an error body: OpenAI's `error.code` (else
+    `error.type`), Anthropic's `error.type`; None if the body says none."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return None
+    for key in ("code", "type"):
+        value = error.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def classify_status(status: int) -> bool:
     """Is an HTTP status worth retrying?"""
     return status in (408, 409, 429) or status >= 500
@@ -96,6 +121,7 @@ async def post_sse(
                     f"{provider}: HTTP {response.status_code} from {url}: {detail}",
                     provider=provider,
                     status=response.status_code,
+                    error_type=error_type_of(error_body),
                     retryable=classify_status(response.status_code),
                     retry_after=parse_retry_after(response.headers.get("retry-after")),
                 )

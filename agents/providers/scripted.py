@@ -95,9 +95,18 @@ class ScriptedProvider:
     def __init__(self, script: ScriptSpec | None) -> None:
         self._script = script or ScriptSpec()
 
+    @staticmethod
+    def _turn_of(request: ModelRequest) -> int:
+        """Which model turn `request` asks for (turns a summary stands for count)."""
+        return sum(
+            1 if isinstance(m, AssistantMessage) else m.summarized_turns
+            for m in request.messages
+            if not isinstance(m, ToolResultMessage)
+        )
+
     def step_for(self, request: ModelRequest) -> ScriptStep:
         """The scripted turn that answers `request`."""
-        turn = sum(isinstance(m, AssistantMessage) for m in request.messages)
+        turn = self._turn_of(request)
         turns = self._script.turns
         if turn < len(turns):
             return turns[turn]
@@ -105,8 +114,20 @@ class ScriptedProvider:
         return finals[-1] if finals else _DEFAULT_FINAL
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[list[StreamPart], None]:
-        """Stream the scripted turn for `request`."""
-        step = self.step_for(request)
+        """Stream the scripted turn for `request` (or the summary a compaction asks for)."""
+        window = self._script.context_window
+        if window is not None and (size := _count_words(request)) > window:
+            raise ProviderError(
+                f"scripted: prompt is too long: {size} tokens > {window} maximum",
+                provider=self.kind,
+                status=400,
+                error_type="invalid_request_error",
+            )
+        turn = self._turn_of(request)
+        if request.purpose == "summary":
+            step = ScriptStep(say=self._summary(request))
+        else:
+            step = self.step_for(request)
         variables = _variables(request)
         delay = self._script.token_delay
         every = self._script.yield_every
@@ -138,13 +159,24 @@ class ScriptedProvider:
         calls: list[StreamPart] = []
         for key, call in enumerate(step.calls):
             args = msgspec.json.encode(render(call.args, variables)).decode()
-            calls += [ToolCallStart(key, f"call_{key}", call.name), ToolCallArgs(key, args)]
+            call_id = f"call_{key}" if turn == 0 else f"call_{turn}_{key}"  # unique per instance
+            calls += [ToolCallStart(key, call_id, call.name), ToolCallArgs(key, args)]
             emitted += max(1, len(args) // 4)
         if calls:
             if delay:
                 await trio.sleep(delay)
             yield calls
         yield [
-            Finish("tool_calls" if step.calls else "stop"),
+            Finish(step.finish or ("tool_calls" if step.calls else "stop")),
             UsageReport(_count_words(request), emitted),
         ]
+
+    def _summary(self, request: ModelRequest) -> str:
+        words = " ".join(
+            " ".join(m.text.split()[:30])
+            for m in request.messages[:1]
+            if isinstance(m, UserMessage)
+        )
+        if self._script.summary is not None:
+            return str(render(self._script.summary, {"input": words}))
+        return f"Summary: {words}"

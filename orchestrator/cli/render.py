@@ -34,10 +34,14 @@ def _line(node: AgentNode, width: int) -> Text:
             line.append(
                 f" ⏸ waiting for approval: {', '.join(node.waiting.values())}", style="magenta"
             )
+        elif node.compacting:
+            line.append(" ⟲ compacting its conversation…", style="yellow")
         elif node.tools_running:
             line.append(f" ⚙ {', '.join(node.tools_running)}", style="cyan")
         elif node.thinking:
             line.append(" thinking…", style="italic dim")
+    if node.compactions:
+        line.append(f" [compacted ×{node.compactions}]", style="dim")
     if node.usage:
         used = int(node.usage.get("inputTokens", 0)) + int(node.usage.get("outputTokens", 0))
         line.append(f" [{used} tok]", style="dim")

@@ -12,6 +12,9 @@ stopped:
 - `cut_off`: deltas of a turn that never finished. They stay in the journal, a
   TURN_ABANDONED event marks them, and the turn is asked of the model again.
 - `ended`: the agent already has its terminal event.
+- compactions: a COMPACTION_FINISHED replaces the older part of the conversation by
+  its summary, as the runner did; one without its FINISHED (cut off, cancelled,
+  failed) changes nothing.
 - `approvals`: what the journal says of the pending calls' approvals: still
   waiting (`(requestedAt, timeoutAt)`: the call waits again, for the rest of its
   timeout, and can be answered as before) or decided (the `Decision`: a refused call
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.approval import Decision, Prior
+from agents.core.compaction import summary_message
 from agents.core.messages import (
     AssistantMessage,
     Message,
@@ -72,6 +76,8 @@ class AgentPlan:
     _results: dict[str, ToolResultMessage] = field(default_factory=dict)
     _inbox: list[str] = field(default_factory=list)
     _in_turn: bool = False
+    _compacting: int | None = None
+    """The conversation's length when a compaction started (None: none running)."""
 
 
 @dataclass
@@ -166,6 +172,13 @@ def rebuild(events: list[Event]) -> ResumePlan:
             _settle(agent)
         elif kind is EventType.USER_MESSAGE:
             agent._inbox.append(str(data.get("text", "")))
+        elif kind is EventType.COMPACTION_STARTED:
+            _flush_turn(agent)  # as the runner: the turn's results and the inbox are in
+            agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
+            agent._inbox.clear()
+            agent._compacting = len(agent.messages)
+        elif kind is EventType.COMPACTION_FINISHED and agent._compacting is not None:
+            _compacted(agent, data)
         elif kind is EventType.APPROVAL_REQUESTED:
             timeout_at = data.get("timeoutAt")
             if isinstance(timeout_at, (int, float)):
@@ -204,6 +217,21 @@ def _finish_turn(agent: AgentPlan, data: dict[str, Any]) -> None:
     agent._in_turn = False
     agent.cut_off = False
     _settle(agent)
+
+
+def _compacted(agent: AgentPlan, data: dict[str, Any]) -> None:
+    """Replay a compaction: the task, the summary, the messages it kept — as the runner
+    made them (`summary_message`), so the run goes on from the compacted conversation."""
+    at = agent._compacting
+    assert at is not None
+    kept = int(data.get("keptMessages", 0))
+    turns = int(data.get("summarizedTurns", 0))
+    messages = agent.messages
+    head = messages[:1]
+    tail = messages[max(at - kept, 1) : at] + messages[at:]
+    summary = summary_message(str(data.get("summary", "")), turns)
+    agent.messages = [*head, summary, *tail]
+    agent._compacting = None
 
 
 def _settle(agent: AgentPlan) -> None:

@@ -24,6 +24,8 @@ class AgentNode:
     __slots__ = (
         "agent_id",
         "children",
+        "compacting",
+        "compactions",
         "depth",
         "error",
         "key",
@@ -58,6 +60,10 @@ class AgentNode:
         self.pending: dict[str, dict[str, Any]] = {}
         """Tool calls still streaming their arguments: toolCallId → fields so far."""
         self.turns = 0
+        self.compacting = False
+        """Its conversation is being summarized (COMPACTION_STARTED, not yet FINISHED)."""
+        self.compactions = 0
+        """Compactions finished."""
         self.turn_done = False
         self.waiting: dict[str, str] = {}
         """Tool calls waiting for approval: toolCallId → tool name."""
@@ -167,6 +173,11 @@ class TreeView:
             node.waiting[str(data.get("toolCallId"))] = str(data.get("name", "?"))
         elif kind is EventType.APPROVAL_RESOLVED:
             node.waiting.pop(str(data.get("toolCallId")), None)
+        elif kind is EventType.COMPACTION_STARTED:
+            node.compacting = True
+        elif kind is EventType.COMPACTION_FINISHED:
+            node.compacting = False
+            node.compactions += 1
         elif kind is EventType.USER_MESSAGE:
             node.status = "running"  # an idle agent that gets a message runs again
             node.error = None
@@ -178,8 +189,10 @@ class TreeView:
             node.usage = data.get("subtreeUsage") or data.get("usage")
             node.tools_running.clear()
             node.waiting.clear()
+            node.compacting = False
         elif kind is EventType.AGENT_ERROR:
             node.status = str(data.get("errorType", "failed"))
             node.error = str(data.get("message", ""))
             node.tools_running.clear()
             node.waiting.clear()
+            node.compacting = False

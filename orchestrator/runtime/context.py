@@ -16,9 +16,10 @@ import trio
 
 from agents.approval import ApprovalGate, ApprovalPolicy
 from agents.core.usage import UsageNode
+from agents.errors import SpecError
 from agents.providers.factory import ProviderFactory
-from agents.runner import AgentRunner, TurnLimits
-from agents.spec import AgentSpec
+from agents.runner import AgentRunner, Summarizer, TurnLimits
+from agents.spec import AgentSpec, CompactionSpec
 from agents.tools.base import Tool
 from orchestrator.core.bus import AnyBus, Bus
 from orchestrator.core.rebuild import ResumePlan
@@ -65,6 +66,7 @@ class AgentCatalog:
         approval_timeout: seconds a call waits when its subagent does not say.
         desk: where calls wait (shared by every run of the catalog).
         mcp: the MCP servers' sessions (None: no `mcp_servers` configured).
+        compaction: how a subagent with no `compaction` key compacts (the server's).
     """
 
     def __init__(
@@ -77,8 +79,16 @@ class AgentCatalog:
         approval_timeout: float = 3600.0,
         desk: ApprovalDesk | None = None,
         mcp: McpHub | None = None,
+        compaction: CompactionSpec | None = None,
     ) -> None:
         self.specs = specs
+        self.compaction = compaction or CompactionSpec()
+        summarizer = self.compaction.summarizer
+        if summarizer is not None and summarizer not in specs:
+            raise SpecError(
+                f"compaction.summarizer: unknown agent {summarizer!r} "
+                f"(known: {', '.join(sorted(specs)) or 'none'})"
+            )
         self.providers = providers
         self.tools = tools
         self.approval = tuple(approval)
@@ -187,6 +197,8 @@ class AgentCatalog:
             turn_limits=run.limits.turn,
             approval=policy,
             gate=gate,
+            compaction=spec.compaction or self.compaction,
+            summarize_with=run.summarizer,
         )
 
 
@@ -202,6 +214,7 @@ class RunContext:
         "parents",
         "resume",
         "root",
+        "summarizer",
         "tools",
     )
 
@@ -223,6 +236,9 @@ class RunContext:
         without a result continue their child from it)."""
         self.continued: set[str] = set()
         """agentKeys of rebuilt children that were continued (or answered from the journal)."""
+        self.summarizer: Summarizer | None = None
+        """Runs a compaction's summarizer subagent as a child (the run sets it:
+        `spawn.run_tools`)."""
 
     def deadlines(self, agent_key: str | None) -> list[trio.CancelScope]:
         """The scopes that time out the instance `agent_key` (None: the root): its own

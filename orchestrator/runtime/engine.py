@@ -177,6 +177,7 @@ class Orchestrator:
             approval_timeout=config.limits.approval_timeout_seconds,
             desk=ApprovalDesk(config.limits.max_pending_approvals),
             mcp=mcp,
+            compaction=config.compaction,
         )
         self.mcp = mcp
         """The MCP servers' sessions (None: none configured); they end with `open`."""

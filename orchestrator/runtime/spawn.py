@@ -38,8 +38,11 @@ __all__ = ["AgentSendTool", "AgentSpawnTool", "failure_text", "run_tools", "send
 
 
 def run_tools(run: RunContext) -> dict[str, Tool]:
-    """The tools of a run's agents: the catalog's, and the runtime's own bound to `run`."""
-    own: list[Tool] = [AgentSpawnTool(run), AgentSendTool(run)]
+    """The tools of a run's agents: the catalog's, and the runtime's own bound to `run`
+    (which also runs the compactions' summarizer subagents: `run.summarizer`)."""
+    spawn = AgentSpawnTool(run)
+    run.summarizer = spawn.summarize
+    own: list[Tool] = [spawn, AgentSendTool(run)]
     return {**run.catalog.tools, **{tool.name: tool for tool in own}}
 
 
@@ -125,6 +128,19 @@ class AgentSpawnTool:
                 return self._continue(rebuilt, ctx)
         spec = self._admit(spawn, ctx)
         if run.catalog.uses_mcp(spec):  # its MCP servers must be up first: await that
+            return self._prepared(spec, spawn, ctx)
+        return self._start(spec, spawn, ctx)
+
+    def summarize(self, agent_id: str, task: str, ctx: ToolContext) -> Coroutine[Any, Any, str]:
+        """Run the summarizer subagent `agent_id` on `task` as a child of the compacting
+        agent (`ctx`: a call of its own), within the run's limits; its answer.
+
+        Raises:
+            ToolError: the child cannot start, or failed.
+        """
+        spawn = SpawnArgs(agent_id=agent_id, task=task)
+        spec = self._admit(spawn, ctx)
+        if self._run.catalog.uses_mcp(spec):
             return self._prepared(spec, spawn, ctx)
         return self._start(spec, spawn, ctx)
 

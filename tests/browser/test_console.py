@@ -247,6 +247,51 @@ def test_a_failing_agent_shows_its_error_on_its_card(browser: Browser, tmp_path:
         srv.stop(signal.SIGKILL)
 
 
+def test_a_compaction_shows_in_the_detail_pane(browser: Browser, tmp_path: Path) -> None:
+    pages = " ".join(["word"] * 200)
+    reader = {
+        "description": "reads pages",
+        "instructions": "Read the pages.",
+        "tools": ["agent_spawn"],
+        "compaction": {"max_context_tokens": 600, "keep_last_turns": 1},
+        "script": {
+            "summary": "Notes: {input}",
+            "turns": [
+                {
+                    "say": f"Reading page {i}.",
+                    "calls": [
+                        {"name": "agent_spawn", "args": {"agent_id": "page", "task": f"p{i}"}}
+                    ],
+                }
+                for i in range(4)
+            ]
+            + [{"say": "All read."}],
+        },
+    }
+    page_spec = {
+        "description": "a page",
+        "instructions": "i",
+        "script": {"turns": [{"say": pages}]},
+    }
+    write_agents(tmp_path, 0.0, {"reader": reader, "page": page_spec})
+    srv = Server(tmp_path, config())
+    srv.start()
+    try:
+        page, errors = open_page(browser, srv.url)
+        start_run(page, "reader", "read them")
+        page.wait_for_selector("#run-status.completed", timeout=20_000)
+        node(page, "reader").first.click()
+        box = page.locator("#detail .compaction")
+        box.first.wait_for(timeout=10_000)
+        text = box.first.inner_text().lower()  # the label is shown in capitals
+        assert "compacted before turn 4 (past its threshold)" in text
+        assert "earlier turns summarized" in text and "notes:" in text
+        shot(page, "console-compaction.png")
+        assert errors == []
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
 def test_cancel_and_send_reach_the_run(browser: Browser, tmp_path: Path) -> None:
     write_agents(tmp_path, token_delay=0.05)
     srv = Server(tmp_path, config())

@@ -65,6 +65,9 @@ class Reply:
     """Anthropic: a signed thinking block before the text."""
     bad_args: bool = False
     """Send tool-call arguments that are not valid JSON (the closing brace is lost)."""
+    cut: bool = False
+    """The turn ends cut by the output limit: finish_reason `length` (chat), stop_reason
+    `max_tokens` (Anthropic), `response.incomplete` for `max_output_tokens` (Responses)."""
 
     def _raw_args(self, args: dict[str, Any]) -> str:
         raw = json.dumps(args)
@@ -172,7 +175,7 @@ class Reply:
                 )
             out.append(ev("content_block_stop", index=index))
             index += 1
-        stop = "tool_use" if self.calls else "end_turn"
+        stop = "tool_use" if self.calls else "max_tokens" if self.cut else "end_turn"
         out.append(
             ev("message_delta", delta={"stop_reason": stop}, usage={"output_tokens": self.usage[1]})
         )
@@ -268,6 +271,15 @@ class Reply:
             "output_tokens": self.usage[1],
             "total_tokens": sum(self.usage),
         }
+        if self.cut:
+            response = {
+                "id": "resp",
+                "status": "incomplete",
+                "usage": usage,
+                "incomplete_details": {"reason": "max_output_tokens"},
+            }
+            out.append(ev("response.incomplete", response=response))
+            return out
         out.append(
             ev("response.completed", response={"id": "resp", "status": "completed", "usage": usage})
         )
@@ -306,7 +318,9 @@ class Reply:
                 )
         if self.hang or self.truncate:
             return out
-        out.append(chunk({}, finish="tool_calls" if self.calls else "stop"))
+        out.append(
+            chunk({}, finish="tool_calls" if self.calls else "length" if self.cut else "stop")
+        )
         out.append(
             sse(
                 {

@@ -187,7 +187,7 @@ async def test_sigterm_of_serve_with_an_mcp_call_in_flight_exits_cleanly(tmp_pat
             try:
                 async with mcp_client(f"http://{base}") as client:
                     outcome.append(await client.call_tool("planner", {"task": "slowly"}))
-            except Exception as exc:  # noqa: BLE001 - the server went away: also an end
+            except Exception as exc:
                 outcome.append(exc)
 
         nursery.start_soon(call)

@@ -124,3 +124,25 @@ def test_tree_view_and_its_rendering_show_a_call_waiting_for_approval() -> None:
     console = Console(width=120, record=True)
     console.print(render_tree(view, 120))
     assert "⚙ write_file" in console.export_text()
+
+
+def test_tree_view_and_its_rendering_show_a_compaction() -> None:
+    from rich.console import Console
+
+    from orchestrator.cli.render import render_tree
+
+    def event(seq: int, kind: EventType, data: dict[str, Any]) -> Event:
+        return Event("run-1", seq, 0.0, kind, None, False, data)
+
+    def shown() -> str:
+        console = Console(width=120, record=True)
+        console.print(render_tree(view, 120))
+        return console.export_text()
+
+    view = TreeView()
+    view.apply(event(1, EventType.RUN_STARTED, {"agentId": "reader", "input": "x"}))
+    view.apply(event(2, EventType.COMPACTION_STARTED, {"reason": "threshold", "beforeTokens": 9}))
+    assert view.root.compacting and "⟲ compacting its conversation" in shown()
+    view.apply(event(3, EventType.COMPACTION_FINISHED, {"afterTokens": 3, "summary": "s"}))
+    assert not view.root.compacting and view.root.compactions == 1
+    assert "[compacted ×1]" in shown()

@@ -479,6 +479,7 @@ function renderDetail(run, key) {
   parts.push(section("Task", agent.task, "prose"));
   if (agent.result) parts.push(section("Answer", agent.result, "prose answer"));
   agent.turns.forEach((turn, i) => {
+    for (const c of agent.compactions) if (c.before === i) parts.push(compactionBox(c, i, run, agent));
     if (!turn.text && !turn.thinking && turn.calls.length === 0) return;
     const box = el("div", "turn" + (turn.abandoned ? " abandoned" : ""));
     const live = run.status === "running" && agent.status === "running";
@@ -489,6 +490,7 @@ function renderDetail(run, key) {
     for (const id of turn.calls) box.append(toolBox(agent.tools.get(id), live ? null : agentEnd(run, agent)));
     parts.push(box);
   });
+  for (const c of agent.compactions) if (c.before >= agent.turns.length) parts.push(compactionBox(c, c.before, run, agent));
   if (agent.messages.length) {
     const box = el("div", "block");
     box.append(el("div", "label", "Messages sent in"));
@@ -531,6 +533,20 @@ function renderDetail(run, key) {
   pane.replaceChildren(...parts);
   pane.parentElement.scrollTop = keepScroll;
   restoreSelection(pane, selection);
+}
+
+// Where the agent's conversation was compacted: before which turn, why, the tokens before
+// and after, and the summary that replaced the older part (what the agent now remembers).
+function compactionBox(c, turn, run, agent) {
+  const box = el("div", "compaction");
+  const why = c.reason === "prompt_too_long" ? "the provider said the prompt is too long" : "past its threshold";
+  let state;
+  if (c.summary !== null) state = `${c.beforeTokens} → ${c.afterTokens} tokens · ${c.turns} earlier turns summarized, ${c.kept} messages kept`;
+  else if (run.status === "running" && agent.status === "running") state = `${c.beforeTokens} tokens · summarizing…`;
+  else state = `${c.beforeTokens} tokens · did not finish (${agentEnd(run, agent)})`;
+  box.append(el("div", "label", `⟲ compacted before turn ${turn + 1} (${why}) · ${state}`));
+  if (c.summary !== null) box.append(el("div", "prose summary", c.summary));
+  return box;
 }
 
 // A selection inside the pane, as child-index paths from the pane: the redraw builds

@@ -46,6 +46,7 @@ export class RunModel {
         turns: [this.newTurn()], tools: new Map(), messages: [],
         usage: null, subtreeUsage: null, startTs: null, endTs: null, events: 0,
         approvals: new Map(),   // toolCallId -> approval (open until `decision` is set)
+        compactions: [],        // {before: turn index it came before, reason, tokens, summary, …}
         waiting: 0,             // approvals still open
       };
       this.agents.set(key, agent);
@@ -111,6 +112,17 @@ export class RunModel {
         break;
       }
       case "USER_MESSAGE": agent.messages.push({ text: d.text, from: d.from, ts: e.ts }); break;
+      case "COMPACTION_STARTED": {
+        const last = agent.turns[agent.turns.length - 1];   // it comes before the next turn
+        const before = last.finished || last.abandoned ? agent.turns.length : agent.turns.length - 1;
+        agent.compactions.push({ before, reason: d.reason, beforeTokens: d.beforeTokens, afterTokens: null, summary: null, turns: null, ts: e.ts, endTs: null });
+        break;
+      }
+      case "COMPACTION_FINISHED": {
+        const c = agent.compactions[agent.compactions.length - 1];
+        if (c && c.summary === null) Object.assign(c, { afterTokens: d.afterTokens, summary: d.summary, turns: d.summarizedTurns, kept: d.keptMessages, endTs: e.ts });
+        break;
+      }
       case "APPROVAL_REQUESTED": {
         const call = this.call(agent, d.toolCallId, d.name, e.ts);
         call.approval = { id: d.toolCallId, name: d.name, args: d.args, edit: !!d.edit, timeoutAt: d.timeoutAt, ts: e.ts, decision: null };
