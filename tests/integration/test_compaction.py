@@ -85,6 +85,20 @@ def overflow_reply(fmt: str, have: int, window: int) -> Reply:
     return Reply(status=400, error_body=json.dumps(body))
 
 
+def failed_stream(have: int, window: int) -> Reply:
+    """The Responses API's other way: a 200 stream whose `response.failed` says it."""
+    error = {"code": "context_length_exceeded", "message": f"{have} tokens > {window}"}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": {"id": "r", "status": "in_progress", "output": []}}),
+        ("response.failed", {"response": {"id": "r", "status": "failed", "error": error}}),
+    ]
+    raw = []
+    for n, (kind, data) in enumerate(events):
+        payload = json.dumps({"type": kind, "sequence_number": n, **data})
+        raw.append(f"event: {kind}\ndata: {payload}\n\n".encode())
+    return Reply(raw=raw)
+
+
 class Model:
     """The fake model: `lead` reads `pages` pages through `reader` children, one per turn,
     then answers with every page id it knows; `reader` answers one long page."""
@@ -105,6 +119,8 @@ class Model:
         have = size(messages)
         if self.window is not None and have > self.window:
             self.refused += 1
+            if self.fmt == "responses-stream":
+                return failed_stream(have, self.window)
             return overflow_reply(self.fmt or "openai", have, self.window)
         usage = (have + 50, 20)
         if role.startswith("You summarize"):
@@ -113,6 +129,14 @@ class Model:
             self.summaries += 1
             notes = "Notes: read " + " ".join(pages_known(messages))
             return Reply(notes + " pad" * self.summary_pad, usage=usage)
+        if role == "boss":
+            results = [m["content"] for m in messages if m["role"] == "tool"]
+            if not results:
+                calls = [
+                    ("agent_spawn", {"agent_id": "lead", "task": f"shelf {i}"}) for i in (1, 2)
+                ]
+                return Reply("Two shelves, two readers.", calls=calls, usage=usage)
+            return Reply(" / ".join(results), usage=usage)
         if role == "reader":
             task = messages[0]["content"]
             n = task.split()[-1]
@@ -238,11 +262,41 @@ async def test_a_summarizer_subagent_writes_the_summary_as_a_child(tmp_path: Pat
     assert root_result(events).data["subtreeUsage"]["outputTokens"] >= scribe_usage + 20
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_children_deep_in_a_tree_compact_on_their_own(tmp_path: Path) -> None:
+    model = Model(pages=5)
+    async with trio.open_nursery() as nursery:
+        fake = await serve_fake_openai(nursery, model, pause=0)
+        specs = agents(compaction={"max_context_tokens": 700, "keep_last_turns": 1})
+        specs["boss"] = {
+            "description": "Splits the reading.",
+            "instructions": "ROLE: boss\nSplit.",
+            "tools": ["agent_spawn"],
+        }
+        config = write_config(tmp_path, specs, models=model_config(fake))
+        async with Orchestrator.open(config) as orch:
+            events = await collect(orch, "boss", "read both shelves")
+        nursery.cancel_scope.cancel()
+    assert events[-1].data["status"] == "completed"
+    leads = {
+        e.source.agent_key
+        for e in of_type(events, EventType.AGENT_STARTED)
+        if e.source and e.source.agent_id == "lead"
+    }
+    compacted = [e for e in of_type(events, EventType.COMPACTION_FINISHED) if e.source is not None]
+    assert len(leads) == 2 and {e.source.agent_key for e in compacted if e.source} == leads
+    assert all(e.source is not None and e.source.depth == 1 for e in compacted)
+    everything = " ".join(f"PAGE-{n}" for n in range(5))
+    assert events[-1].data["result"] == f"I read {everything} / I read {everything}"
+
+
+@pytest.mark.parametrize("provider", [*PROVIDERS, "responses-stream"])
 async def test_a_prompt_too_long_error_compacts_and_retries_in_every_format(
     tmp_path: Path, provider: str
 ) -> None:
-    model = Model(pages=4, window=900, fmt=FORMAT[provider])
+    fmt = FORMAT.get(provider, provider)
+    model = Model(pages=4, window=900, fmt=fmt)
+    if provider == "responses-stream":
+        provider = "openai-responses"
     events = await run_lead(tmp_path, model, provider)
     assert events[-1].data["status"] == "completed", events[-1].data
     assert model.refused >= 1
