@@ -89,6 +89,7 @@ async def replay(tmp_path: Path, api: str, pieces: list[bytes]) -> Observed:
             "instructions": "ROLE: replay",
             "model": "recorded",
             "max_turns": 1,
+            "continue_on_output_limit": 0,  # one turn: a cut answer is the answer here
         }
         model = {"provider": api, "base_url": fake.base_url, "max_retries": 0, "model": "m"}
         config = write_config(
