@@ -472,3 +472,58 @@ def shape(messages: list[Any]) -> list[tuple[str, str, Any]]:
 def seen_at(seen: list[dict[str, Any]]) -> int:
     """The seq of the first COMPACTION_FINISHED."""
     return int(next(e["seq"] for e in seen if e["type"] == "COMPACTION_FINISHED"))
+
+
+async def test_a_turn_whose_background_child_still_runs_is_never_summarized(
+    tmp_path: Path,
+) -> None:
+    """Turn 1 starts a background child that runs for a while; the pages read meanwhile
+    cross the threshold, but the cut cannot pass turn 1 until the child is done."""
+    page = " ".join(["word"] * 200)
+    spawn = {"name": "agent_spawn", "args": {"agent_id": "page", "task": "p"}}
+    lead = {
+        "description": "d",
+        "instructions": "Read.",
+        "tools": ["agent_spawn"],
+        "max_turns": 20,
+        "compaction": {"max_context_tokens": 600, "keep_last_turns": 1},
+        "script": {
+            "summary": "Notes: {input}",
+            "turns": [
+                {
+                    "say": "Start the slow one.",
+                    "calls": [
+                        {
+                            "name": "agent_spawn",
+                            "args": {"agent_id": "slow", "task": "s", "timeout_seconds": 0},
+                        }
+                    ],
+                },
+                *[{"say": f"Page {i}.", "calls": [spawn]} for i in range(4)],
+                {"say": "Done."},
+            ],
+        },
+    }
+    specs = {
+        "lead": lead,
+        "page": {"description": "p", "instructions": "i", "script": {"turns": [{"say": page}]}},
+        "slow": {
+            "description": "s",
+            "instructions": "i",
+            "script": {"turns": [{"sleep": 1.0, "say": "slow result"}]},
+        },
+    }
+    config = write_config(tmp_path, specs)
+    async with Orchestrator.open(config) as orch:
+        events = await collect(orch, "lead", "go")
+    assert events[-1].data["status"] == "completed"
+    slow_done = next(
+        e.seq
+        for e in of_type(events, EventType.AGENT_RESULT)
+        if e.source is not None and e.source.agent_id == "slow"
+    )
+    finished = of_type(events, EventType.COMPACTION_FINISHED)
+    assert finished, "the threshold was crossed: a compaction once the child is done"
+    assert all(e.seq > slow_done for e in finished)
+    started = of_type(events, EventType.COMPACTION_STARTED)
+    assert all(e.seq > slow_done for e in started)
