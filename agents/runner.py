@@ -854,15 +854,17 @@ class AgentRunner:
         for ready in assembler.finish("unknown"):
             await self._start_tool(turn, ready)
         message = assembler.message()
-        await self.bus.emit(
-            _REASONING,
-            {
-                "text": message.text,
-                "toolCalls": [_call_json(call) for call in message.tool_calls],
-                "finishReason": assembler.finish_reason or "unknown",
-            },
-            last=True,
-        )
+        data: dict[str, Any] = {
+            "text": message.text,
+            "toolCalls": [_call_json(call) for call in message.tool_calls],
+            "finishReason": assembler.finish_reason or "unknown",
+        }
+        if turn.usage is not None:  # this turn's own tokens (traces put them on its span)
+            data["usage"] = {
+                "inputTokens": turn.usage.input_tokens,
+                "outputTokens": turn.usage.output_tokens,
+            }
+        await self.bus.emit(_REASONING, data, last=True)
         return message
 
     def _check_turn_size(self, assembler: TurnAssembler, parts: int) -> None:

@@ -65,6 +65,30 @@ class TokenConfig(BaseModel):
         return value
 
 
+class TelemetryConfig(BaseModel):
+    """`telemetry:` — OpenTelemetry traces of runs, over OTLP/HTTP (docs/integrations.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    otlp_endpoint: str = Field(min_length=1)
+    """The collector's OTLP/HTTP address (`http://HOST:4318`; `/v1/traces` is added
+    unless the address ends with it)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Headers sent with every export (for example an API key)."""
+    headers_from: dict[str, str] = Field(default_factory=dict)
+    """Headers whose values come from environment variables (header → variable): secrets
+    stay out of the file."""
+    service_name: str = Field(default="agent-orchestrator", min_length=1)
+    """The `service.name` of the traces."""
+    capture_content: bool = False
+    """Put message content on the spans (tasks, answers, model text, tool arguments and
+    results, each cut at 16,000 characters); off: only names, ids, numbers."""
+    max_queued_spans: int = Field(default=8192, ge=16, le=1_000_000)
+    """Finished spans waiting for export; past it new ones are dropped (and counted)."""
+    export_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    """How long one export may take (the exporter's retries included)."""
+
+
 class ServerSection(BaseModel):
     """`server:` — where `orchestrator serve` listens, and who may talk to it."""
 
@@ -331,6 +355,8 @@ class ServerConfig(BaseModel):
     has no `approval` key (`"*"`: every tool)."""
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     """MCP servers whose tools subagents may list as `<name>__<tool>` (docs/mcp.md)."""
+    telemetry: TelemetryConfig | None = None
+    """OpenTelemetry traces of runs (None: off, the default; docs/integrations.md)."""
     compaction: CompactionSpec = Field(default_factory=CompactionSpec)
     """How agents compact a long conversation, for every subagent whose YAML has no
     `compaction` key (docs/configuration.md#compaction)."""
@@ -367,6 +393,15 @@ class ServerConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _telemetry_needs_extra(self) -> ServerConfig:
+        needed = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http")
+        if self.telemetry is not None and not all(_installed(name) for name in needed):
+            raise ValueError(
+                "telemetry: traces need the `otel` extra: pip install 'agent-orchestrator[otel]'"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _cluster_needs_redis(self) -> ServerConfig:
         if self.cluster is not None and not self.storage.url.startswith("redis://"):
             raise ValueError(
@@ -383,6 +418,14 @@ class ServerConfig(BaseModel):
     def subagents_path(self) -> Path:
         """The subagents directory, resolved against the config file's directory."""
         return (self.base_dir / self.subagents_dir).resolve()
+
+
+def _installed(module: str) -> bool:
+    """Is `module` importable (a missing parent package counts as not installed)?"""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def load_config(path: Path | str) -> ServerConfig:

@@ -20,6 +20,7 @@ from orchestrator.runtime.engine import Orchestrator
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.open import open_journal
 from orchestrator.storage.redis import RedisStorage
+from orchestrator.telemetry import traced
 
 __all__ = ["Node", "instance_name", "open_node", "run_worker"]
 
@@ -111,6 +112,7 @@ async def run_worker(
     async with (
         open_journal(config) as journal,
         Orchestrator.open(config) as orch,
+        traced(config, journal, orch.specs),
         trio.open_nursery() as run_nursery,
     ):
         host = RunHost(orch, journal, run_nursery)

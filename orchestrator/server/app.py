@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import trio
@@ -36,6 +36,10 @@ from orchestrator.server.http import Routes
 from orchestrator.server.metrics import AppCollector
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.open import open_journal
+from orchestrator.telemetry import traced
+
+if TYPE_CHECKING:
+    from orchestrator.telemetry.export import Telemetry
 
 __all__ = ["RunningServer", "ServerApp", "serve"]
 
@@ -75,6 +79,8 @@ class ServerApp:
         self.feed_ended = trio.lowlevel.ParkingLot()
         """Unparked whenever a subscription ends (shutdown waits on it)."""
         self.routes = Routes(self)
+        self.telemetry: Telemetry | None = None
+        """Traces of the runs this process executes (`telemetry:`; None: off)."""
         self.registry = CollectorRegistry()
         self.registry.register(AppCollector(self))
 
@@ -223,6 +229,7 @@ async def _serve(
     with trio.CancelScope() as stop:
         async with (
             Orchestrator.open(config) as orch,
+            traced(config, journal, orch.specs) as telemetry,
             trio.open_nursery() as nursery,
             trio.open_nursery() as run_nursery,
         ):
@@ -234,6 +241,7 @@ async def _serve(
             if config.cluster is not None:
                 node = await nursery.start(_join_cluster, config.cluster, journal, runs)
             app = ServerApp(config, orch, journal, runs, node)
+            app.telemetry = telemetry
             port = config.server.port if port is None else port
             host = config.server.host if host is None else host
             ws_options: dict[str, Any] = {

@@ -77,6 +77,28 @@ class AppCollector(Collector):
             "Finished runs deleted by the retention policy",
             value=journal.retention.runs_deleted,
         )
+        telemetry = app.telemetry
+        if telemetry is not None:
+            spans = CounterMetricFamily(
+                "orchestrator_telemetry_spans",
+                "Trace spans by outcome: exported, dropped (the queue was full: a slow or "
+                "dead collector), failed (the export did not succeed)",
+                labels=["outcome"],
+            )
+            stats = telemetry.stats()
+            for outcome in ("exported", "dropped", "failed"):
+                spans.add_metric([outcome], stats[outcome])
+            yield spans
+            yield CounterMetricFamily(
+                "orchestrator_telemetry_events_dropped",
+                "Events never turned into spans (the event queue was full)",
+                value=stats["dropped_events"],
+            )
+            yield GaugeMetricFamily(
+                "orchestrator_telemetry_spans_queued",
+                "Finished spans waiting for export",
+                value=stats["queued"],
+            )
         node = app.node
         if node is None:
             return

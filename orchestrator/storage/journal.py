@@ -121,6 +121,9 @@ class Journal:
         """Runs a previous server left running, ended `interrupted` at open."""
         self.resumable: list[str] = []
         """Runs a previous server left running, to be resumed (`Journal.open(resume=)`)."""
+        self.on_run: Callable[[RunLog], None] | None = None
+        """Told of every run this instance starts executing (`create_run`, `own`):
+        telemetry follows them (None: nobody, the default)."""
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -220,6 +223,8 @@ class Journal:
         log = RunLog(record)
         self.logs[record.run_id] = log
         self.writer.mark(log)
+        if self.on_run is not None:
+            self.on_run(log)
         return log
 
     def own(self, record: RunRecord) -> RunLog:
@@ -239,6 +244,8 @@ class Journal:
             log.committed = record.last_seq
             log.tail_first = record.last_seq + 1
         self.writer.mark(log)
+        if self.on_run is not None:
+            self.on_run(log)
         return log
 
     def outlet(self, run_id: str) -> RunOutlet:

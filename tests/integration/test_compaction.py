@@ -481,7 +481,7 @@ async def test_a_turn_whose_background_child_still_runs_is_never_summarized(
     cross the threshold, but the cut cannot pass turn 1 until the child is done."""
     page = " ".join(["word"] * 200)
     spawn = {"name": "agent_spawn", "args": {"agent_id": "page", "task": "p"}}
-    lead = {
+    lead: dict[str, Any] = {
         "description": "d",
         "instructions": "Read.",
         "tools": ["agent_spawn"],
@@ -504,7 +504,7 @@ async def test_a_turn_whose_background_child_still_runs_is_never_summarized(
             ],
         },
     }
-    specs = {
+    specs: dict[str, dict[str, Any]] = {
         "lead": lead,
         "page": {"description": "p", "instructions": "i", "script": {"turns": [{"say": page}]}},
         "slow": {
