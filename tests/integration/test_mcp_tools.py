@@ -203,7 +203,7 @@ async def test_cancelling_the_agent_cancels_the_call_and_no_process_is_left(
         pid = int(results(events)[0]["content"])
         assert alive(pid)  # the session outlives the run: it is the process's
         with trio.fail_after(10):
-            while not marker.exists():  # noqa: ASYNC110 - the server writes it
+            while not marker.exists() or not marker.read_text():  # noqa: ASYNC110 - the server writes it
                 await trio.sleep(0.05)
         assert marker.read_text() == "cancelled"  # MCP's cancellation reached the server
     assert events[-1].data["status"] == "cancelled"
@@ -430,7 +430,7 @@ async def test_over_http_cancelling_the_agent_sends_mcp_cancellation(tmp_path: P
                     await trio.sleep(0.5)  # the call reached the server
                     run.cancel(reason="enough")
         with trio.fail_after(10):
-            while not marker.exists():  # noqa: ASYNC110 - the server writes it
+            while not marker.exists() or not marker.read_text():  # noqa: ASYNC110 - the server writes it
                 await trio.sleep(0.05)
     assert marker.read_text() == "cancelled"  # the cancellation reached the server
     assert events[-1].data["status"] == "cancelled"
