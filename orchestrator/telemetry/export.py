@@ -47,6 +47,7 @@ EXPORT_EVERY = 1.0
 """Seconds between two exports when fewer than `EXPORT_BATCH` spans wait."""
 FINAL_FLUSH_SECONDS = 5.0
 _SCOPE = InstrumentationScope("agent-orchestrator")
+_REASONING = EventType.REASONING
 
 
 class _RunTrace:
@@ -176,12 +177,19 @@ class Telemetry:
             for entry in entries:
                 trace.builder.feed(entry.event)  # those spans were exported before
             trace.after = last
+        builder, after = trace.builder, trace.after
+        streaming, feed = builder.streaming, builder.feed
         while trace.batches:
             batch = trace.batches.popleft()
             self.queued_events -= len(batch)
             for entry in batch:
-                if entry.seq > trace.after:
-                    self._queue(trace.builder.feed(entry.event))
+                event = entry.event
+                if event.type is _REASONING and not event.last:
+                    source = event.source  # a delta of a turn already open: nothing to do
+                    if (source.agent_key if source is not None else None) in streaming:
+                        continue
+                if entry.seq > after:
+                    self._queue(feed(event))
 
     def _queue(self, spans: list[SpanRecord]) -> None:
         for span in spans:

@@ -80,6 +80,7 @@ class SpanRecord:
 
 @dataclass
 class _Agent:
+    key: str | None
     span: SpanRecord
     step_ts: float
     """When the agent's next model request went out: its previous step."""
@@ -99,6 +100,9 @@ class TraceBuilder:
         self._tools: dict[tuple[str | None, str], SpanRecord] = {}
         self._sessions: dict[str, str] = {}
         """sessionId → agentKey (a child names its parent by session)."""
+        self.streaming: set[str | None] = set()
+        """Agents whose model turn has its span open: their further deltas change nothing
+        (the shell skips them without a call: most of a run's events are deltas)."""
         self._open = 0
 
     @property
@@ -189,7 +193,7 @@ class TraceBuilder:
             start=event.ts,
             attributes=attributes,
         )
-        self._agents[key] = _Agent(span, event.ts)
+        self._agents[key] = _Agent(key, span, event.ts)
         self._open += 1
         if source is not None and key is not None:
             self._sessions[source.session_id] = key
@@ -252,6 +256,7 @@ class TraceBuilder:
             return
         provider, model = self.models(str(agent.span.attributes["orchestrator.agent_id"]))
         agent.turn += 1
+        self.streaming.add(key)
         agent.chat = SpanRecord(
             name=f"{CHAT} {model}" if model else CHAT,
             trace_id=self.trace_id,
@@ -269,6 +274,7 @@ class TraceBuilder:
         self._open += 1
 
     def _end_turn(self, agent: _Agent, event: Event) -> list[SpanRecord]:
+        key = event.source.agent_key if event.source is not None else None
         self._chat(event)  # a turn with no delta (only tool calls) opens here
         span = agent.chat
         if span is None:
@@ -287,6 +293,7 @@ class TraceBuilder:
             )
         span.end = agent.step_ts = event.ts
         agent.chat = None
+        self.streaming.discard(key)
         self._open -= 1
         return [span]
 
@@ -297,6 +304,7 @@ class TraceBuilder:
         _fail(span, "cancelled", why)
         span.end = ts
         agent.chat = None
+        self.streaming.discard(agent.key)
         self._open -= 1
         return span
 
