@@ -132,6 +132,10 @@ class ServerSection(BaseModel):
     mcp: bool = False
     """Serve the subagents as MCP tools over streamable HTTP at `/mcp` on this port,
     behind the same tokens (docs/mcp.md). Needs the `mcp` extra."""
+    ag_ui: bool = False
+    """Serve `POST /ag-ui/AGENT` on this port: an AG-UI RunAgentInput in, the run as the
+    AG-UI event stream out, behind the same tokens (docs/integrations.md). Needs the
+    `agui` extra."""
     resume_runs: bool = True
     """Runs still running when the server stops (SIGTERM) or crashes continue from their
     journal at its next start; false: they end `interrupted`. Needs durable storage."""
@@ -389,6 +393,14 @@ class ServerConfig(BaseModel):
         if key is not None and importlib.util.find_spec("mcp") is None:
             raise ValueError(
                 f"{key}: MCP needs the `mcp` extra: pip install 'agent-orchestrator[mcp]'"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _ag_ui_needs_extra(self) -> ServerConfig:
+        if self.server.ag_ui and not _installed("ag_ui.core"):
+            raise ValueError(
+                "server.ag_ui: AG-UI needs the `agui` extra: pip install 'agent-orchestrator[agui]'"
             )
         return self
 

@@ -68,6 +68,8 @@ ErrorCode = Literal[
     "internal",
 ]
 Detail = Literal["full", "blocks", "status"]
+Format = Literal["events", "ag-ui"]
+"""How a subscription's events are written: ours, or AG-UI events (docs/integrations.md)."""
 MessageId = str | int | None
 
 
@@ -94,6 +96,7 @@ class Run(_Op):
     stream: bool = True
     filter: FilterSpec | None = None
     detail: Detail = "full"
+    format: Format = "events"
 
 
 class Subscribe(_Op):
@@ -103,6 +106,7 @@ class Subscribe(_Op):
     after_seq: int = 0
     filter: FilterSpec | None = None
     detail: Detail = "full"
+    format: Format = "events"
 
 
 class Unsubscribe(_Op):

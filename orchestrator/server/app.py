@@ -13,6 +13,7 @@ either way the connections see one `RunService` (`ServerApp.runs`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections import Counter
@@ -31,7 +32,7 @@ from orchestrator.runs.service import RunService
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Auth, Principal, RedactTokens
 from orchestrator.server.connection import Connection, release
-from orchestrator.server.front import HandoffListener, route_connections
+from orchestrator.server.front import HandoffListener, Route, route_connections
 from orchestrator.server.http import Routes
 from orchestrator.server.metrics import AppCollector
 from orchestrator.storage.journal import Journal
@@ -251,8 +252,8 @@ async def _serve(
                 "logger": ws_logger,
                 "compression": "deflate" if config.server.compression else None,
             }
-            if config.server.mcp:
-                await _serve_with_mcp(app, stop, host, port, ws_options, task_status)
+            if config.server.mcp or config.server.ag_ui:
+                await _serve_with_front_door(app, stop, host, port, ws_options, task_status)
                 return
             ws_server: Server = await nursery.start(
                 functools.partial(ws_serve, app.handler, port, host=host, **ws_options)
@@ -261,7 +262,7 @@ async def _serve(
             await trio.sleep_forever()
 
 
-async def _serve_with_mcp(
+async def _serve_with_front_door(
     app: ServerApp,
     stop: trio.CancelScope,
     host: str,
@@ -269,16 +270,23 @@ async def _serve_with_mcp(
     ws_options: dict[str, Any],
     task_status: trio.TaskStatus[RunningServer],
 ) -> None:
-    """`/ws` and `/mcp` on one port: the front door routes each connection (front.py)."""
-    from orchestrator.server.mcp_http import McpEndpoint  # the `mcp` extra, only here
-
+    """`/ws` and the streaming HTTP endpoints on one port: the front door routes each
+    connection (front.py)."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     to_ws, from_front = trio.open_memory_channel[trio.SocketStream](0)
-    async with (
-        McpEndpoint(app).running() as endpoint,
-        trio.open_nursery() as handlers,
-        trio.open_nursery() as nursery,
-    ):
+    routes: list[Route] = []
+    async with contextlib.AsyncExitStack() as stack:
+        if app.config.server.mcp:
+            from orchestrator.server.mcp_http import McpEndpoint  # the `mcp` extra, only here
+
+            mcp = await stack.enter_async_context(McpEndpoint(app).running())
+            routes.append((b"/mcp", mcp.serve))
+        if app.config.server.ag_ui:
+            from orchestrator.server.agui_http import AguiEndpoint  # the `agui` extra
+
+            routes.append((b"/ag-ui", AguiEndpoint(app).serve))
+        handlers = await stack.enter_async_context(trio.open_nursery())
+        nursery = await stack.enter_async_context(trio.open_nursery())
         ws_server: Server = await nursery.start(
             functools.partial(
                 ws_serve,
@@ -289,6 +297,6 @@ async def _serve_with_mcp(
         )
         async with trio.open_nursery() as front:  # cancelled by shutdown: stop accepting
             for listener in listeners:
-                front.start_soon(route_connections, listener, to_ws, endpoint.serve, handlers)
+                front.start_soon(route_connections, listener, to_ws, routes, handlers)
             task_status.started(RunningServer(app, ws_server, stop, front.cancel_scope))
         await trio.sleep_forever()

@@ -21,6 +21,7 @@ The ops themselves, and how each is authorized, are the table in `server/ops.py`
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
@@ -340,9 +341,21 @@ class Connection:
         filter: FilterSpec | None,
         detail: str,
         msg_id: protocol.MessageId,
+        format: str = "events",
     ) -> Feed:
-        """A new subscription's feed (not started yet: its `ack` goes out first)."""
+        """A new subscription's feed (not started yet: its `ack` goes out first).
+
+        Raises:
+            ProtocolError: `format: "ag-ui"` without the `agui` extra.
+        """
         self.check_sub_limit(msg_id)
+        if format == "ag-ui" and importlib.util.find_spec("ag_ui") is None:
+            raise ProtocolError(
+                "bad_request",
+                "format ag-ui needs the `agui` extra on the server: "
+                "pip install 'agent-orchestrator[agui]'",
+                msg_id,
+            )
         self._next_sub += 1
         sub = f"s{self._next_sub}"
         return Feed(
@@ -352,6 +365,7 @@ class Connection:
             after_seq=after_seq,
             filter=filter,
             detail=detail,
+            ag_ui=format == "ag-ui",
             frame_bytes=self.app.frame_bytes,
             coalesce=self.app.config.server.live_coalesce_ms / 1000,
         )

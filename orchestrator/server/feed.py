@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 import trio
@@ -30,6 +30,9 @@ from orchestrator.core.events import Event, EventType, encode_event
 from orchestrator.core.filters import FeedFilter, FilterSpec
 from orchestrator.protocol import end_frame, events_frame, gap_frame
 from orchestrator.storage.journal import Entry, Journal, RunLog
+
+if TYPE_CHECKING:
+    from orchestrator.agui.mapping import AguiStream
 
 __all__ = ["Feed", "LiveSink", "Sent"]
 
@@ -70,6 +73,7 @@ class Feed:
         after_seq: int = 0,
         filter: FilterSpec | None = None,
         detail: str = "full",
+        ag_ui: bool = False,
         batch_events: int = 1024,
         frame_bytes: int = 256 * 1024,
         coalesce: float = 0.0,
@@ -85,15 +89,27 @@ class Feed:
         )
         self.status_only = detail == "status"
         self.blocks = BlockMerger() if detail == "blocks" else None
+        self.agui: AguiStream | None = None
+        """`format: "ag-ui"`: the events written as AG-UI events (this feed's own state)."""
+        if ag_ui:
+            from orchestrator.agui.mapping import AguiStream  # the `agui` extra, only here
+
+            self.agui = AguiStream(run_id)
         self.batch_events = batch_events
         self.frame_bytes = frame_bytes
         self.coalesce = coalesce
         """Seconds a caught-up (live) feed waits after a wake-up, so the events of the
         next moment share one frame: with many watchers, frames — not events — cost."""
-        self.everything = self.filter.everything and not self.status_only and self.blocks is None
+        self.everything = (
+            self.filter.everything
+            and not self.status_only
+            and self.blocks is None
+            and self.agui is None
+        )
         self._share_key: object = (
             sub,
             detail,
+            ag_ui,
             msgspec.json.encode(filter) if filter is not None else b"",
         )
         """Feeds with equal keys make equal frames of the same events."""
@@ -115,7 +131,7 @@ class Feed:
         `blocks` or coalescing feed always reads for itself.
         """
         log = self.journal.get(self.run_id)
-        if self.blocks is None and not self.coalesce:
+        if self.blocks is None and self.agui is None and not self.coalesce:
             self._live = live
         self.journal.mirrors.watch(log, +1)  # a run of another instance is tailed while watched
         try:
@@ -138,6 +154,8 @@ class Feed:
             if entries:
                 if self.blocks is not None:
                     raws = _merged_raws(self.blocks, entries, self.wants)
+                elif self.agui is not None:
+                    raws = self._agui_raws(self.agui, entries)
                 else:
                     raws = self._raws(entries)
                 for frame_raws in _split(raws, self.frame_bytes):
@@ -196,6 +214,15 @@ class Feed:
         if self.everything:
             return [e.raw for e in entries]
         return [e.raw for e in entries if self.wants(e.event)]
+
+    def _agui_raws(self, stream: AguiStream, entries: list[Entry]) -> list[bytes]:
+        """`format: "ag-ui"`: the AG-UI events of the entries this subscription delivers."""
+        return [
+            out.model_dump_json(by_alias=True).encode()
+            for entry in entries
+            if self.wants(entry.event)
+            for out in stream.feed(entry.event)
+        ]
 
     def wake(self) -> None:
         """`Follower.wake`: the feed's task reads for itself again."""

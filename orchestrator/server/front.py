@@ -1,22 +1,23 @@
-"""One port for `/ws` and `/mcp`: route each connection by its request line.
+"""One port for `/ws` and the streaming HTTP endpoints (`/mcp`, `/ag-ui`): route each
+connection by its request line.
 
-Only when `server.mcp` is on (otherwise websockets' server listens on the port
-itself and nothing here runs). The front door accepts a connection, *peeks* at its
-request line (`MSG_PEEK`: nothing is consumed, so the socket stays a plain
+Only when one of those endpoints is on (otherwise websockets' server listens on the
+port itself and nothing here runs). The front door accepts a connection, *peeks* at
+its request line (`MSG_PEEK`: nothing is consumed, so the socket stays a plain
 `trio.SocketStream` for websockets and its direct-send path), and hands it on: a
-request for `/mcp` to the MCP endpoint, anything else to websockets' server, which
-accepts from a `HandoffListener` instead of the socket.
+request for an endpoint's path (or below it) to that endpoint, anything else to
+websockets' server, which accepts from a `HandoffListener` instead of the socket.
 """
 
 from __future__ import annotations
 
 import errno
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-__all__ = ["HandoffListener", "is_mcp_request", "route_connections"]
+__all__ = ["HandoffListener", "Route", "request_path", "route_connections"]
 
 MAX_REQUEST_LINE = 8 * 1024
 """Bytes looked at for the request line (longer lines go to websockets, which refuses them)."""
@@ -27,16 +28,29 @@ _FULL_PAUSE = 0.1
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 
 
-def is_mcp_request(peeked: bytes) -> bool | None:
-    """True for a request line naming `/mcp`, False for any other, None: not all here yet."""
+Route = tuple[bytes, Callable[[trio.SocketStream], Awaitable[None]]]
+"""(path, serve): connections whose request path is `path` or below it go to `serve`."""
+
+
+def request_path(peeked: bytes) -> bytes | None:
+    """The path of a request line (query left out); b"": not a request line (or too
+    long to be one of ours); None: the line has not all arrived yet."""
     line, newline, _ = peeked.partition(b"\n")
     if not newline:
-        return None if len(peeked) < MAX_REQUEST_LINE else False
+        return None if len(peeked) < MAX_REQUEST_LINE else b""
     parts = line.split(b" ")
     if len(parts) != 3:
-        return False
-    path = parts[1].partition(b"?")[0]
-    return path in (b"/mcp", b"/mcp/")
+        return b""
+    return parts[1].partition(b"?")[0]
+
+
+def _serve_of(
+    path: bytes, routes: Sequence[Route]
+) -> Callable[[trio.SocketStream], Awaitable[None]] | None:
+    for prefix, serve in routes:
+        if path == prefix or path.startswith(prefix + b"/"):
+            return serve
+    return None
 
 
 class HandoffListener(trio.abc.Listener[trio.abc.Stream]):
@@ -62,21 +76,22 @@ class HandoffListener(trio.abc.Listener[trio.abc.Stream]):
 async def _route(
     stream: trio.SocketStream,
     to_ws: trio.MemorySendChannel[trio.SocketStream],
-    serve_mcp: Callable[[trio.SocketStream], Awaitable[None]],
+    routes: Sequence[Route],
 ) -> None:
-    mcp: bool | None = None
+    path: bytes | None = None
     with trio.move_on_after(PEEK_SECONDS):
         while True:
             try:
                 peeked = await stream.socket.recv(MAX_REQUEST_LINE, socket.MSG_PEEK)
             except OSError:
                 peeked = b""
-            mcp = is_mcp_request(peeked) if peeked else False
-            if mcp is not None or not peeked:
+            path = request_path(peeked) if peeked else b""
+            if path is not None:
                 break
             await trio.sleep(_PEEK_PAUSE)  # part of a line: wait for the rest
-    if mcp:
-        await serve_mcp(stream)
+    serve = _serve_of(path, routes) if path else None
+    if serve is not None:
+        await serve(stream)
         return
     try:
         await to_ws.send(stream)  # websockets answers, refuses or times it out
@@ -87,7 +102,7 @@ async def _route(
 async def route_connections(
     listener: trio.SocketListener,
     to_ws: trio.MemorySendChannel[trio.SocketStream],
-    serve_mcp: Callable[[trio.SocketStream], Awaitable[None]],
+    routes: Sequence[Route],
     handlers: trio.Nursery,
 ) -> None:
     """Accept on `listener` until cancelled; each connection is routed in `handlers`."""
@@ -100,4 +115,4 @@ async def route_connections(
                     raise
                 await trio.sleep(_FULL_PAUSE)  # as trio.serve_listeners does: wait, retry
                 continue
-            handlers.start_soon(_route, stream, to_ws, serve_mcp)
+            handlers.start_soon(_route, stream, to_ws, routes)

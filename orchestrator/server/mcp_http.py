@@ -13,7 +13,6 @@ leaving) cancels the run.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -22,13 +21,14 @@ import trio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from websockets.datastructures import Headers
 
 from orchestrator.mcp.expose import TreeProgress, subagent_server
 from orchestrator.runs.service import LimitExceeded, StorageUnavailable
 from orchestrator.runtime.context import UnknownAgent
-from orchestrator.server.asgi import Message, serve_http
+from orchestrator.server.asgi import serve_http
 from orchestrator.server.auth import Principal
+from orchestrator.server.endpoints import authorize
+from orchestrator.server.follow import follow_run
 
 if TYPE_CHECKING:
     from orchestrator.server.app import ServerApp
@@ -71,26 +71,10 @@ class McpEndpoint:
         await serve_http(stream, self._asgi, server=server[:2], client=client[:2])
 
     async def _asgi(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        auth = self.app.auth
-        headers = Headers((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])
-        if not auth.origin_allowed(headers):
-            return await _plain(
-                send,
-                403,
-                "forbidden: cross-site request (add the page's origin to server.allowed_origins)",
-            )
-        principal = auth.identify(headers, scope["query_string"].decode("latin-1"))
-        if principal is None:
-            return await _plain(
-                send,
-                401,
-                "unauthorized: send Authorization: Bearer <token>",
-                [(b"www-authenticate", b"Bearer")],
-            )
-        if principal.read_only:
-            return await _plain(send, 403, "forbidden: a viewer token may not start runs")
-        scope[_PRINCIPAL] = principal
-        await self.manager.handle_request(scope, receive, send)
+        principal = await authorize(self.app, scope, send, writes=True)
+        if principal is not None:
+            scope[_PRINCIPAL] = principal
+            await self.manager.handle_request(scope, receive, send)
 
     async def _call(self, agent_id: str, task: str, ctx: Context) -> str:
         app = self.app
@@ -128,32 +112,8 @@ class McpEndpoint:
 
     async def _follow(self, run_id: str, progress: TreeProgress) -> None:
         """The run's events as progress, read from the journal as they are committed."""
-        journal, after = self.app.journal, 0
-        log = journal.get(run_id)
-        journal.mirrors.watch(log, +1)  # a cluster worker's run is tailed while watched
-        try:
-            while not log.finished or after < log.committed:
-                await journal.wait(run_id, after)
-                entries = await journal.read(run_id, after, 1024)
-                for entry in entries:
-                    source = entry.event.source
-                    progress.see(entry.event.type, source.path if source is not None else None)
-                if entries:
-                    after = entries[-1].seq
-                    await progress.report()
-        finally:
-            journal.mirrors.watch(log, -1)
-
-
-async def _plain(
-    send: Any, status: int, text: str, extra: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    body = json.dumps({"error": text}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    start: Message = {
-        "type": "http.response.start",
-        "status": status,
-        "headers": headers + (extra or []),
-    }
-    await send(start)
-    await send({"type": "http.response.body", "body": body})
+        async for entries in follow_run(self.app.journal, run_id):
+            for entry in entries:
+                source = entry.event.source
+                progress.see(entry.event.type, source.path if source is not None else None)
+            await progress.report()

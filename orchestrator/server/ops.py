@@ -103,7 +103,7 @@ async def ping(conn: Connection, op: protocol.Ping) -> None:
 
 
 async def subscribe(conn: Connection, op: protocol.Subscribe) -> None:
-    feed = conn.new_feed(op.run_id, op.after_seq, op.filter, op.detail, op.id)
+    feed = conn.new_feed(op.run_id, op.after_seq, op.filter, op.detail, op.id, op.format)
     await conn.reply(protocol.ack(op.id, sub=feed.sub))
     conn.start_feed(feed)
 
@@ -133,7 +133,7 @@ async def run(conn: Connection, op: protocol.Run) -> None:
         await conn.reply(protocol.ack(op.id, run_id=started.run_id))
         conn.await_result(started, op.id)
         return
-    feed = conn.new_feed(started.run_id, 0, op.filter, op.detail, op.id)
+    feed = conn.new_feed(started.run_id, 0, op.filter, op.detail, op.id, op.format)
     await conn.reply(protocol.ack(op.id, run_id=started.run_id, sub=feed.sub))
     conn.start_feed(feed)
 

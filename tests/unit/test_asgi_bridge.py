@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from orchestrator.server.asgi import MAX_HEAD_BYTES, serve_http
-from orchestrator.server.front import MAX_REQUEST_LINE, is_mcp_request
+from orchestrator.server.front import MAX_REQUEST_LINE, request_path
 
 
 async def echo(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
@@ -122,16 +122,27 @@ async def test_an_idle_connection_is_closed(autojump_clock: trio.abc.Clock) -> N
 @pytest.mark.parametrize(
     ("peeked", "expected"),
     [
-        (b"POST /mcp HTTP/1.1\r\nHost: x\r\n", True),
-        (b"GET /mcp?token=t HTTP/1.1\r\n", True),
-        (b"DELETE /mcp/ HTTP/1.1\r\n", True),
-        (b"GET /ws HTTP/1.1\r\n", False),
-        (b"GET /mcpx HTTP/1.1\r\n", False),
-        (b"GET / HTTP/1.1\r\n", False),
-        (b"garbage\r\n", False),
+        (b"POST /mcp HTTP/1.1\r\nHost: x\r\n", b"/mcp"),
+        (b"GET /mcp?token=t HTTP/1.1\r\n", b"/mcp"),
+        (b"POST /ag-ui/planner HTTP/1.1\r\n", b"/ag-ui/planner"),
+        (b"GET /ws HTTP/1.1\r\n", b"/ws"),
+        (b"garbage\r\n", b""),
         (b"POST /mc", None),  # the rest of the line has not arrived
-        (b"G" * MAX_REQUEST_LINE, False),  # too long to be ours: websockets refuses it
+        (b"G" * MAX_REQUEST_LINE, b""),  # too long to be ours: websockets refuses it
     ],
 )
-def test_the_front_door_routes_by_the_request_line(peeked: bytes, expected: bool | None) -> None:
-    assert is_mcp_request(peeked) is expected
+def test_the_front_door_reads_the_request_path(peeked: bytes, expected: bytes | None) -> None:
+    assert request_path(peeked) == expected
+
+
+def test_routes_match_a_path_or_below_it_only() -> None:
+    from orchestrator.server.front import _serve_of
+
+    async def mcp(stream: Any) -> None: ...
+
+    async def agui(stream: Any) -> None: ...
+
+    routes = [(b"/mcp", mcp), (b"/ag-ui", agui)]
+    assert _serve_of(b"/mcp", routes) is mcp and _serve_of(b"/mcp/", routes) is mcp
+    assert _serve_of(b"/ag-ui/planner", routes) is agui
+    assert _serve_of(b"/mcpx", routes) is None and _serve_of(b"/ws", routes) is None

@@ -1,0 +1,65 @@
+"""What the streaming HTTP endpoints (`/mcp`, `/ag-ui`) share: the checks `/ws` makes
+before a request is served, and plain JSON refusals."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from websockets.datastructures import Headers
+
+from orchestrator.server.asgi import Message
+from orchestrator.server.auth import Principal
+
+if TYPE_CHECKING:
+    from orchestrator.server.app import ServerApp
+
+__all__ = ["authorize", "refuse"]
+
+
+async def authorize(
+    app: ServerApp, scope: MutableMapping[str, Any], send: Any, *, writes: bool
+) -> Principal | None:
+    """The request's principal, or None once it was refused: a cross-site `Origin`
+    (403), no or a wrong token (401), a viewer token where the request `writes` (403)."""
+    auth = app.auth
+    headers = Headers((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])
+    if not auth.origin_allowed(headers):
+        await refuse(
+            send,
+            403,
+            "forbidden: cross-site request (add the page's origin to server.allowed_origins)",
+        )
+        return None
+    principal = auth.identify(headers, scope["query_string"].decode("latin-1"))
+    if principal is None:
+        await refuse(
+            send,
+            401,
+            "unauthorized: send Authorization: Bearer <token>",
+            [(b"www-authenticate", b"Bearer")],
+        )
+        return None
+    if writes and principal.read_only:
+        await refuse(send, 403, "forbidden: a viewer token may not start runs")
+        return None
+    return principal
+
+
+async def refuse(
+    send: Any, status: int, text: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """Answer `{"error": text}` with `status`."""
+    body = json.dumps({"error": text}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    start: Message = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": headers + (extra or []),
+    }
+    await send(start)
+    await send({"type": "http.response.body", "body": body})
