@@ -7,17 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-import trio
 from rich.console import Console
 from rich.live import Live
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
-from websockets.trio.client import connect
 
 from orchestrator.cli.render import render_tree
+from orchestrator.client import Client, ClientError
 from orchestrator.core.events import Event, encode_event
-from orchestrator.core.filters import FilterSpec
 from orchestrator.core.tree import TreeView
-from orchestrator.protocol import End, ErrorFrame, Events, Gap, Subscribe, decode_server_frame
 
 __all__ = ["WatchResult", "check_url", "follow", "watch_main"]
 
@@ -53,68 +49,24 @@ async def follow(
     give_up_after: float = 60.0,
     on_reconnect: Callable[[int, BaseException, bool], None] | None = None,
 ) -> WatchResult:
-    """Subscribe to a run and feed its events to `on_events` until its `end`.
-
-    A dropped connection is retried with backoff; the new subscription asks for
-    `afterSeq` = the last seq received, so nothing is lost or repeated. After
-    `give_up_after` seconds without a working connection it gives up.
-    `on_reconnect(attempt, error, ever_connected)` is told about each retry.
-    """
-    cursor = after_seq
-    reconnects = 0
-    connected = False
-    last_ok = trio.current_time()
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    if origin:
-        headers["Origin"] = origin
-    spec = msgspec.convert(filter, FilterSpec) if filter else None
-    while True:
-        try:
-            async with connect(url, additional_headers=headers or None, max_size=None) as ws:
-                connected = True
-                last_ok = trio.current_time()
-                request = Subscribe(
-                    op="subscribe", id=1, run_id=run_id, after_seq=cursor, filter=spec
-                )
-                await ws.send(msgspec.json.encode(request).decode())
-                while True:  # recv(), not `async for`: leaving early needs no cleanup
-                    frame = decode_server_frame(await ws.recv())
-                    last_ok = trio.current_time()
-                    if isinstance(frame, Events):
-                        if frame.events:
-                            cursor = frame.events[-1].seq
-                            on_events(frame.events)
-                    elif isinstance(frame, End):
-                        return WatchResult(status=frame.status, reconnects=reconnects)
-                    elif isinstance(frame, ErrorFrame):
-                        return WatchResult(
-                            error=f"{frame.code}: {frame.message}", reconnects=reconnects
-                        )
-                    elif isinstance(frame, Gap):
-                        cursor = max(cursor, frame.to_seq)
-        except InvalidStatus as exc:
-            status = exc.response.status_code
-            if status in (401, 403, 404):
-                why = {401: "a valid --token is needed", 403: "this origin is refused"}
-                return WatchResult(
-                    error=f"HTTP {status} from {url}: {why.get(status, 'not found')}",
-                    reconnects=reconnects,
-                )
-            failure: BaseException = exc
-        except (ConnectionClosed, OSError, InvalidURI, InvalidHandshake) as exc:
-            failure = exc
-        waited = trio.current_time() - last_ok
-        if waited >= give_up_after:
-            what = "connection lost" if connected else "could not connect"
-            return WatchResult(
-                error=f"{what}: {url}: {failure} (gave up after {give_up_after:g} s)",
-                reconnects=reconnects,
-            )
-        reconnects += 1
-        if on_reconnect is not None:
-            on_reconnect(reconnects, failure, connected)
-        delay = min(10.0, 0.25 * 2 ** min(reconnects, 6), give_up_after - waited)
-        await trio.sleep(max(delay, 0.0))
+    """Follow a run with the typed client (`orchestrator.client`), feeding its events to
+    `on_events` until its `end`; a dropped connection is resumed by seq, and after
+    `give_up_after` seconds without one it gives up."""
+    client = Client(url, token=token, origin=origin, give_up_after=give_up_after)
+    try:
+        async with client.follow_batches(
+            run_id, filter=filter, after_seq=after_seq, on_reconnect=on_reconnect
+        ) as batches:
+            async for batch in batches:
+                on_events(batch)
+    except ClientError as exc:
+        error = exc.message if exc.code == "unreachable" else f"{exc.code}: {exc.message}"
+        if exc.message.startswith("HTTP"):
+            error = exc.message.replace("a valid token", "a valid --token")
+        return WatchResult(error=error)
+    ended = client.ended
+    assert ended is not None
+    return WatchResult(status=ended.status, reconnects=ended.reconnects)
 
 
 async def watch_main(

@@ -177,7 +177,7 @@ async def test_the_same_mapping_as_a_websocket_subscription_format(tmp_path: Pat
         ack = await request(ws, op="run", id=1, agent="mid", input="x", format="ag-ui")
         frames, end = await read_until_end(ws, ack["sub"])
         assert end["status"] == "completed"
-        decoded = [EVENT.validate_python(e) for e in frames]
+        decoded: list[Any] = [EVENT.validate_python(e) for e in frames]
         assert decoded[0].type == "RUN_STARTED" and decoded[-1].type == "RUN_FINISHED"
         assert [e.name for e in decoded if e.type == "SUBAGENT_STARTED"] == ["leaf"]
         # Filters apply first: the root's own events only, still a valid AG-UI stream.
@@ -185,6 +185,6 @@ async def test_the_same_mapping_as_a_websocket_subscription_format(tmp_path: Pat
             ws, op="subscribe", id=2, runId=ack["runId"], format="ag-ui", filter={"maxDepth": 0}
         )
         shallow, _ = await read_until_end(ws, ack["sub"])
-        root_only = [EVENT.validate_python(e) for e in shallow]
+        root_only: list[Any] = [EVENT.validate_python(e) for e in shallow]
         assert not any(getattr(e, "subagent_run_id", None) for e in root_only)
         assert root_only[-1].type == "RUN_FINISHED"

@@ -200,14 +200,16 @@ async def test_stalled_client_is_closed_and_the_server_forgets_it(tmp_path: Path
         assert rest[0]["seq"] == received + 1 and rest[-1]["type"] == "RUN_FINISHED"
 
 
-async def start_serve_process(nursery: trio.Nursery, config_path: Path) -> tuple[trio.Process, str]:
-    """`python -m orchestrator serve` on a free port; returns the process and its URL."""
+async def start_serve_process(
+    nursery: trio.Nursery, config_path: Path, port: int = 0
+) -> tuple[trio.Process, str]:
+    """`python -m orchestrator serve` on `port` (0: a free one); the process and its URL."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "orchestrator", "serve", "--config", str(config_path)]
     proc: trio.Process = await nursery.start(
         functools.partial(
             trio.run_process,
-            [*command, "--port", "0"],
+            [*command, "--port", str(port)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
