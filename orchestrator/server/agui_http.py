@@ -23,8 +23,7 @@ from pydantic import ValidationError
 from orchestrator.agui.mapping import AguiStream
 from orchestrator.runs.service import LimitExceeded, StorageUnavailable
 from orchestrator.runtime.context import UnknownAgent
-from orchestrator.server.asgi import serve_http
-from orchestrator.server.endpoints import authorize, refuse
+from orchestrator.server.endpoints import authorize, refuse, serve_connection
 from orchestrator.server.follow import follow_run
 
 if TYPE_CHECKING:
@@ -46,12 +45,7 @@ class AguiEndpoint:
 
     async def serve(self, stream: trio.SocketStream) -> None:
         """Serve one connection routed to `/ag-ui`."""
-        try:
-            server, client = stream.socket.getsockname(), stream.socket.getpeername()
-        except OSError:
-            await trio.aclose_forcefully(stream)
-            return
-        await serve_http(stream, self._asgi, server=server[:2], client=client[:2])
+        await serve_connection(stream, self._asgi)
 
     async def _asgi(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["method"] != "POST":

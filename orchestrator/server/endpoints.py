@@ -7,15 +7,26 @@ import json
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
+import trio
 from websockets.datastructures import Headers
 
-from orchestrator.server.asgi import Message
+from orchestrator.server.asgi import ASGIApp, Message, serve_http
 from orchestrator.server.auth import Principal
 
 if TYPE_CHECKING:
     from orchestrator.server.app import ServerApp
 
-__all__ = ["authorize", "refuse"]
+__all__ = ["authorize", "refuse", "serve_connection"]
+
+
+async def serve_connection(stream: trio.SocketStream, app: ASGIApp) -> None:
+    """Serve one connection the front door routed to an endpoint, as HTTP/1.1 to `app`."""
+    try:
+        server, client = stream.socket.getsockname(), stream.socket.getpeername()
+    except OSError:  # it is gone already
+        await trio.aclose_forcefully(stream)
+        return
+    await serve_http(stream, app, server=server[:2], client=client[:2])
 
 
 async def authorize(

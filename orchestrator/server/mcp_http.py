@@ -25,9 +25,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from orchestrator.mcp.expose import TreeProgress, subagent_server
 from orchestrator.runs.service import LimitExceeded, StorageUnavailable
 from orchestrator.runtime.context import UnknownAgent
-from orchestrator.server.asgi import serve_http
 from orchestrator.server.auth import Principal
-from orchestrator.server.endpoints import authorize
+from orchestrator.server.endpoints import authorize, serve_connection
 from orchestrator.server.follow import follow_run
 
 if TYPE_CHECKING:
@@ -63,12 +62,7 @@ class McpEndpoint:
 
     async def serve(self, stream: trio.SocketStream) -> None:
         """Serve one connection routed to `/mcp`."""
-        try:
-            server, client = stream.socket.getsockname(), stream.socket.getpeername()
-        except OSError:
-            await trio.aclose_forcefully(stream)
-            return
-        await serve_http(stream, self._asgi, server=server[:2], client=client[:2])
+        await serve_connection(stream, self._asgi)
 
     async def _asgi(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         principal = await authorize(self.app, scope, send, writes=True)
