@@ -108,3 +108,21 @@ def test_mcp_without_the_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(ValidationError, match=r"server.mcp: MCP needs the `mcp` extra"):
         ServerConfig.model_validate({"server": {"mcp": True}})
     ServerConfig.model_validate({})  # nothing asks for MCP: no error
+
+
+def test_traces_and_ag_ui_without_their_extras_are_clear_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    missing = ("opentelemetry", "ag_ui")
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name.split(".")[0] in missing else real(name, *a),
+    )
+    with pytest.raises(ValidationError, match=r"telemetry: traces need the `otel` extra: pip"):
+        ServerConfig.model_validate({"telemetry": {"otlp_endpoint": "http://c:4318"}})
+    with pytest.raises(ValidationError, match=r"server.ag_ui: AG-UI needs the `agui` extra"):
+        ServerConfig.model_validate({"server": {"ag_ui": True}})
