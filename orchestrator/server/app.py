@@ -295,8 +295,9 @@ async def _serve_with_front_door(
                 **ws_options,
             )
         )
+        http_slots = trio.CapacityLimiter(app.config.server.max_connections)
         async with trio.open_nursery() as front:  # cancelled by shutdown: stop accepting
             for listener in listeners:
-                front.start_soon(route_connections, listener, to_ws, routes, handlers)
+                front.start_soon(route_connections, listener, to_ws, routes, handlers, http_slots)
             task_status.started(RunningServer(app, ws_server, stop, front.cancel_scope))
         await trio.sleep_forever()

@@ -73,10 +73,18 @@ class HandoffListener(trio.abc.Listener[trio.abc.Stream]):
         await self._streams.aclose()
 
 
+_BUSY_TEXT = b"too many connections (server.max_connections)\n"
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_TEXT), _BUSY_TEXT)
+)
+
+
 async def _route(
     stream: trio.SocketStream,
     to_ws: trio.MemorySendChannel[trio.SocketStream],
     routes: Sequence[Route],
+    http_slots: trio.CapacityLimiter,
 ) -> None:
     path: bytes | None = None
     with trio.move_on_after(PEEK_SECONDS):
@@ -91,7 +99,17 @@ async def _route(
             await trio.sleep(_PEEK_PAUSE)  # part of a line: wait for the rest
     serve = _serve_of(path, routes) if path else None
     if serve is not None:
-        await serve(stream)
+        try:
+            http_slots.acquire_on_behalf_of_nowait(stream)
+        except trio.WouldBlock:  # as /ws past server.max_connections: 503, closed
+            with trio.move_on_after(PEEK_SECONDS):
+                await stream.send_all(_BUSY)
+            await trio.aclose_forcefully(stream)
+            return
+        try:
+            await serve(stream)
+        finally:
+            http_slots.release_on_behalf_of(stream)
         return
     try:
         await to_ws.send(stream)  # websockets answers, refuses or times it out
@@ -104,8 +122,11 @@ async def route_connections(
     to_ws: trio.MemorySendChannel[trio.SocketStream],
     routes: Sequence[Route],
     handlers: trio.Nursery,
+    http_slots: trio.CapacityLimiter,
 ) -> None:
-    """Accept on `listener` until cancelled; each connection is routed in `handlers`."""
+    """Accept on `listener` until cancelled; each connection is routed in `handlers`.
+    Connections to the HTTP endpoints hold one of `http_slots` while they last (the
+    WebSocket ones are counted by the websockets side)."""
     async with listener:
         while True:
             try:
@@ -115,4 +136,4 @@ async def route_connections(
                     raise
                 await trio.sleep(_FULL_PAUSE)  # as trio.serve_listeners does: wait, retry
                 continue
-            handlers.start_soon(_route, stream, to_ws, routes)
+            handlers.start_soon(_route, stream, to_ws, routes, http_slots)

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 from websockets.trio.client import connect
 
 from tests.integration.test_telemetry import AGENTS
@@ -188,3 +189,23 @@ async def test_the_same_mapping_as_a_websocket_subscription_format(tmp_path: Pat
         root_only: list[Any] = [EVENT.validate_python(e) for e in shallow]
         assert not any(getattr(e, "subagent_run_id", None) for e in root_only)
         assert root_only[-1].type == "RUN_FINISHED"
+
+
+async def test_http_connections_are_bounded_like_websocket_ones(tmp_path: Path) -> None:
+    config = demo_config(tmp_path, server={"ag_ui": True, "max_connections": 2})
+    head = b"POST /ag-ui/planner HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+    async with running_server(config) as server:
+        held = []
+        for _ in range(2):  # each waits for a body that does not come: a slot each
+            stream = await trio.open_tcp_stream(server.host, server.port)
+            await stream.send_all(head)
+            held.append(stream)
+        await trio.sleep(0.3)
+        third = await trio.open_tcp_stream(server.host, server.port)
+        await third.send_all(head)
+        with trio.fail_after(5):
+            answer = await third.receive_some()
+        assert answer.startswith(b"HTTP/1.1 503") and b"server.max_connections" in answer
+        for stream in held:
+            await stream.aclose()
+        await third.aclose()
