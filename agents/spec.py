@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agents.errors import SpecError
 from agents.yaml_loader import load_yaml_model
@@ -20,6 +20,7 @@ from agents.yaml_loader import load_yaml_model
 __all__ = [
     "AgentSpec",
     "CompactionSpec",
+    "RemoteSpec",
     "ScriptSpec",
     "ScriptStep",
     "ScriptedCall",
@@ -104,6 +105,21 @@ class CompactionSpec(BaseModel):
     """Added to the summarizer's instructions (what to keep, in what form)."""
 
 
+class RemoteSpec(BaseModel):
+    """`remote:` — the subagent runs on another orchestrator server (docs/remote.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(min_length=1)
+    """That server's WebSocket URL (`ws://HOST:PORT/ws`)."""
+    agent: str = Field(min_length=1)
+    """The agentId to run there."""
+    token_env: str | None = None
+    """An environment variable holding the token for that server."""
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    """How long that server may stay unreachable (or silent) before the spawn fails."""
+
+
 class AgentSpec(BaseModel):
     """A subagent (contract §6); `id` comes from the file name, not the file."""
 
@@ -114,8 +130,8 @@ class AgentSpec(BaseModel):
     """Display name; defaults to the agentId."""
     description: str = Field(min_length=1)
     """Shown to parent models in the `agent_spawn` tool."""
-    instructions: str = Field(min_length=1)
-    """The system prompt."""
+    instructions: str = ""
+    """The system prompt (required, except for a `remote` subagent)."""
     model: str = "default"
     """Key in the server config's `models`."""
     tools: list[str] = Field(default_factory=list)
@@ -137,10 +153,19 @@ class AgentSpec(BaseModel):
     """Seconds a call waits for its decision (default: `limits.approval_timeout_seconds`)."""
     compaction: CompactionSpec | None = None
     """How this agent compacts a long conversation; None: the server config's `compaction`."""
+    remote: RemoteSpec | None = None
+    """Run this subagent on another orchestrator server; its subtree streams into this
+    tree live (docs/remote.md)."""
     continue_on_output_limit: int = Field(default=1, ge=0, le=10)
     """A final answer cut by the model's output limit is continued this many times (the
     parts join into one answer); cut once more, the agent fails `output_limit`. 0: a cut
     answer is taken as it is."""
+
+    @model_validator(mode="after")
+    def _instructions_unless_remote(self) -> AgentSpec:
+        if self.remote is None and not self.instructions:
+            raise ValueError("instructions: required (the system prompt)")
+        return self
 
     @property
     def display_name(self) -> str:

@@ -185,7 +185,8 @@ class Client:
         return reply.agents
 
     async def _ask(self, request: Any) -> ServerFrame:
-        """Send one request on a connection of its own; its answer.
+        """Send one request on a connection of its own; its answer (within
+        `give_up_after` seconds).
 
         Raises:
             ClientError: the server refused it, or cannot be reached.
@@ -194,12 +195,17 @@ class Client:
         request.id = self._ids
         raw = msgspec.json.encode(request).decode()
         try:
-            async with self._connect() as ws:
-                await ws.send(raw)
-                while True:  # a `run` subscribes the connection: skip its events
-                    frame = decode_server_frame(await ws.recv())
-                    if getattr(frame, "id", None) == request.id:
-                        break
+            with trio.fail_after(self.give_up_after):
+                async with self._connect() as ws:
+                    await ws.send(raw)
+                    while True:  # a `run` subscribes the connection: skip its events
+                        frame = decode_server_frame(await ws.recv())
+                        if getattr(frame, "id", None) == request.id:
+                            break
+        except trio.TooSlowError:
+            raise ClientError(
+                "unreachable", f"{self.url}: no answer within {self.give_up_after:g} s"
+            ) from None
         except InvalidStatus as exc:
             raise _refused(self.url, exc) from exc
         except (ConnectionClosed, OSError, InvalidURI, InvalidHandshake) as exc:

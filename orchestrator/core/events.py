@@ -18,6 +18,8 @@ __all__ = [
     "RUN_STATUSES",
     "Event",
     "EventType",
+    "RemoteRef",
+    "RemoteSource",
     "RunStatus",
     "Source",
     "Usage",
@@ -55,6 +57,23 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False
     """`task-<hex>` for background spawns, else None."""
     parent_tool_call_id: str | None = None
     """The id of the parent's `agent_spawn` call that created this instance."""
+
+
+class RemoteRef(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
+    """Where a forwarded event came from: its run and seq on the remote server."""
+
+    run_id: str
+    seq: int
+
+
+class RemoteSource(Source, frozen=True, kw_only=True, rename="camel", gc=False):
+    """The Source of an event forwarded from a remote subagent's run (docs/remote.md).
+
+    A subclass, so local events keep their encoding (and their cost): only forwarded
+    events carry `remote`. Decoders that read a plain `Source` ignore the field.
+    """
+
+    remote: RemoteRef
 
 
 class Event(msgspec.Struct, frozen=True, rename="camel", gc=False):

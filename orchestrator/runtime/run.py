@@ -155,6 +155,10 @@ class Run:
         """
         if self.result is not None:
             raise AgentGone(f"run {self.run_id!r} has ended")
+        remote = self.context.remotes.pop(agent_key, None)
+        if remote is not None:  # a remote child: its run there is cancelled with it
+            remote.cancel(Cancellation(by, reason).describe())
+            return
         runner = self.agents.get(agent_key)
         if runner is None:
             raise AgentGone(f"no agent {agent_key!r} in run {self.run_id!r}")

@@ -32,7 +32,8 @@ from orchestrator.core.bus import AnyBus, Bus, NullBus, current_bus
 from orchestrator.core.events import EventType
 from orchestrator.core.rebuild import AgentPlan
 from orchestrator.mcp.hub import McpError
-from orchestrator.runtime.context import RunContext
+from orchestrator.runtime.context import RemoteStop, RunContext
+from orchestrator.runtime.remote import run_remote
 
 __all__ = ["AgentSendTool", "AgentSpawnTool", "failure_text", "run_tools", "send_to"]
 
@@ -166,6 +167,8 @@ class AgentSpawnTool:
         background = timeout == 0 and spawn.timeout_seconds == 0
         task_id = f"task-{uuid.uuid4().hex[:16]}" if background else None
         parent_bus = current_bus.get() or NullBus("", "")
+        if spec.remote is not None:
+            return self._start_remote(spec, spawn, ctx, parent_bus, task_id, timeout)
         child = _Child(
             self._run,
             spec,
@@ -186,6 +189,50 @@ class AgentSpawnTool:
             )
             return _value(msgspec.json.encode({"taskId": task_id, "agentKey": child.key}).decode())
         return child.drive(work, started, tool_error=True)
+
+    def _start_remote(
+        self,
+        spec: AgentSpec,
+        spawn: SpawnArgs,
+        ctx: ToolContext,
+        parent_bus: AnyBus,
+        task_id: str | None,
+        timeout: float | None,
+    ) -> Coroutine[Any, Any, str]:
+        """A remote subagent: its run on the other server, streamed in as this child."""
+        assert spec.remote is not None
+        bus = parent_bus.child(
+            agent_id=spec.id,
+            agent_name=spec.display_name,
+            task_id=task_id,
+            parent_tool_call_id=ctx.call_id,
+        )
+        remote = {"url": spec.remote.url, "agent": spec.remote.agent}
+        bus.emit_nowait(
+            EventType.AGENT_STARTED, {"agentId": spec.id, "task": spawn.task, "remote": remote}
+        )
+
+        key = bus.agent_key
+        assert key is not None
+        remotes = self._run.remotes
+
+        async def work() -> str:
+            stop = remotes[key] = RemoteStop(timeout)
+            try:
+                with stop.scope:
+                    return await run_remote(spec, spawn.task, bus, UsageNode(ctx.usage))
+            finally:
+                remotes.pop(key, None)
+            if stop.reason is not None:
+                raise ToolError(f"subagent {spec.id!r} was {stop.reason}")
+            raise ToolError(f"subagent {spec.id!r} timed out after {timeout:g} s")
+
+        if task_id is not None:
+            ctx.start_background(f"{task_id} {spec.id} {bus.agent_key}", work)
+            return _value(
+                msgspec.json.encode({"taskId": task_id, "agentKey": bus.agent_key}).decode()
+            )
+        return work()
 
     def _admit(self, spawn: SpawnArgs, ctx: ToolContext) -> AgentSpec:
         """The child's spec, if the run's limits let the caller spawn it.
