@@ -278,6 +278,12 @@ class AgentSpawnTool:
                 return rebuilt.result
             raise ToolError(f"subagent {rebuilt.agent_id!r} failed: {rebuilt.error}")
         spec = run.catalog.spec(rebuilt.agent_id)
+        if spec.remote is not None:
+            self._lose_remote(rebuilt)
+            raise ToolError(
+                f"remote subagent {spec.id!r}: its run on {spec.remote.url} is not followed "
+                "again after a restart or takeover (docs/remote.md)"
+            )
         try:
             await run.catalog.prepare(spec)
         except McpError as exc:
@@ -294,6 +300,32 @@ class AgentSpawnTool:
             rebuilt.approvals,
         )
         return await child.drive(work, tool_error=True)
+
+    def _lose_remote(self, rebuilt: AgentPlan) -> None:
+        """A remote child (and what of its remote subtree had not ended) ends here,
+        `worker_lost`, deepest first: each agent of the tree still ends exactly once."""
+        run, parent_bus = self._run, current_bus.get()
+        assert rebuilt.source is not None and run.resume is not None
+        if not isinstance(parent_bus, Bus):
+            return
+        top = rebuilt.source.path
+        lost = [
+            plan
+            for plan in run.resume.agents.values()
+            if plan.source is not None
+            and not plan.ended
+            and (plan.source.path == top or plan.source.path.startswith(top + "/"))
+        ]
+        for plan in sorted(lost, key=lambda p: -(p.source.depth if p.source else 0)):
+            assert plan.source is not None
+            Bus(parent_bus.sink, plan.source).emit_nowait(
+                EventType.AGENT_ERROR,
+                {
+                    "errorType": "worker_lost",
+                    "message": "the remote run is not followed again after a restart",
+                },
+                last=True,
+            )
 
 
 class _Child:

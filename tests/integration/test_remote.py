@@ -16,7 +16,7 @@ import trio
 from websockets.trio.client import connect
 
 from tests.integration.test_server_lifecycle import start_serve_process
-from tests.server_helpers import demo_config, read_until_end, recv, request, running_server
+from tests.server_helpers import demo_config, read_until_end, recv, replay, request, running_server
 
 
 @asynccontextmanager
@@ -173,3 +173,38 @@ async def test_cancelling_the_remote_child_cancels_the_run_there(tmp_path: Path)
     result = next(e for e in rest if e["type"] == "TOOL_RESULT" and e["source"] is None)
     assert result["data"]["isError"] and "cancelled" in result["data"]["content"]
     assert rest[-1]["data"]["status"] == "completed"  # the parent went on
+
+
+async def test_a_restart_here_ends_the_remote_child_once_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    from tests.integration.test_restart_resume import check_story
+
+    async with remote_server(tmp_path / "far", token_delay=0.05) as (_, far_url):
+        path = local_server_config(tmp_path / "here", far_url)
+        async with trio.open_nursery() as nursery:
+            proc, url = await start_serve_process(nursery, path)
+            async with connect(url, max_size=None) as ws:
+                ack = await request(ws, op="run", id=1, agent="boss", input="go")
+                await until_forwarded(ws)
+            proc.send_signal(signal.SIGKILL)
+        async with trio.open_nursery() as nursery:
+            proc, url = await start_serve_process(nursery, path)
+            try:
+                with trio.fail_after(30):
+                    async with connect(url, max_size=None) as ws:
+                        sub = await request(ws, op="subscribe", id=2, runId=ack["runId"])
+                        await read_until_end(ws, sub["sub"])
+                everything = await replay(url, ack["runId"])
+            finally:
+                proc.send_signal(signal.SIGTERM)
+    check_story(everything)  # every agent, here and forwarded, started once and ended once
+    result = next(e for e in everything if e["type"] == "TOOL_RESULT" and e["source"] is None)
+    assert result["data"]["isError"] and "not followed again" in result["data"]["content"]
+    assert everything[-1]["data"]["status"] == "completed"
+
+
+def local_server_config(root: Path, far_url: str) -> Path:
+    root.mkdir()
+    demo_config(root, storage="sqlite:///journal.db", extra_agents=local_agents(far_url))
+    return root / "server.yaml"
