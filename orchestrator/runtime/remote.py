@@ -17,6 +17,7 @@ import contextlib
 import os
 from typing import Any
 
+import msgspec
 import trio
 
 from agents.core.events import Usage
@@ -44,18 +45,7 @@ class RemoteTagger:
         child, remote = self.child, RemoteRef(run_id=self.remote_run_id, seq=event.seq)
         theirs = event.source
         if theirs is None:  # the remote root: the child itself
-            return RemoteSource(
-                agent_key=child.agent_key,
-                agent_id=child.agent_id,
-                agent_name=child.agent_name,
-                session_id=child.session_id,
-                parent_session_id=child.parent_session_id,
-                depth=child.depth,
-                path=child.path,
-                task_id=child.task_id,
-                parent_tool_call_id=child.parent_tool_call_id,
-                remote=remote,
-            )
+            return RemoteSource(**msgspec.structs.asdict(child), remote=remote)
         below = theirs.path.split("/", 1)[1] if "/" in theirs.path else theirs.agent_id
         return RemoteSource(
             agent_key=theirs.agent_key,

@@ -21,9 +21,7 @@ from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 
 from orchestrator.agui.mapping import AguiStream
-from orchestrator.runs.service import LimitExceeded, StorageUnavailable
-from orchestrator.runtime.context import UnknownAgent
-from orchestrator.server.endpoints import authorize, refuse, serve_connection
+from orchestrator.server.endpoints import Refused, authorize, refuse, serve_connection, start_run
 from orchestrator.server.follow import follow_run
 
 if TYPE_CHECKING:
@@ -76,27 +74,11 @@ class AguiEndpoint:
             return await refuse(
                 send, 400, "messages holds no user message with text: nothing to do"
             )
-        limit = self.app.config.limits.max_input_bytes
-        if len(task.encode()) > limit:
-            return await refuse(
-                send, 413, f"the task is over limits.max_input_bytes ({limit} bytes)"
-            )
         app = self.app
-        if app.closing:
-            return await refuse(send, 503, "the server is shutting down")
         try:
-            started = await app.runs.start(
-                agent_id,
-                task,
-                owner=principal.name,
-                max_runs=principal.max_runs if principal.name is not None else None,
-            )
-        except UnknownAgent as exc:
-            return await refuse(send, 404, exc.message)
-        except LimitExceeded as exc:
-            return await refuse(send, 429, str(exc))
-        except StorageUnavailable as exc:
-            return await refuse(send, 503, str(exc))
+            started = await start_run(app, principal, agent_id, task)
+        except Refused as exc:
+            return await refuse(send, exc.status, exc.message)
         run_id = started.run_id
         await send(
             {

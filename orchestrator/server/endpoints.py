@@ -10,13 +10,52 @@ from typing import TYPE_CHECKING, Any
 import trio
 from websockets.datastructures import Headers
 
+from orchestrator.runs.service import LimitExceeded, StartedRun, StorageUnavailable
+from orchestrator.runtime.context import UnknownAgent
 from orchestrator.server.asgi import ASGIApp, Message, serve_http
 from orchestrator.server.auth import Principal
 
 if TYPE_CHECKING:
     from orchestrator.server.app import ServerApp
 
-__all__ = ["authorize", "refuse", "serve_connection"]
+__all__ = ["Refused", "authorize", "refuse", "serve_connection", "start_run"]
+
+
+class Refused(Exception):
+    """A run cannot start for this request: the HTTP status and why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+async def start_run(app: ServerApp, principal: Principal, agent_id: str, task: str) -> StartedRun:
+    """Start a run as the `run` op does: the task bounded, owned by the token, within
+    its run limits.
+
+    Raises:
+        Refused: 413 task too long, 404 unknown agent, 429 a run limit, 503 shutting
+            down or storage failing.
+    """
+    limit = app.config.limits.max_input_bytes
+    if len(task.encode()) > limit:
+        raise Refused(413, f"the task is over limits.max_input_bytes ({limit} bytes)")
+    if app.closing:
+        raise Refused(503, "the server is shutting down")
+    try:
+        return await app.runs.start(
+            agent_id,
+            task,
+            owner=principal.name,
+            max_runs=principal.max_runs if principal.name is not None else None,
+        )
+    except UnknownAgent as exc:
+        raise Refused(404, exc.message) from None
+    except LimitExceeded as exc:
+        raise Refused(429, str(exc)) from None
+    except StorageUnavailable as exc:
+        raise Refused(503, str(exc)) from None
 
 
 async def serve_connection(stream: trio.SocketStream, app: ASGIApp) -> None:

@@ -23,10 +23,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 
 from orchestrator.mcp.expose import TreeProgress, subagent_server
-from orchestrator.runs.service import LimitExceeded, StorageUnavailable
-from orchestrator.runtime.context import UnknownAgent
 from orchestrator.server.auth import Principal
-from orchestrator.server.endpoints import authorize, serve_connection
+from orchestrator.server.endpoints import Refused, authorize, serve_connection, start_run
 from orchestrator.server.follow import follow_run
 
 if TYPE_CHECKING:
@@ -73,22 +71,10 @@ class McpEndpoint:
     async def _call(self, agent_id: str, task: str, ctx: Context) -> str:
         app = self.app
         principal: Principal = ctx.request_context.request.scope[_PRINCIPAL]  # type: ignore[union-attr]
-        limit = app.config.limits.max_input_bytes
-        if len(task.encode()) > limit:
-            raise ToolError(f"task is over limits.max_input_bytes ({limit} bytes)")
-        if app.closing:
-            raise ToolError("the server is shutting down")
         try:
-            started = await app.runs.start(
-                agent_id,
-                task,
-                owner=principal.name,
-                max_runs=principal.max_runs if principal.name is not None else None,
-            )
-        except UnknownAgent as exc:
+            started = await start_run(app, principal, agent_id, task)
+        except Refused as exc:
             raise ToolError(exc.message) from None
-        except (LimitExceeded, StorageUnavailable) as exc:
-            raise ToolError(str(exc)) from None
         run_id = started.run_id
         try:
             async with trio.open_nursery() as nursery:
