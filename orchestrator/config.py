@@ -390,7 +390,7 @@ class ServerConfig(BaseModel):
     @model_validator(mode="after")
     def _mcp_needs_extra(self) -> ServerConfig:
         key = "mcp_servers" if self.mcp_servers else "server.mcp" if self.server.mcp else None
-        if key is not None and importlib.util.find_spec("mcp") is None:
+        if key is not None and not _installed("mcp"):
             raise ValueError(
                 f"{key}: MCP needs the `mcp` extra: pip install 'agent-orchestrator[mcp]'"
             )

@@ -82,6 +82,8 @@ class SpanRecord:
 class _Agent:
     key: str | None
     span: SpanRecord
+    provider: str
+    model: str
     step_ts: float
     """When the agent's next model request went out: its previous step."""
     turn: int = 0
@@ -193,7 +195,7 @@ class TraceBuilder:
             start=event.ts,
             attributes=attributes,
         )
-        self._agents[key] = _Agent(key, span, event.ts)
+        self._agents[key] = _Agent(key, span, provider, model, event.ts)
         self._open += 1
         if source is not None and key is not None:
             self._sessions[source.session_id] = key
@@ -254,7 +256,7 @@ class TraceBuilder:
         agent = self._agents.get(key)
         if agent is None or agent.chat is not None or self._open >= _MAX_OPEN:
             return
-        provider, model = self.models(str(agent.span.attributes["orchestrator.agent_id"]))
+        provider, model = agent.provider, agent.model
         agent.turn += 1
         self.streaming.add(key)
         agent.chat = SpanRecord(
