@@ -302,7 +302,9 @@ class Worker:
                     except (AgentNotRunning, LookupError) as exc:
                         logger.warning("run %s: cancel not applied: %s", run_id, exc)
                 elif control.op == "approve":
-                    self._apply_approval(run_id, control.message)
+                    assert self._nursery is not None  # (one of a remote subtree may take a
+                    # round trip to its server: it does not hold up the other controls)
+                    self._nursery.start_soon(self._apply_approval, run_id, control.message)
                 elif control.op == "send":
                     try:
                         await self.host.send(run_id, control.agent_key, control.message)
@@ -340,21 +342,22 @@ class Worker:
                 self._approvals[:0] = batch
                 await trio.sleep(_RETRY)
 
-    def _apply_approval(self, run_id: str, body: str) -> None:
-        """An `approve` a gateway checked and claimed: give it to the waiting call."""
+    async def _apply_approval(self, run_id: str, body: str) -> None:
+        """An `approve` a gateway checked and claimed: give it to the waiting call (or
+        to the server it waits on, for a call of a remote subtree)."""
         try:
             answer = msgspec.json.decode(body, type=_Answer)
-            run = self.host.active.get(run_id)
-            if run is None:
+            if run_id not in self.host.active:
                 raise ApprovalError("not_found", "the run is not running here")
-            run.approve(
+            await self.host.approve(
+                run_id,
                 answer.toolCallId,
                 answer.decision,
                 by=answer.by,
                 reason=answer.reason,
                 args=answer.args,
             )
-        except (msgspec.DecodeError, ApprovalError) as exc:
+        except (msgspec.DecodeError, LookupError) as exc:  # (ApprovalError, UnknownRun)
             logger.warning("run %s: approval not applied: %s", run_id, exc)
 
     async def _heartbeat_loop(self) -> None:

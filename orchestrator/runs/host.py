@@ -17,13 +17,15 @@ from typing import Any, Literal
 import msgspec
 import trio
 
+from agents.approval import Decision
 from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.rebuild import ResumePlan
 from orchestrator.runs.resume import end_unresumable, plan_resume
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
-from orchestrator.runtime.approvals import ApprovalError
+from orchestrator.runtime.approvals import ApprovalError, check_answer
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
+from orchestrator.runtime.remote import RemoteRefused
 from orchestrator.runtime.run import AgentGone, Run, RunResult
 from orchestrator.runtime.spawn import send_to
 from orchestrator.storage.base import RunRecord
@@ -194,6 +196,13 @@ class RunHost:
             return
         if run is None:
             raise AgentNotRunning(f"run {run_id!r} is not running")
+        remote = run.remote_link(agent_key)
+        if remote is not None and remote.child_key != agent_key:  # below a remote child
+            try:
+                await remote.cancel_below(agent_key, reason)
+            except RemoteRefused as exc:
+                raise AgentNotRunning(str(exc)) from None
+            return
         try:
             run.cancel_agent(agent_key, reason=reason)
         except AgentGone as exc:
@@ -212,6 +221,13 @@ class RunHost:
             raise AgentNotRunning(f"run {run_id!r} is not running")
         agent = run.agent(agent_key)
         who = "the root agent" if agent_key is None else f"agent {agent_key!r}"
+        remote = run.remote_link(agent_key)
+        if remote is not None and agent_key is not None:  # an agent of a remote subtree
+            try:
+                await remote.send(agent_key, message)
+            except RemoteRefused as exc:
+                raise AgentNotRunning(str(exc)) from None
+            return
         if agent is None:
             raise AgentNotRunning(f"{who} is not part of run {run_id!r}")
         if agent.cancelled is not None:
@@ -248,7 +264,20 @@ class RunHost:
         run = self.active.get(run_id)
         if run is None:
             raise ApprovalError("not_found", f"run {run_id!r} is not running")
-        run.approve(tool_call_id, decision, by=by, reason=reason, args=args)
+        waiting = self.orchestrator.catalog.desk.claim(run_id, tool_call_id)
+        if waiting.there is None:
+            run.approve(tool_call_id, decision, by=by, reason=reason, args=args)
+            return
+        # It waits on another server (a remote subtree): that server checks and applies
+        # the answer; until it has, the call counts as answered here.
+        request = waiting.request
+        check_answer(request.name, request.edit, None, decision, args)
+        waiting.decision = Decision(decision=decision, by=by, reason=reason, args=args)
+        try:
+            await waiting.there(waiting.decision)
+        except BaseException:
+            waiting.decision = None
+            raise
 
     async def pending(
         self, run_id: str | None, *, owner: str | None, limit: int

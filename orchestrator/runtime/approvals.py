@@ -14,7 +14,7 @@ touches the desk; a waiting call is one `PendingApproval` and one parked task.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
 import trio
@@ -45,15 +45,25 @@ class ApprovalError(LookupError):
 class PendingApproval:
     """One tool call waiting for its decision."""
 
-    __slots__ = ("decision", "request", "run_id", "source", "woken")
+    __slots__ = ("decision", "request", "run_id", "source", "there", "woken")
 
-    def __init__(self, run_id: str, source: Source | None, request: ApprovalRequest) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        source: Source | None,
+        request: ApprovalRequest,
+        there: Callable[[Decision], Awaitable[None]] | None = None,
+    ) -> None:
         self.run_id = run_id
         self.source = source
         """The calling agent's source (None: the root agent)."""
         self.request = request
         self.decision: Decision | None = None
         self.woken = trio.Event()
+        self.there = there
+        """For a call that waits on another server (an agent of a remote subagent's
+        run, docs/remote.md): hands the decision to that server, or raises
+        `ApprovalError` with its refusal. The host answers these (`approve`)."""
 
     def info(self, *, agent_id: str, root_path: str, owner: str | None = None) -> ApprovalInfo:
         """How lists show it (`agent_id`, `root_path`: the root agent's, for its calls)."""
@@ -130,6 +140,25 @@ class ApprovalDesk:
                 answered — the message says so), or `args` that the call's agent may
                 not edit or that are not valid arguments of the tool (`invalid`).
         """
+        waiting = self.claim(run_id, tool_call_id)
+        if waiting.there is not None:
+            raise ApprovalError(
+                "invalid",
+                f"tool call {tool_call_id!r} waits on another server: answer it with the "
+                "server's approve op",
+            )
+        request = waiting.request
+        check_answer(request.name, request.edit, request.parameters, decision, args)
+        waiting.decision = Decision(decision=decision, by=by, reason=reason, args=args)
+        waiting.woken.set()
+        return waiting
+
+    def claim(self, run_id: str, tool_call_id: str) -> PendingApproval:
+        """The waiting call `tool_call_id` of `run_id`, not yet answered.
+
+        Raises:
+            ApprovalError: `not_found` (the message says when it was already answered).
+        """
         waiting = self._pending.get(run_id, {}).get(tool_call_id)
         if waiting is None or waiting.decision is not None:
             earlier = (
@@ -147,10 +176,6 @@ class ApprovalDesk:
                 "not_found",
                 f"no tool call {tool_call_id!r} waits for approval in run {run_id!r}",
             )
-        request = waiting.request
-        check_answer(request.name, request.edit, request.parameters, decision, args)
-        waiting.decision = Decision(decision=decision, by=by, reason=reason, args=args)
-        waiting.woken.set()
         return waiting
 
     def forget_run(self, run_id: str) -> None:
@@ -165,6 +190,20 @@ class ApprovalDesk:
         answerable from now, before its agent reaches it (`wait` then finds it)."""
         self._add(PendingApproval(run_id, source, request))
 
+    def hold(self, waiting: PendingApproval) -> bool:
+        """List a call that waits on another server (`waiting.there` answers it) until
+        `release`; False (not listed) if a call with its id already waits in its run."""
+        if waiting.request.tool_call_id in self._pending.get(waiting.run_id, ()):
+            return False
+        self._add(waiting)
+        return True
+
+    def release(self, run_id: str, tool_call_id: str, decision: str | None = None) -> None:
+        """A held call no longer waits (`decision`: how it was answered there)."""
+        self._drop(run_id, tool_call_id)
+        if decision is not None:
+            self._answered.setdefault(run_id, {})[tool_call_id] = decision
+
     async def wait(
         self,
         run_id: str,
@@ -177,6 +216,9 @@ class ApprovalDesk:
         While it waits, the `deadlines` (timeouts of the agent, its ancestors and the
         run) stand still: a person's hour of thinking does not time the run out."""
         waiting = self._pending.get(run_id, {}).get(request.tool_call_id)
+        if waiting is not None and waiting.there is not None:  # a remote call's id: ours wins
+            self._drop(run_id, request.tool_call_id)
+            waiting = None
         if waiting is None:
             if self.count >= self.max_pending:
                 return Decision(

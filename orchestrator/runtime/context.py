@@ -27,8 +27,9 @@ from orchestrator.mcp.hub import McpError, McpHub
 from orchestrator.mcp.names import server_of, wildcard_match
 from orchestrator.mcp.tool import McpTool
 from orchestrator.runtime.approvals import NOBODY, ApprovalDesk
+from orchestrator.runtime.remote import RemoteLink
 
-__all__ = ["AgentCatalog", "RemoteStop", "RunContext", "RunLimits", "UnknownAgent"]
+__all__ = ["AgentCatalog", "RunContext", "RunLimits", "UnknownAgent"]
 
 
 class UnknownAgent(LookupError):
@@ -203,25 +204,6 @@ class AgentCatalog:
 
 
 @final
-class RemoteStop:
-    """How a remote child running now is stopped: its scope, and why it was."""
-
-    __slots__ = ("reason", "scope")
-
-    def __init__(self, timeout: float | None) -> None:
-        self.scope = trio.CancelScope()
-        if timeout:
-            self.scope.relative_deadline = timeout
-        self.reason: str | None = None
-        """Set when a person cancelled it (else a deadline stopped it)."""
-
-    def cancel(self, reason: str) -> None:
-        """Stop it: the forwarding ends and its run on the other server is cancelled."""
-        self.reason = reason
-        self.scope.cancel()
-
-
-@final
 class RunContext:
     """One run as its tools see it: the catalog, the limits, the live agent instances."""
 
@@ -256,9 +238,9 @@ class RunContext:
         without a result continue their child from it)."""
         self.continued: set[str] = set()
         """agentKeys of rebuilt children that were continued (or answered from the journal)."""
-        self.remotes: dict[str, RemoteStop] = {}
-        """agentKey → the scope of a remote child running now (`cancel` of it stops the
-        forwarding, which cancels its run on the other server)."""
+        self.remotes: dict[str, RemoteLink] = {}
+        """agentKey → the link of a remote child running now, under the child's key and
+        each forwarded descendant's (`cancel`, `send` and answers go through it)."""
         self.summarizer: Summarizer | None = None
         """Runs a compaction's summarizer subagent as a child (the run sets it:
         `spawn.run_tools`)."""

@@ -8,29 +8,212 @@ remote root becomes the spawned child (its Source), its descendants keep their
 agentKeys and sessions with depth and path continuing below the child, and every
 forwarded event's Source is a `RemoteSource` carrying `remote: {runId, seq}` (the
 event's place on the remote server). The local seq stays gap-free: this run's sink
-numbers them. Cancelling the child cancels the remote run.
+numbers them.
+
+Control passes through the child's `RemoteLink`: cancelling the child cancels the
+remote run; a `send` to, or a cancel of, any agent of the remote subtree is made
+there; a call that waits for approval there is listed here (in the run's approval
+desk) and an answer given here is handed to that server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
-from typing import Any
+import time
+from collections.abc import Iterator
+from typing import Any, final
 
 import msgspec
 import trio
 
+from agents.approval import ApprovalRequest, Decision
 from agents.core.events import Usage
 from agents.core.usage import UsageNode
 from agents.errors import ToolError
+from agents.runner import Cancellation
 from agents.spec import AgentSpec
 from orchestrator.client import Client, ClientError
 from orchestrator.core.bus import AnyBus, Bus
 from orchestrator.core.events import Event, EventType, RemoteRef, RemoteSource, Source
+from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError, PendingApproval
 
-__all__ = ["RemoteTagger", "run_remote"]
+__all__ = ["RemoteLink", "RemoteRefused", "RemoteTagger", "run_remote"]
+
+logger = logging.getLogger(__name__)
 
 _CANCEL_SECONDS = 5.0
+CONTROL_SECONDS = 10.0
+"""How long a cancel, message or answer for a remote subtree may take to reach its
+server (the op that asked gets the error after that)."""
+
+
+class RemoteRefused(Exception):
+    """A message or cancel for an agent of a remote subtree that its server refused
+    (or that could not reach it): the message says which server and why."""
+
+
+@final
+class RemoteLink:
+    """A remote child running now: the scope that stops it, and the way control for
+    any agent of its subtree reaches its run on the other server.
+
+    Registered in the run's `remotes` under the child's agentKey and, as their
+    AGENT_STARTED come through, under each forwarded descendant's (the registry is
+    what `cancel`/`send` look agentKeys up in); unregistered when the child ends.
+    """
+
+    __slots__ = (
+        "cancellation",
+        "child_key",
+        "client",
+        "desk",
+        "held",
+        "keys",
+        "registry",
+        "run_id",
+        "scope",
+        "where",
+    )
+
+    def __init__(
+        self,
+        child_key: str,
+        timeout: float | None,
+        registry: dict[str, RemoteLink],
+        desk: ApprovalDesk | None = None,
+    ) -> None:
+        self.child_key = child_key
+        self.scope = trio.CancelScope()
+        if timeout:
+            self.scope.relative_deadline = timeout
+        self.cancellation: Cancellation | None = None
+        """Set when a person cancelled it (else a deadline stopped it)."""
+        self.registry = registry
+        self.desk = desk
+        self.client: Client | None = None
+        self.run_id: str | None = None
+        """The run on the other server, once it started there."""
+        self.where = ""
+        self.keys: set[str] = {child_key}
+        """The agentKeys of the subtree (registered in `registry`)."""
+        self.held: list[tuple[str, str]] = []
+        """(local runId, toolCallId) of calls waiting there, listed in `desk`."""
+        registry[child_key] = self
+
+    def cancel(self, cancellation: Cancellation) -> None:
+        """Stop it: the forwarding ends and its run on the other server is cancelled."""
+        self.cancellation = cancellation
+        self.scope.cancel()
+
+    async def cancel_below(self, agent_key: str, reason: str | None) -> None:
+        """Cancel a forwarded descendant (and its subtree) on the other server.
+
+        Raises:
+            RemoteRefused: that server refused, or could not be reached.
+        """
+        client, run_id = self._there()
+        with self._refusals():
+            await client.cancel(run_id, agent_key, reason)
+
+    async def send(self, agent_key: str, message: str) -> None:
+        """Deliver a person's message to an agent of the subtree, there (the child is
+        the remote run's root).
+
+        Raises:
+            RemoteRefused: that server refused (the agent is not running there), or
+                could not be reached.
+        """
+        client, run_id = self._there()
+        with self._refusals():
+            await client.send(run_id, message, None if agent_key == self.child_key else agent_key)
+
+    def adopt(self, agent_key: str) -> None:
+        """A forwarded descendant started: control for it comes here."""
+        self.keys.add(agent_key)
+        self.registry[agent_key] = self
+
+    def hold(self, run_id: str, source: Source, event: Event) -> None:
+        """A forwarded APPROVAL_REQUESTED: list the call in this run's desk, answered
+        through `answer` (what is listed is bounded by the remote's own limits)."""
+        data, desk = event.data, self.desk
+        if desk is None:
+            return
+        try:
+            call_id, name = str(data["toolCallId"]), str(data["name"])
+            timeout_at = float(data["timeoutAt"])
+            args = data.get("args")
+        except (KeyError, TypeError, ValueError):
+            return
+        request = ApprovalRequest(
+            tool_call_id=call_id,
+            name=name,
+            args=args if isinstance(args, dict) else {},
+            requested_at=event.ts,
+            timeout_at=timeout_at,
+            wait=max(0.0, timeout_at - time.time()),
+            edit=bool(data.get("edit")),
+            parameters={},  # the server there checks edited arguments
+        )
+        waiting = PendingApproval(run_id, source, request, functools.partial(self.answer, call_id))
+        if desk.hold(waiting):
+            self.held.append((run_id, call_id))
+
+    def resolved(self, run_id: str, event: Event) -> None:
+        """A forwarded APPROVAL_RESOLVED: the call no longer waits."""
+        call_id = event.data.get("toolCallId")
+        if self.desk is not None and (run_id, call_id) in self.held:
+            self.held.remove((run_id, str(call_id)))
+            self.desk.release(run_id, str(call_id), str(event.data.get("decision")))
+
+    async def answer(self, call_id: str, decision: Decision) -> None:
+        """Hand an answer given here to the server the call waits on.
+
+        Raises:
+            ApprovalError: that server refused it (its code and message), or could not
+                be reached.
+        """
+        if self.client is None or self.run_id is None:
+            raise ApprovalError("not_found", f"{self.where}: its run has not started there yet")
+        client, run_id = self.client, self.run_id
+        try:
+            with _bounded(self.where):
+                await client.approve(
+                    run_id,
+                    call_id,
+                    deny=decision.decision == "deny",
+                    reason=decision.reason,
+                    args=decision.args,
+                )
+        except ClientError as exc:
+            if exc.code == "bad_request":
+                raise ApprovalError("invalid", f"{self.where}: {exc}") from None
+            raise ApprovalError("not_found", f"{self.where}: {exc}") from None
+
+    def close(self) -> None:
+        """The child ended: nothing of its subtree is controlled or listed here now."""
+        for key in self.keys:
+            if self.registry.get(key) is self:
+                del self.registry[key]
+        if self.desk is not None:
+            for run_id, call_id in self.held:
+                self.desk.release(run_id, call_id)
+        self.held.clear()
+
+    def _there(self) -> tuple[Client, str]:
+        if self.client is None or self.run_id is None:
+            raise RemoteRefused(f"{self.where}: its run has not started there yet")
+        return self.client, self.run_id
+
+    @contextlib.contextmanager
+    def _refusals(self) -> Iterator[None]:
+        try:
+            with _bounded(self.where):
+                yield
+        except ClientError as exc:
+            raise RemoteRefused(f"{self.where}: {exc}") from None
 
 
 class RemoteTagger:
@@ -61,11 +244,13 @@ class RemoteTagger:
         )
 
 
-async def run_remote(spec: AgentSpec, task: str, bus: AnyBus, usage: UsageNode) -> str:
+async def run_remote(
+    spec: AgentSpec, task: str, bus: AnyBus, usage: UsageNode, link: RemoteLink
+) -> str:
     """Run `spec` (a remote subagent) on `task`; with a streaming `bus`, its events are
     published on that run under `bus.source`, and the child ends exactly once (the
     remote root's AGENT_RESULT/ERROR, else an AGENT_ERROR made here). Its tree's usage
-    is charged to `usage`. Its final answer.
+    is charged to `usage`; control reaches it through `link`. Its final answer.
 
     Raises:
         ToolError: the remote server refused (token, unknown agent, limits), could not
@@ -75,27 +260,45 @@ async def run_remote(spec: AgentSpec, task: str, bus: AnyBus, usage: UsageNode) 
     assert remote is not None and bus.source is not None
     token = os.environ.get(remote.token_env) if remote.token_env else None
     client = Client(remote.url, token=token, give_up_after=remote.timeout_seconds)
-    where = f"remote agent {spec.id!r} ({remote.agent} at {remote.url})"
+    where = link.where = f"remote agent {spec.id!r} ({remote.agent} at {remote.url})"
     forward = _Forward(bus)
     try:
         run_id = await client.start(remote.agent, task)
     except ClientError as exc:
         forward.fail("remote", f"{where}: {exc}")
         raise ToolError(f"{where}: {exc}") from None
+    link.client, link.run_id = client, run_id
     tagger = RemoteTagger(bus.source, run_id)
+    here = bus.run_id
     final: dict[str, Any] = {}
     try:
         async with client.follow(run_id) as events:
             async for event in events:
-                if event.type is EventType.RUN_FINISHED:
+                kind = event.type
+                if kind is EventType.RUN_FINISHED:
                     final = event.data
-                elif event.type is not EventType.RUN_STARTED:  # AGENT_STARTED stands for it
-                    await forward.publish(tagger.source_of(event), event)
+                    continue
+                if kind is EventType.RUN_STARTED:  # AGENT_STARTED stands for it
+                    continue
+                source = tagger.source_of(event)
+                if kind is EventType.AGENT_STARTED and event.source is not None:
+                    link.adopt(event.source.agent_key)
+                elif kind is EventType.APPROVAL_REQUESTED:
+                    link.hold(here, source, event)
+                elif kind is EventType.APPROVAL_RESOLVED:
+                    link.resolved(here, event)
+                await forward.publish(source, event)
     except ClientError as exc:
         forward.fail("remote", f"{where}: {exc}")
         raise ToolError(f"{where}: {exc}") from None
     except BaseException:
-        forward.fail("cancelled", f"{where}: cancelled")
+        stopped = link.cancellation
+        if stopped is not None:
+            forward.fail("cancelled", f"agent {spec.id!r} was {stopped.describe()}", stopped)
+        elif link.scope.deadline <= trio.current_time():
+            forward.fail("timeout", f"agent {spec.id!r} timed out")
+        else:
+            forward.fail("cancelled", f"{where}: cancelled")
         with (
             trio.CancelScope(shield=True),
             trio.move_on_after(_CANCEL_SECONDS),
@@ -136,15 +339,34 @@ class _Forward:
         bus.sink.publish_nowait(source, event.type, event.data, event.last)
         await bus.wait_writable()
 
-    def fail(self, error_type: str, message: str) -> None:
+    def fail(self, error_type: str, message: str, stopped: Cancellation | None = None) -> None:
         """The child's AGENT_ERROR, unless its end already came from the remote root."""
         bus = self.bus
         if bus is None or self.ended or bus.sink.closed:
             return
         self.ended = True
-        bus.emit_nowait(
-            EventType.AGENT_ERROR, {"errorType": error_type, "message": message}, last=True
-        )
+        data: dict[str, Any] = {"errorType": error_type, "message": message}
+        if stopped is not None:  # as an agent here says who cancelled it (`AgentRunner`)
+            data["by"] = stopped.by
+            if stopped.reason is not None:
+                data["reason"] = stopped.reason
+        bus.emit_nowait(EventType.AGENT_ERROR, data, last=True)
 
 
 _ENDS = (EventType.AGENT_RESULT, EventType.AGENT_ERROR)
+
+
+@contextlib.contextmanager
+def _bounded(where: str) -> Iterator[None]:
+    """A control request to the remote server, bounded by `CONTROL_SECONDS`.
+
+    Raises:
+        ClientError: `unreachable` when it took longer.
+    """
+    try:
+        with trio.fail_after(CONTROL_SECONDS):
+            yield
+    except trio.TooSlowError:
+        raise ClientError(
+            "unreachable", f"{where}: no answer within {CONTROL_SECONDS:g} s"
+        ) from None

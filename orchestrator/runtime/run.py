@@ -32,6 +32,7 @@ from orchestrator.core.rebuild import ResumePlan
 from orchestrator.mcp.hub import McpError
 from orchestrator.runtime.approvals import ApprovalError, PendingApproval
 from orchestrator.runtime.context import AgentCatalog, RunContext, RunLimits
+from orchestrator.runtime.remote import RemoteLink
 from orchestrator.runtime.spawn import run_tools
 
 __all__ = ["AgentGone", "Run", "RunResult", "RunStatus"]
@@ -155,10 +156,16 @@ class Run:
         """
         if self.result is not None:
             raise AgentGone(f"run {self.run_id!r} has ended")
-        remote = self.context.remotes.pop(agent_key, None)
-        if remote is not None:  # a remote child: its run there is cancelled with it
-            remote.cancel(Cancellation(by, reason).describe())
+        remote = self.context.remotes.get(agent_key)
+        if remote is not None and remote.child_key == agent_key:
+            if remote.cancellation is not None:
+                raise AgentGone(f"agent {agent_key!r} was already cancelled")
+            remote.cancel(Cancellation(by, reason))  # and its run there with it
             return
+        if remote is not None:
+            raise AgentGone(
+                f"agent {agent_key!r} runs on another server: cancel it with the cancel op"
+            )
         runner = self.agents.get(agent_key)
         if runner is None:
             raise AgentGone(f"no agent {agent_key!r} in run {self.run_id!r}")
@@ -168,6 +175,11 @@ class Run:
         for key in self.context.descendants(agent_key):
             # Running ones are stopped by the cancelled ancestor's scope; idle ones end now.
             self.agents[key].cancel(cancellation, stop=False)
+
+    def remote_link(self, agent_key: str | None) -> RemoteLink | None:
+        """The remote child whose run (on another server) `agent_key` belongs to, if
+        it is one of a remote subtree running now (docs/remote.md)."""
+        return self.context.remotes.get(agent_key) if agent_key is not None else None
 
     @property
     def pending_approvals(self) -> list[PendingApproval]:

@@ -32,8 +32,8 @@ from orchestrator.core.bus import AnyBus, Bus, NullBus, current_bus
 from orchestrator.core.events import EventType
 from orchestrator.core.rebuild import AgentPlan
 from orchestrator.mcp.hub import McpError
-from orchestrator.runtime.context import RemoteStop, RunContext
-from orchestrator.runtime.remote import run_remote
+from orchestrator.runtime.context import RunContext
+from orchestrator.runtime.remote import RemoteLink, run_remote
 
 __all__ = ["AgentSendTool", "AgentSpawnTool", "failure_text", "run_tools", "send_to"]
 
@@ -214,17 +214,18 @@ class AgentSpawnTool:
 
         key = bus.agent_key
         assert key is not None
-        remotes = self._run.remotes
+        run = self._run
+        desk = run.catalog.desk if isinstance(bus, Bus) else None
 
         async def work() -> str:
-            stop = remotes[key] = RemoteStop(timeout)
+            link = RemoteLink(key, timeout, run.remotes, desk)
             try:
-                with stop.scope:
-                    return await run_remote(spec, spawn.task, bus, UsageNode(ctx.usage))
+                with link.scope:
+                    return await run_remote(spec, spawn.task, bus, UsageNode(ctx.usage), link)
             finally:
-                remotes.pop(key, None)
-            if stop.reason is not None:
-                raise ToolError(f"subagent {spec.id!r} was {stop.reason}")
+                link.close()
+            if link.cancellation is not None:
+                raise ToolError(f"subagent {spec.id!r} was {link.cancellation.describe()}")
             raise ToolError(f"subagent {spec.id!r} timed out after {timeout:g} s")
 
         if task_id is not None:
