@@ -155,6 +155,11 @@ class RunSink:
         run from what its journal has): nothing more is journaled, not even its end."""
         self._outlet = _DROP
 
+    @property
+    def dropped(self) -> bool:
+        """`drop` was called: the run is being suspended."""
+        return self._outlet is _DROP
+
     def publish_nowait(
         self,
         source: Source | None,

@@ -27,6 +27,10 @@ an AGENT_ERROR `worker_lost` (with its own orphaned descendants), so every agent
 still ends exactly once. Background children (`taskId`) still running are
 orphaned too.
 
+Forwarded events (a remote subagent's run, docs/remote.md) rebuild their agents like
+local ones; `remote` keeps, per agentKey, the last remote event seen (the remote run
+and seq to follow again from), when the events carry it (`RemoteSource`).
+
 Not rebuilt (docs/cluster.md): thinking blocks (the journal keeps no signatures),
 token budgets spent before the takeover, idle children for `agent_send`.
 """
@@ -46,7 +50,7 @@ from agents.core.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from orchestrator.core.events import Event, EventType, Source
+from orchestrator.core.events import Event, EventType, RemoteRef, RemoteSource, Source
 
 __all__ = ["AgentPlan", "ResumePlan", "rebuild"]
 
@@ -88,6 +92,17 @@ class ResumePlan:
     last_seq: int
     finished: bool
     """RUN_FINISHED is already journaled: nothing to continue."""
+    remote: dict[str, RemoteRef] = field(default_factory=dict)
+    """agentKey → the last forwarded event of that agent (its remote run and seq)."""
+
+    def remote_cursor(self, agent_key: str) -> RemoteRef | None:
+        """Where to follow a remote child's run again: its runId and the last seq of
+        that run in this journal (None: none of its events came through)."""
+        mine = self.remote.get(agent_key)
+        if mine is None:
+            return None
+        seq = max(r.seq for r in self.remote.values() if r.run_id == mine.run_id)
+        return RemoteRef(run_id=mine.run_id, seq=seq)
 
     @property
     def root(self) -> AgentPlan:
@@ -95,8 +110,31 @@ class ResumePlan:
         return self.agents[None]
 
     def cut_off(self) -> list[AgentPlan]:
-        """Agents still running whose model turn was cut off (they get TURN_ABANDONED)."""
-        return [a for a in self.agents.values() if a.cut_off and not a.ended]
+        """Agents still running whose model turn was cut off (they get TURN_ABANDONED;
+        not a remote subtree's, whose turns go on there and are followed again)."""
+        followed = self.followed()
+        return [
+            a for a in self.agents.values() if a.cut_off and not a.ended and a.key not in followed
+        ]
+
+    def followed(self) -> set[str]:
+        """The forwarded agents of remote children that have not ended: their runs
+        there are followed again, so they are neither cut off nor orphaned here."""
+        roots: dict[str, AgentPlan] = {}  # remote runId → the child it runs as here
+        for key, ref in self.remote.items():
+            plan = self.agents.get(key)
+            if plan is None or plan.source is None:
+                continue
+            known = roots.get(ref.run_id)
+            if known is None or (
+                known.source is not None and plan.source.depth < known.source.depth
+            ):
+                roots[ref.run_id] = plan
+        return {
+            key
+            for key, ref in self.remote.items()
+            if ref.run_id in roots and not roots[ref.run_id].ended
+        }
 
     def orphans(self) -> list[AgentPlan]:
         """Agents without a terminal event that nobody will wait for (children first)."""
@@ -111,6 +149,7 @@ class ResumePlan:
 
         if not self.root.ended:
             collect(self.root)
+        waiting |= self.followed()
         lost = [
             a
             for key, a in self.agents.items()
@@ -128,10 +167,13 @@ def rebuild(events: list[Event]) -> ResumePlan:
     """The plan for continuing the run whose journal is `events` (all of them, in order)."""
     agents: dict[str | None, AgentPlan] = {}
     by_session: dict[str, AgentPlan] = {}
+    remote: dict[str, RemoteRef] = {}
     finished = False
     for event in events:
         key = event.source.agent_key if event.source is not None else None
         kind, data = event.type, event.data
+        if isinstance(event.source, RemoteSource):
+            remote[event.source.agent_key] = event.source.remote
         if kind is EventType.RUN_STARTED:
             agents[None] = AgentPlan(None, None, str(data.get("agentId", "")))
             agents[None].messages.append(UserMessage(text=str(data.get("input", ""))))
@@ -199,7 +241,7 @@ def rebuild(events: list[Event]) -> ResumePlan:
         agent._inbox.clear()
     if None not in agents:
         agents[None] = AgentPlan(None, None, "")
-    return ResumePlan(agents, events[-1].seq if events else 0, finished)
+    return ResumePlan(agents, events[-1].seq if events else 0, finished, remote)
 
 
 def _start_turn(agent: AgentPlan) -> None:

@@ -40,7 +40,7 @@ from orchestrator.core.bus import AnyBus, Bus
 from orchestrator.core.events import Event, EventType, RemoteRef, RemoteSource, Source
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError, PendingApproval
 
-__all__ = ["RemoteLink", "RemoteRefused", "RemoteTagger", "run_remote"]
+__all__ = ["RemoteLink", "RemoteRefused", "RemoteTagger", "Resumed", "run_remote"]
 
 logger = logging.getLogger(__name__)
 
@@ -217,40 +217,62 @@ class RemoteLink:
 
 
 class RemoteTagger:
-    """Sources for a remote run's events, as parts of this tree below `child`."""
+    """Sources for a remote run's events, as parts of this tree below `child`.
+
+    An agent's fields are worked out once (its first event) and reused: per event,
+    only its `remote` reference is new.
+    """
 
     def __init__(self, child: Source, remote_run_id: str) -> None:
         self.child = child
         self.remote_run_id = remote_run_id
+        self._fields: dict[str | None, dict[str, Any]] = {}
+        """Their agentKey (None: their root) → the Source fields it gets here."""
 
     def source_of(self, event: Event) -> RemoteSource:
         """The Source `event` (of the remote run) gets here."""
-        child, remote = self.child, RemoteRef(run_id=self.remote_run_id, seq=event.seq)
         theirs = event.source
+        key = theirs.agent_key if theirs is not None else None
+        fields = self._fields.get(key)
+        if fields is None:
+            fields = self._fields[key] = self._place(theirs)
+        return RemoteSource(**fields, remote=RemoteRef(run_id=self.remote_run_id, seq=event.seq))
+
+    def _place(self, theirs: Source | None) -> dict[str, Any]:
+        child = self.child
         if theirs is None:  # the remote root: the child itself
-            return RemoteSource(**msgspec.structs.asdict(child), remote=remote)
+            return msgspec.structs.asdict(child)
         below = theirs.path.split("/", 1)[1] if "/" in theirs.path else theirs.agent_id
-        return RemoteSource(
-            agent_key=theirs.agent_key,
-            agent_id=theirs.agent_id,
-            agent_name=theirs.agent_name,
-            session_id=theirs.session_id,
-            parent_session_id=child.session_id if theirs.depth == 1 else theirs.parent_session_id,
-            depth=child.depth + theirs.depth,
-            path=f"{child.path}/{below}",
-            task_id=theirs.task_id,
-            parent_tool_call_id=theirs.parent_tool_call_id,
-            remote=remote,
-        )
+        return {
+            "agent_key": theirs.agent_key,
+            "agent_id": theirs.agent_id,
+            "agent_name": theirs.agent_name,
+            "session_id": theirs.session_id,
+            "parent_session_id": (
+                child.session_id if theirs.depth == 1 else theirs.parent_session_id
+            ),
+            "depth": child.depth + theirs.depth,
+            "path": f"{child.path}/{below}",
+            "task_id": theirs.task_id,
+            "parent_tool_call_id": theirs.parent_tool_call_id,
+        }
 
 
 async def run_remote(
-    spec: AgentSpec, task: str, bus: AnyBus, usage: UsageNode, link: RemoteLink
+    spec: AgentSpec,
+    task: str,
+    bus: AnyBus,
+    usage: UsageNode,
+    link: RemoteLink,
+    again: Resumed | None = None,
 ) -> str:
     """Run `spec` (a remote subagent) on `task`; with a streaming `bus`, its events are
     published on that run under `bus.source`, and the child ends exactly once (the
     remote root's AGENT_RESULT/ERROR, else an AGENT_ERROR made here). Its tree's usage
     is charged to `usage`; control reaches it through `link`. Its final answer.
+
+    `again`: this run was resumed (a restart, a takeover) while the child ran: its run
+    there is followed again after the last event this journal kept, not started.
 
     Raises:
         ToolError: the remote server refused (token, unknown agent, limits), could not
@@ -263,7 +285,9 @@ async def run_remote(
     where = link.where = f"remote agent {spec.id!r} ({remote.agent} at {remote.url})"
     forward = _Forward(bus)
     try:
-        run_id = await client.start(remote.agent, task)
+        run_id = (
+            again.cursor.run_id if again is not None else await client.start(remote.agent, task)
+        )
     except ClientError as exc:
         forward.fail("remote", f"{where}: {exc}")
         raise ToolError(f"{where}: {exc}") from None
@@ -272,26 +296,33 @@ async def run_remote(
     here = bus.run_id
     final: dict[str, Any] = {}
     try:
-        async with client.follow(run_id) as events:
-            async for event in events:
-                kind = event.type
-                if kind is EventType.RUN_FINISHED:
-                    final = event.data
-                    continue
-                if kind is EventType.RUN_STARTED:  # AGENT_STARTED stands for it
-                    continue
-                source = tagger.source_of(event)
-                if kind is EventType.AGENT_STARTED and event.source is not None:
-                    link.adopt(event.source.agent_key)
-                elif kind is EventType.APPROVAL_REQUESTED:
-                    link.hold(here, source, event)
-                elif kind is EventType.APPROVAL_RESOLVED:
-                    link.resolved(here, event)
-                await forward.publish(source, event)
+        if again is not None:
+            await _rejoin(link, client, here, again, bus.source)
+        after = again.cursor.seq if again is not None else 0
+        async with client.follow_batches(run_id, after_seq=after) as batches:
+            async for batch in batches:  # (a frame's events: one wake-up for all of them)
+                for event in batch:
+                    kind = event.type
+                    if kind is EventType.RUN_FINISHED:
+                        final = event.data
+                        continue
+                    if kind is EventType.RUN_STARTED:  # AGENT_STARTED stands for it
+                        continue
+                    source = tagger.source_of(event)
+                    if kind is EventType.AGENT_STARTED and event.source is not None:
+                        link.adopt(event.source.agent_key)
+                    elif kind is EventType.APPROVAL_REQUESTED:
+                        link.hold(here, source, event)
+                    elif kind is EventType.APPROVAL_RESOLVED:
+                        link.resolved(here, event)
+                    forward.publish(source, event)
+                await forward.wait_writable()
     except ClientError as exc:
         forward.fail("remote", f"{where}: {exc}")
         raise ToolError(f"{where}: {exc}") from None
     except BaseException:
+        if forward.suspended:  # this server stops to resume the run: it follows again then
+            raise
         stopped = link.cancellation
         if stopped is not None:
             forward.fail("cancelled", f"agent {spec.id!r} was {stopped.describe()}", stopped)
@@ -322,6 +353,51 @@ async def run_remote(
     return str(final.get("result") or "")
 
 
+class Resumed(msgspec.Struct, frozen=True):
+    """A remote child found running in a resumed run's journal (`run_remote(again=)`)."""
+
+    cursor: RemoteRef
+    """Its run there, and the last of that run's events this journal kept."""
+    below: dict[str, Source]
+    """The forwarded agents of its subtree that had not ended, by agentKey (as the
+    journal tagged them): control for them comes through the child's link again."""
+
+
+async def _rejoin(
+    link: RemoteLink, client: Client, here: str, again: Resumed, child: Source
+) -> None:
+    """Before following again: the subtree's agents are controlled through `link`, and
+    the calls that wait there (asked before the cursor) are listed here again."""
+    for below in again.below:
+        link.adopt(below)
+    try:
+        with _bounded(link.where):
+            waiting = await client.pending(link.run_id)
+    except ClientError as exc:
+        logger.warning("%s: its waiting calls are not listed again: %s", link.where, exc)
+        return
+    for info in waiting:
+        source = child if info.agent_key is None else again.below.get(info.agent_key)
+        if source is None:
+            continue
+        data = {
+            "toolCallId": info.tool_call_id,
+            "name": info.name,
+            "args": info.args,
+            "timeoutAt": info.timeout_at,
+            "edit": info.edit,
+        }
+        asked = Event(
+            run_id=link.run_id or "",
+            seq=0,
+            ts=info.requested_at,
+            type=EventType.APPROVAL_REQUESTED,
+            source=None,
+            data=data,
+        )
+        link.hold(here, source, asked)
+
+
 class _Forward:
     """Publishes forwarded events on the local run (none on a non-streaming call's
     NullBus), and notes whether the child's own end came through."""
@@ -330,14 +406,24 @@ class _Forward:
         self.bus = bus if isinstance(bus, Bus) else None
         self.ended = False
 
-    async def publish(self, source: RemoteSource, event: Event) -> None:
+    @property
+    def suspended(self) -> bool:
+        """The run is being suspended (this server stops, to resume it at its next
+        start): its events go nowhere now, and its run there must go on."""
+        return self.bus is not None and self.bus.sink.dropped
+
+    def publish(self, source: RemoteSource, event: Event) -> None:
         bus = self.bus
         if bus is None or bus.sink.closed:
             return
         if event.source is None and event.type in _ENDS:
             self.ended = True
         bus.sink.publish_nowait(source, event.type, event.data, event.last)
-        await bus.wait_writable()
+
+    async def wait_writable(self) -> None:
+        """Back-pressure: a frame's worth at a time, as a model turn's batch."""
+        if self.bus is not None:
+            await self.bus.wait_writable()
 
     def fail(self, error_type: str, message: str, stopped: Cancellation | None = None) -> None:
         """The child's AGENT_ERROR, unless its end already came from the remote root."""

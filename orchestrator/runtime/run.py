@@ -104,7 +104,7 @@ class Run:
         be listed and answered from now on (before their agents reach them)."""
         now = time.time()
         for agent in plan.agents.values():
-            if agent.ended:
+            if agent.ended or agent.key in plan.remote:  # (a remote subtree's wait there)
                 continue
             spec = self.catalog.specs.get(agent.agent_id)
             policy = self.catalog.approval_policy(spec) if spec is not None else None

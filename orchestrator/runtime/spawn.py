@@ -33,7 +33,7 @@ from orchestrator.core.events import EventType
 from orchestrator.core.rebuild import AgentPlan
 from orchestrator.mcp.hub import McpError
 from orchestrator.runtime.context import RunContext
-from orchestrator.runtime.remote import RemoteLink, run_remote
+from orchestrator.runtime.remote import RemoteLink, Resumed, run_remote
 
 __all__ = ["AgentSendTool", "AgentSpawnTool", "failure_text", "run_tools", "send_to"]
 
@@ -212,28 +212,37 @@ class AgentSpawnTool:
             EventType.AGENT_STARTED, {"agentId": spec.id, "task": spawn.task, "remote": remote}
         )
 
-        key = bus.agent_key
-        assert key is not None
-        run = self._run
-        desk = run.catalog.desk if isinstance(bus, Bus) else None
-
-        async def work() -> str:
-            link = RemoteLink(key, timeout, run.remotes, desk)
-            try:
-                with link.scope:
-                    return await run_remote(spec, spawn.task, bus, UsageNode(ctx.usage), link)
-            finally:
-                link.close()
-            if link.cancellation is not None:
-                raise ToolError(f"subagent {spec.id!r} was {link.cancellation.describe()}")
-            raise ToolError(f"subagent {spec.id!r} timed out after {timeout:g} s")
-
+        work = functools.partial(self._drive_remote, spec, spawn.task, bus, ctx, timeout)
         if task_id is not None:
             ctx.start_background(f"{task_id} {spec.id} {bus.agent_key}", work)
             return _value(
                 msgspec.json.encode({"taskId": task_id, "agentKey": bus.agent_key}).decode()
             )
         return work()
+
+    async def _drive_remote(
+        self,
+        spec: AgentSpec,
+        task: str,
+        bus: AnyBus,
+        ctx: ToolContext,
+        seconds: float | None,
+        again: Resumed | None = None,
+    ) -> str:
+        """A remote child, from its start (or `again`, after a resume) to its end."""
+        key, run = bus.agent_key, self._run
+        assert key is not None
+        link = RemoteLink(
+            key, seconds, run.remotes, run.catalog.desk if isinstance(bus, Bus) else None
+        )
+        try:
+            with link.scope:
+                return await run_remote(spec, task, bus, UsageNode(ctx.usage), link, again)
+        finally:
+            link.close()
+        if link.cancellation is not None:
+            raise ToolError(f"subagent {spec.id!r} was {link.cancellation.describe()}")
+        raise ToolError(f"subagent {spec.id!r} timed out after {seconds:g} s")
 
     def _admit(self, spawn: SpawnArgs, ctx: ToolContext) -> AgentSpec:
         """The child's spec, if the run's limits let the caller spawn it.
@@ -280,11 +289,7 @@ class AgentSpawnTool:
             raise ToolError(f"subagent {rebuilt.agent_id!r} failed: {rebuilt.error}")
         spec = run.catalog.spec(rebuilt.agent_id)
         if spec.remote is not None:
-            self._lose_remote(rebuilt)
-            raise ToolError(
-                f"remote subagent {spec.id!r}: its run on {spec.remote.url} is not followed "
-                "again after a restart or takeover (docs/remote.md)"
-            )
+            return await self._follow_again(spec, rebuilt, ctx)
         try:
             await run.catalog.prepare(spec)
         except McpError as exc:
@@ -301,6 +306,33 @@ class AgentSpawnTool:
             rebuilt.approvals,
         )
         return await child.drive(work, tool_error=True)
+
+    async def _follow_again(self, spec: AgentSpec, rebuilt: AgentPlan, ctx: ToolContext) -> str:
+        """A remote child that ran when the run stopped: its run there is followed
+        again from the last of its events the journal kept (it went on there in the
+        meantime); without one (it stopped before any came through), it is lost."""
+        run, parent_bus = self._run, current_bus.get()
+        assert rebuilt.key is not None and rebuilt.source is not None and run.resume is not None
+        cursor = run.resume.remote_cursor(rebuilt.key)
+        if cursor is None or not isinstance(parent_bus, Bus):
+            self._lose_remote(rebuilt)
+            raise ToolError(
+                f"remote subagent {spec.id!r}: the run stopped before its run on "
+                f"{spec.remote.url if spec.remote else '?'} was known here; it is not followed "
+                "again (docs/remote.md)"
+            )
+        top = rebuilt.source.path + "/"
+        below = {
+            plan.key: plan.source
+            for plan in run.resume.agents.values()
+            if plan.key is not None
+            and plan.source is not None
+            and not plan.ended
+            and plan.source.path.startswith(top)
+        }
+        again = Resumed(cursor=cursor, below=below)
+        bus = Bus(parent_bus.sink, rebuilt.source)
+        return await self._drive_remote(spec, "", bus, ctx, spec.timeout_seconds, again)
 
     def _lose_remote(self, rebuilt: AgentPlan) -> None:
         """A remote child (and what of its remote subtree had not ended) ends here,

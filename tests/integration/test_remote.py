@@ -175,8 +175,9 @@ async def test_cancelling_the_remote_child_cancels_the_run_there(tmp_path: Path)
     assert rest[-1]["data"]["status"] == "completed"  # the parent went on
 
 
-async def test_a_restart_here_ends_the_remote_child_once_and_the_run_goes_on(
-    tmp_path: Path,
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
+async def test_after_a_restart_here_the_remote_run_is_followed_again(
+    tmp_path: Path, stop: signal.Signals
 ) -> None:
     from tests.integration.test_restart_resume import check_story
 
@@ -187,7 +188,7 @@ async def test_a_restart_here_ends_the_remote_child_once_and_the_run_goes_on(
             async with connect(url, max_size=None) as ws:
                 ack = await request(ws, op="run", id=1, agent="boss", input="go")
                 await until_forwarded(ws)
-            proc.send_signal(signal.SIGKILL)
+            proc.send_signal(stop)  # killed, or stopped to resume its runs at the next start
         async with trio.open_nursery() as nursery:
             proc, url = await start_serve_process(nursery, path)
             try:
@@ -198,9 +199,18 @@ async def test_a_restart_here_ends_the_remote_child_once_and_the_run_goes_on(
                 everything = await replay(url, ack["runId"])
             finally:
                 proc.send_signal(signal.SIGTERM)
+        async with connect(far_url) as far:
+            (far_run,) = (await request(far, op="runs", id=3))["runs"]
     check_story(everything)  # every agent, here and forwarded, started once and ended once
+    assert far_run["status"] == "completed"  # it went on there, and was not started twice
+    forwarded = [e for e in everything if e["source"] and "remote" in e["source"]]
+    assert {e["source"]["remote"]["runId"] for e in forwarded} == {far_run["runId"]}
+    seqs = [e["source"]["remote"]["seq"] for e in forwarded]
+    assert seqs == list(range(2, 2 + len(seqs)))  # nothing missed or repeated over the restart
+    assert not [e for e in forwarded if e["type"] == "TURN_ABANDONED"]
     result = next(e for e in everything if e["type"] == "TOOL_RESULT" and e["source"] is None)
-    assert result["data"]["isError"] and "not followed again" in result["data"]["content"]
+    assert not result["data"]["isError"], result
+    assert "Here is what the research team found" in result["data"]["content"]
     assert everything[-1]["data"]["status"] == "completed"
 
 

@@ -268,3 +268,46 @@ async def test_a_cancel_from_the_top_stops_the_agent_two_servers_away(tmp_path: 
         if e["type"] == "TOOL_RESULT" and e["source"] and e["source"]["depth"] == 1
     )
     assert middle_got["data"]["isError"] and "cancelled" in middle_got["data"]["content"]
+
+
+async def test_a_call_waiting_there_is_answered_here_after_a_restart_here(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        procs: list[trio.Process] = []
+        try:
+            c_url = await server(nursery, procs, tmp_path / "c", C_AGENTS)
+            here = tmp_path / "here"
+            await trio.Path(here).mkdir()
+            demo_config(here, storage="sqlite:///journal.db", extra_agents=b_agents(c_url))
+            proc, url = await start_serve_process(nursery, here / "server.yaml")
+            async with connect(url, max_size=None) as ws:
+                first = Client(ws)
+                ack = await first.ask(op="run", id=1, agent="middle", input="go")
+                asked = await until(first, "APPROVAL_REQUESTED")
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+            proc, url = await start_serve_process(nursery, here / "server.yaml")
+            procs.append(proc)
+            async with connect(url, max_size=None) as ws:
+                again = Client(ws)
+                sub = await again.ask(op="subscribe", id=2, runId=ack["runId"])
+                assert sub["op"] == "ack"
+                with trio.fail_after(10):
+                    # (another process's state: polled; listed once the run follows C again)
+                    while not (waiting := await again.ask(op="pending", id=3))["approvals"]:  # noqa: ASYNC110
+                        await trio.sleep(0.05)
+                call_id = asked["data"]["toolCallId"]
+                (item,) = waiting["approvals"]
+                assert item["toolCallId"] == call_id and item["agentKey"] == key(asked)
+                answer = {"runId": ack["runId"], "toolCallId": call_id, "decision": "approve"}
+                assert (await again.ask(op="approve", id=4, **answer))["op"] == "ack"
+                end = await again.finish()
+            everything = await replay(url, ack["runId"])
+        finally:
+            for each in procs:
+                if each.returncode is None:
+                    each.send_signal(signal.SIGKILL)
+            nursery.cancel_scope.cancel()
+    assert end["status"] == "completed"
+    assert everything[-1]["data"]["result"].startswith("middle: deep: wrote 1 characters")
+    (resolved,) = [e for e in everything if e["type"] == "APPROVAL_RESOLVED"]
+    assert resolved["data"]["decision"] == "approve" and key(resolved) == key(asked)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from agents.core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
-from orchestrator.core.events import Event, EventType, Source
+from orchestrator.core.events import Event, EventType, RemoteRef, RemoteSource, Source
 from orchestrator.core.rebuild import rebuild
 
 ROOT_SESSION = "sess-root"
@@ -154,3 +156,42 @@ def test_a_call_whose_arguments_were_not_json_keeps_its_raw_text() -> None:
     j.add(R.REASONING, None, last=True, text="", toolCalls=[call])
     (pending,) = rebuild(j.events).root.pending
     assert pending.arguments == '{"path": "a'
+
+
+def forwarded(source: Source, run: str, seq: int) -> RemoteSource:
+    return RemoteSource(**msgspec.structs.asdict(source), remote=RemoteRef(run_id=run, seq=seq))
+
+
+def test_a_remote_subtree_is_followed_again_not_cut_off_or_orphaned() -> None:
+    """A remote child's forwarded agents (`RemoteSource`) keep going on their server:
+    the plan says where to follow its run again, and none of them is cut off or
+    orphaned here — unless the child itself ended."""
+    j = Journal()
+    far = child("far#1", "s-far", ROOT_SESSION, 1, "c1")
+    deep = child("deep#1", "s-deep", "s-far", 2, "t1")
+    bg = child("bg#1", "s-bg", "s-far", 2, "t2", task_id="task-1")
+    j.add(R.RUN_STARTED, None, agentId="boss", input="go")
+    j.add(R.REASONING, None, last=True, text="", toolCalls=[spawn_call("c1", "far", "t")])
+    j.add(R.AGENT_STARTED, far, agentId="far", task="t")
+    j.add(
+        R.REASONING,
+        forwarded(far, "run-x", 2),
+        last=True,
+        text="",
+        toolCalls=[spawn_call("t1", "deep", "t")],
+    )
+    j.add(R.AGENT_STARTED, forwarded(deep, "run-x", 3), agentId="deep", task="t")
+    j.add(R.AGENT_STARTED, forwarded(bg, "run-x", 4), agentId="bg", task="t")
+    j.add(R.REASONING, forwarded(deep, "run-x", 5), delta="half a tur")  # cut off here
+    plan = rebuild(j.events)
+    cursor = plan.remote_cursor("far#1")
+    assert cursor is not None and (cursor.run_id, cursor.seq) == ("run-x", 5)
+    assert plan.followed() == {"far#1", "deep#1", "bg#1"}
+    assert plan.cut_off() == [] and plan.orphans() == []
+    assert plan.remote_cursor("boss") is None
+    # Once the child has ended, a background agent it left running is orphaned as usual.
+    j.add(R.AGENT_RESULT, forwarded(deep, "run-x", 6), last=True, text="deep done")
+    j.add(R.AGENT_RESULT, forwarded(far, "run-x", 7), last=True, text="done")
+    plan = rebuild(j.events)
+    assert plan.followed() == set()
+    assert [a.key for a in plan.orphans()] == ["bg#1"]
