@@ -7,6 +7,7 @@ that names the file and the key.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -110,14 +111,35 @@ class RemoteSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    url: str = Field(min_length=1)
+    url: str | None = Field(default=None, min_length=1)
     """That server's WebSocket URL (`ws://HOST:PORT/ws`)."""
-    agent: str = Field(min_length=1)
+    agent: str | None = Field(default=None, min_length=1)
     """The agentId to run there."""
+    a2a: str | None = Field(default=None, min_length=1)
+    """Instead of `url` and `agent`: the base URL of an A2A agent (any A2A server; its
+    agent card is read from `<a2a>/.well-known/agent-card.json`)."""
     token_env: str | None = None
     """An environment variable holding the token for that server."""
     timeout_seconds: float = Field(default=60.0, gt=0)
     """How long that server may stay unreachable (or silent) before the spawn fails."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RemoteSpec:
+        if self.a2a is not None:
+            if self.url is not None or self.agent is not None:
+                raise ValueError("remote: give either `a2a`, or `url` and `agent`, not both")
+            if importlib.util.find_spec("a2a") is None:
+                raise ValueError(
+                    "remote.a2a needs the `a2a` extra: pip install 'agent-orchestrator[a2a]'"
+                )
+        elif self.url is None or self.agent is None:
+            raise ValueError("remote: needs `url` and `agent` (another orchestrator), or `a2a`")
+        return self
+
+    @property
+    def where(self) -> str:
+        """How errors name it: `planner at ws://…`, or `A2A agent at http://…`."""
+        return f"A2A agent at {self.a2a}" if self.a2a else f"{self.agent} at {self.url}"
 
 
 class AgentSpec(BaseModel):

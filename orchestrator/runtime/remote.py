@@ -204,6 +204,8 @@ class RemoteLink:
 
     def _there(self) -> tuple[Client, str]:
         if self.client is None or self.run_id is None:
+            if "A2A" in self.where:
+                raise RemoteRefused(f"{self.where}: an A2A agent takes no messages from here")
             raise RemoteRefused(f"{self.where}: its run has not started there yet")
         return self.client, self.run_id
 
@@ -279,10 +281,10 @@ async def run_remote(
             be reached for `remote.timeout_seconds`, or the run there did not complete.
     """
     remote = spec.remote
-    assert remote is not None and bus.source is not None
+    assert remote is not None and remote.url and remote.agent and bus.source is not None
     token = os.environ.get(remote.token_env) if remote.token_env else None
     client = Client(remote.url, token=token, give_up_after=remote.timeout_seconds)
-    where = link.where = f"remote agent {spec.id!r} ({remote.agent} at {remote.url})"
+    where = link.where = f"remote agent {spec.id!r} ({remote.where})"
     forward = _Forward(bus)
     try:
         run_id = (

@@ -207,7 +207,11 @@ class AgentSpawnTool:
             task_id=task_id,
             parent_tool_call_id=ctx.call_id,
         )
-        remote = {"url": spec.remote.url, "agent": spec.remote.agent}
+        remote = (
+            {"a2a": spec.remote.a2a}
+            if spec.remote.a2a
+            else {"url": spec.remote.url, "agent": spec.remote.agent}
+        )
         bus.emit_nowait(
             EventType.AGENT_STARTED, {"agentId": spec.id, "task": spawn.task, "remote": remote}
         )
@@ -237,6 +241,10 @@ class AgentSpawnTool:
         )
         try:
             with link.scope:
+                if spec.remote is not None and spec.remote.a2a is not None:
+                    from orchestrator.a2a.remote import run_a2a  # (the `a2a` extra)
+
+                    return await run_a2a(spec, task, bus, link)
                 return await run_remote(spec, task, bus, UsageNode(ctx.usage), link, again)
         finally:
             link.close()
@@ -314,12 +322,12 @@ class AgentSpawnTool:
         run, parent_bus = self._run, current_bus.get()
         assert rebuilt.key is not None and rebuilt.source is not None and run.resume is not None
         cursor = run.resume.remote_cursor(rebuilt.key)
-        if cursor is None or not isinstance(parent_bus, Bus):
+        if cursor is None or not isinstance(parent_bus, Bus):  # (an A2A child: never one)
             self._lose_remote(rebuilt)
             raise ToolError(
-                f"remote subagent {spec.id!r}: the run stopped before its run on "
-                f"{spec.remote.url if spec.remote else '?'} was known here; it is not followed "
-                "again (docs/remote.md)"
+                f"remote subagent {spec.id!r}: the run stopped before its run "
+                f"({spec.remote.where if spec.remote else '?'}) was known here; it is not "
+                "followed again (docs/remote.md)"
             )
         top = rebuilt.source.path + "/"
         below = {

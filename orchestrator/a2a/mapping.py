@@ -1,0 +1,226 @@
+"""A2A tasks as a child's events, and a run's events as an A2A task (pure).
+
+`TaskFollower` turns the stream of an A2A agent's task (the `a2a-sdk` protobuf
+`StreamResponse`s: the task, its status updates, its artifact chunks, or a lone
+message) into the events of the child it runs as here: its status messages and
+artifact text stream as REASONING deltas, and its end is one REASONING `last`
+(the text), then AGENT_RESULT (completed: the artifacts' text, else the last
+message's) or AGENT_ERROR (failed, rejected, canceled, or a state this tree cannot
+answer: input or auth required).
+
+`TaskView` is the other way: the events of a run here (one of our subagents served
+as an A2A agent) as the task's updates — the root's text as one streamed artifact,
+each agent of the tree starting and ending as a `working` status message, the run's
+end as the task's final state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from a2a.types import a2a_pb2 as pb
+
+from orchestrator.core.events import Event, EventType
+
+__all__ = ["ChildEvent", "TaskFollower", "TaskView", "text_of"]
+
+ChildEvent = tuple[EventType, dict[str, Any], bool]
+"""(type, data, last) of one event of the child."""
+
+S = pb.TaskState
+_ENDED_BADLY = {
+    S.TASK_STATE_FAILED: "failed",
+    S.TASK_STATE_REJECTED: "rejected",
+    S.TASK_STATE_CANCELED: "cancelled",
+    S.TASK_STATE_INPUT_REQUIRED: "input_required",
+    S.TASK_STATE_AUTH_REQUIRED: "auth_required",
+}
+_WHY = {
+    "input_required": "the A2A agent asks for more input, which a spawned child cannot give",
+    "auth_required": "the A2A agent asks for authentication, which a spawned child cannot give",
+}
+
+
+def text_of(parts: Any) -> str:
+    """The text parts of a message or artifact, joined (other parts are skipped)."""
+    return "".join(part.text for part in parts if part.WhichOneof("content") == "text")
+
+
+@dataclass
+class TaskFollower:
+    """The child's events for each response of its A2A task, until `ended`."""
+
+    task_id: str = ""
+    context_id: str = ""
+    ended: bool = False
+    result: str | None = None
+    """Its answer, once it completed."""
+    error: tuple[str, str] | None = None
+    """(errorType, message), once it ended otherwise."""
+    _spoken: list[str] = field(default_factory=list)
+    _artifacts: dict[str, list[str]] = field(default_factory=dict)
+    _last_message: str = ""
+
+    def feed(self, response: pb.StreamResponse) -> list[ChildEvent]:
+        """The events `response` makes (none once the task has ended)."""
+        if self.ended:
+            return []
+        kind = response.WhichOneof("payload")
+        out: list[ChildEvent] = []
+        if kind == "task":
+            task = response.task
+            self.task_id, self.context_id = task.id, task.context_id
+            for artifact in task.artifacts:
+                self._artifact(artifact, False, out)
+            self._status(task.status, out)
+        elif kind == "status_update":
+            self._status(response.status_update.status, out)
+        elif kind == "artifact_update":
+            update = response.artifact_update
+            self._artifact(update.artifact, update.append, out)
+        elif kind == "message":  # an answer without a task: it is the whole result
+            self._say(text_of(response.message.parts), out)
+            self._end(None, out)
+        return out
+
+    def stopped(self) -> list[ChildEvent]:
+        """The stream ended without a final state."""
+        if self.ended:
+            return []
+        out: list[ChildEvent] = []
+        self._end(("a2a", "the A2A agent's stream ended before its task did"), out)
+        return out
+
+    def _status(self, status: pb.TaskStatus, out: list[ChildEvent]) -> None:
+        if status.HasField("message"):
+            text = text_of(status.message.parts)
+            if text:
+                self._last_message = text
+                self._say(text, out)
+        state = status.state
+        if state == S.TASK_STATE_COMPLETED:
+            self._end(None, out)
+        elif state in _ENDED_BADLY:
+            kind = _ENDED_BADLY[state]
+            message = _WHY.get(kind) or self._last_message or f"the A2A task was {kind}"
+            self._end((kind, message), out)
+
+    def _artifact(self, artifact: pb.Artifact, append: bool, out: list[ChildEvent]) -> None:
+        text = text_of(artifact.parts)
+        chunks = self._artifacts.setdefault(artifact.artifact_id, [])
+        if not append:
+            chunks.clear()
+        chunks.append(text)
+        self._say(text, out)
+
+    def _say(self, text: str, out: list[ChildEvent]) -> None:
+        if text:
+            self._spoken.append(text)
+            out.append((EventType.REASONING, {"delta": text}, False))
+
+    def _end(self, error: tuple[str, str] | None, out: list[ChildEvent]) -> None:
+        self.ended = True
+        spoken = "".join(self._spoken)
+        turn = {
+            "text": spoken,
+            "toolCalls": [],
+            "finishReason": "stop" if error is None else error[0],
+        }
+        out.append((EventType.REASONING, turn, True))
+        if error is None:
+            answer = "\n".join("".join(c) for c in self._artifacts.values() if "".join(c))
+            self.result = answer or self._last_message or spoken
+            none = {"inputTokens": 0, "outputTokens": 0}  # (A2A reports no usage)
+            result = {"text": self.result, "usage": none, "subtreeUsage": dict(none)}
+            out.append((EventType.AGENT_RESULT, result, True))
+        else:
+            self.error = error
+            out.append((EventType.AGENT_ERROR, {"errorType": error[0], "message": error[1]}, True))
+
+
+@dataclass
+class TaskView:
+    """A run's events as its A2A task's updates (`updates`), for one task id."""
+
+    task_id: str
+    context_id: str
+    artifact_id: str = "answer"
+    _started_answer: bool = False
+    state: int = S.TASK_STATE_WORKING
+    answer: list[str] = field(default_factory=list)
+    message: str = ""
+
+    def updates(self, event: Event) -> list[pb.StreamResponse]:
+        """What `event` changes of the task (most events change nothing)."""
+        kind, data, source = event.type, event.data, event.source
+        if source is None and kind is EventType.REASONING and "delta" in data:
+            text = str(data["delta"])
+            self.answer.append(text)
+            append, self._started_answer = self._started_answer, True
+            return [self._chunk(text, append)]
+        if source is not None and kind is EventType.AGENT_STARTED:
+            return [self._working(f"{source.path}: started: {data.get('task', '')}")]
+        if source is not None and kind in (EventType.AGENT_RESULT, EventType.AGENT_ERROR):
+            how = "done" if kind is EventType.AGENT_RESULT else f"failed: {data.get('message')}"
+            return [self._working(f"{source.path}: {how}")]
+        if kind is EventType.RUN_FINISHED:
+            return [self._final(data)]
+        return []
+
+    def task(self) -> pb.Task:
+        """The task as it stands (`GetTask`, and the first response of a stream)."""
+        task = pb.Task(id=self.task_id, context_id=self.context_id)
+        task.status.state = self.state  # type: ignore[assignment]
+        if self.message:
+            task.status.message.CopyFrom(self._message(self.message))
+        if self.answer:
+            task.artifacts.append(self._artifact("".join(self.answer)))
+        return task
+
+    def _chunk(self, text: str, append: bool) -> pb.StreamResponse:
+        update = pb.TaskArtifactUpdateEvent(
+            task_id=self.task_id,
+            context_id=self.context_id,
+            artifact=self._artifact(text),
+            append=append,
+        )
+        return pb.StreamResponse(artifact_update=update)
+
+    def _working(self, text: str) -> pb.StreamResponse:
+        return self._status(S.TASK_STATE_WORKING, text)
+
+    def _final(self, data: dict[str, Any]) -> pb.StreamResponse:
+        status = str(data.get("status", "failed"))
+        state = {
+            "completed": S.TASK_STATE_COMPLETED,
+            "cancelled": S.TASK_STATE_CANCELED,
+        }.get(status, S.TASK_STATE_FAILED)
+        text = str(data.get("error") or "") if state != S.TASK_STATE_COMPLETED else ""
+        if state == S.TASK_STATE_COMPLETED and not self.answer and data.get("result"):
+            self.answer.append(str(data["result"]))  # (a run that streamed no text)
+            self._started_answer = True
+            return self._status(state, str(data["result"]))
+        return self._status(state, text or f"the run ended {status}")
+
+    def _status(self, state: int, text: str) -> pb.StreamResponse:
+        self.state, self.message = state, text
+        update = pb.TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id)
+        update.status.state = state  # type: ignore[assignment]
+        update.status.message.CopyFrom(self._message(text))
+        return pb.StreamResponse(status_update=update)
+
+    def _message(self, text: str) -> pb.Message:
+        message = pb.Message(
+            message_id=f"{self.task_id}-{len(self.answer)}-{len(text)}",
+            context_id=self.context_id,
+            task_id=self.task_id,
+            role=pb.Role.ROLE_AGENT,
+        )
+        message.parts.append(pb.Part(text=text))
+        return message
+
+    def _artifact(self, text: str) -> pb.Artifact:
+        artifact = pb.Artifact(artifact_id=self.artifact_id, name="answer")
+        artifact.parts.append(pb.Part(text=text))
+        return artifact
