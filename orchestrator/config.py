@@ -136,6 +136,10 @@ class ServerSection(BaseModel):
     """Serve `POST /ag-ui/AGENT` on this port: an AG-UI RunAgentInput in, the run as the
     AG-UI event stream out, behind the same tokens (docs/integrations.md). Needs the
     `agui` extra."""
+    a2a: bool = False
+    """Serve each subagent as an A2A agent at `/a2a/AGENT/` on this port (its card at
+    `/a2a/AGENT/.well-known/agent-card.json`), behind the same tokens (docs/remote.md).
+    Needs the `a2a` extra."""
     resume_runs: bool = True
     """Runs still running when the server stops (SIGTERM) or crashes continue from their
     journal at its next start; false: they end `interrupted`. Needs durable storage."""
@@ -401,6 +405,14 @@ class ServerConfig(BaseModel):
         if self.server.ag_ui and not _installed("ag_ui.core"):
             raise ValueError(
                 "server.ag_ui: AG-UI needs the `agui` extra: pip install 'agent-orchestrator[agui]'"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _a2a_needs_extra(self) -> ServerConfig:
+        if self.server.a2a and not _installed("a2a.server"):
+            raise ValueError(
+                "server.a2a: A2A needs the `a2a` extra: pip install 'agent-orchestrator[a2a]'"
             )
         return self
 

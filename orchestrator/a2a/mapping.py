@@ -9,7 +9,9 @@ message's) or AGENT_ERROR (failed, rejected, canceled, or a state this tree cann
 answer: input or auth required).
 
 `TaskView` is the other way: the events of a run here (one of our subagents served
-as an A2A agent) as the task's updates — the root's text as one streamed artifact,
+as an A2A agent) as the task's updates — the root's text as one streamed artifact
+(a turn that ends in tool calls is replaced by the next: the last turn's text is the
+answer),
 each agent of the tree starting and ending as a `working` status message, the run's
 end as the task's final state.
 """
@@ -23,7 +25,7 @@ from a2a.types import a2a_pb2 as pb
 
 from orchestrator.core.events import Event, EventType
 
-__all__ = ["ChildEvent", "TaskFollower", "TaskView", "text_of"]
+__all__ = ["ChildEvent", "TaskFollower", "TaskUpdate", "TaskView", "text_of"]
 
 ChildEvent = tuple[EventType, dict[str, Any], bool]
 """(type, data, last) of one event of the child."""
@@ -139,34 +141,52 @@ class TaskFollower:
             out.append((EventType.AGENT_ERROR, {"errorType": error[0], "message": error[1]}, True))
 
 
+TaskUpdate = pb.TaskStatusUpdateEvent | pb.TaskArtifactUpdateEvent
+
+
 @dataclass
 class TaskView:
-    """A run's events as its A2A task's updates (`updates`), for one task id."""
+    """A run's events as its A2A task (`task`) and the task's updates (`updates`)."""
 
     task_id: str
     context_id: str
     artifact_id: str = "answer"
-    _started_answer: bool = False
-    state: int = S.TASK_STATE_WORKING
+    state: int = S.TASK_STATE_SUBMITTED
     answer: list[str] = field(default_factory=list)
     message: str = ""
+    _messages: int = 0
+    _replace: bool = False
 
-    def updates(self, event: Event) -> list[pb.StreamResponse]:
+    def updates(self, event: Event) -> list[TaskUpdate]:
         """What `event` changes of the task (most events change nothing)."""
         kind, data, source = event.type, event.data, event.source
-        if source is None and kind is EventType.REASONING and "delta" in data:
+        if kind is EventType.RUN_STARTED:
+            return [self._status(S.TASK_STATE_WORKING, "started")]
+        if source is None and kind is EventType.REASONING:
+            if event.last:  # a turn that called tools was not the answer: the next replaces it
+                self._replace = bool(data.get("toolCalls"))
+                return []
+            if "delta" not in data:
+                return []
             text = str(data["delta"])
+            if self._replace:
+                self.answer.clear()
+                self._replace = False
+            append = bool(self.answer)
             self.answer.append(text)
-            append, self._started_answer = self._started_answer, True
             return [self._chunk(text, append)]
         if source is not None and kind is EventType.AGENT_STARTED:
-            return [self._working(f"{source.path}: started: {data.get('task', '')}")]
+            return [self._status(S.TASK_STATE_WORKING, f"{source.path}: started")]
         if source is not None and kind in (EventType.AGENT_RESULT, EventType.AGENT_ERROR):
             how = "done" if kind is EventType.AGENT_RESULT else f"failed: {data.get('message')}"
-            return [self._working(f"{source.path}: {how}")]
+            return [self._status(S.TASK_STATE_WORKING, f"{source.path}: {how}")]
         if kind is EventType.RUN_FINISHED:
-            return [self._final(data)]
+            return self._final(data)
         return []
+
+    @property
+    def ended(self) -> bool:
+        return self.state in _ENDED_BADLY or self.state == S.TASK_STATE_COMPLETED
 
     def task(self) -> pb.Task:
         """The task as it stands (`GetTask`, and the first response of a stream)."""
@@ -178,41 +198,37 @@ class TaskView:
             task.artifacts.append(self._artifact("".join(self.answer)))
         return task
 
-    def _chunk(self, text: str, append: bool) -> pb.StreamResponse:
-        update = pb.TaskArtifactUpdateEvent(
+    def _final(self, data: dict[str, Any]) -> list[TaskUpdate]:
+        status = str(data.get("status", "failed"))
+        if status == "completed":
+            out: list[TaskUpdate] = []
+            result = str(data.get("result") or "")
+            if not self.answer and result:  # (a run that streamed no text of its root)
+                self.answer.append(result)
+                out.append(self._chunk(result, False))
+            return [*out, self._status(S.TASK_STATE_COMPLETED, "completed")]
+        state = S.TASK_STATE_CANCELED if status == "cancelled" else S.TASK_STATE_FAILED
+        return [self._status(state, str(data.get("error") or f"the run ended {status}"))]
+
+    def _chunk(self, text: str, append: bool) -> pb.TaskArtifactUpdateEvent:
+        return pb.TaskArtifactUpdateEvent(
             task_id=self.task_id,
             context_id=self.context_id,
             artifact=self._artifact(text),
             append=append,
         )
-        return pb.StreamResponse(artifact_update=update)
 
-    def _working(self, text: str) -> pb.StreamResponse:
-        return self._status(S.TASK_STATE_WORKING, text)
-
-    def _final(self, data: dict[str, Any]) -> pb.StreamResponse:
-        status = str(data.get("status", "failed"))
-        state = {
-            "completed": S.TASK_STATE_COMPLETED,
-            "cancelled": S.TASK_STATE_CANCELED,
-        }.get(status, S.TASK_STATE_FAILED)
-        text = str(data.get("error") or "") if state != S.TASK_STATE_COMPLETED else ""
-        if state == S.TASK_STATE_COMPLETED and not self.answer and data.get("result"):
-            self.answer.append(str(data["result"]))  # (a run that streamed no text)
-            self._started_answer = True
-            return self._status(state, str(data["result"]))
-        return self._status(state, text or f"the run ended {status}")
-
-    def _status(self, state: int, text: str) -> pb.StreamResponse:
+    def _status(self, state: int, text: str) -> pb.TaskStatusUpdateEvent:
         self.state, self.message = state, text
         update = pb.TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id)
         update.status.state = state  # type: ignore[assignment]
         update.status.message.CopyFrom(self._message(text))
-        return pb.StreamResponse(status_update=update)
+        return update
 
     def _message(self, text: str) -> pb.Message:
+        self._messages += 1
         message = pb.Message(
-            message_id=f"{self.task_id}-{len(self.answer)}-{len(text)}",
+            message_id=f"{self.task_id}-{self._messages}",
             context_id=self.context_id,
             task_id=self.task_id,
             role=pb.Role.ROLE_AGENT,

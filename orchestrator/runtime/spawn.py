@@ -242,7 +242,7 @@ class AgentSpawnTool:
         try:
             with link.scope:
                 if spec.remote is not None and spec.remote.a2a is not None:
-                    from orchestrator.a2a.remote import run_a2a  # (the `a2a` extra)
+                    from orchestrator.runtime.a2a_child import run_a2a  # (the `a2a` extra)
 
                     return await run_a2a(spec, task, bus, link)
                 return await run_remote(spec, task, bus, UsageNode(ctx.usage), link, again)

@@ -252,7 +252,7 @@ async def _serve(
                 "logger": ws_logger,
                 "compression": "deflate" if config.server.compression else None,
             }
-            if config.server.mcp or config.server.ag_ui:
+            if config.server.mcp or config.server.ag_ui or config.server.a2a:
                 await _serve_with_front_door(app, stop, host, port, ws_options, task_status)
                 return
             ws_server: Server = await nursery.start(
@@ -285,6 +285,10 @@ async def _serve_with_front_door(
             from orchestrator.server.agui_http import AguiEndpoint  # the `agui` extra
 
             routes.append((b"/ag-ui", AguiEndpoint(app).serve))
+        if app.config.server.a2a:
+            from orchestrator.server.a2a_http import A2aEndpoint  # the `a2a` extra
+
+            routes.append((b"/a2a", A2aEndpoint(app).serve))
         handlers = await stack.enter_async_context(trio.open_nursery())
         nursery = await stack.enter_async_context(trio.open_nursery())
         ws_server: Server = await nursery.start(

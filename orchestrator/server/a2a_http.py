@@ -1,0 +1,285 @@
+"""`/a2a/AGENT` on `orchestrator serve` (`server.a2a: true`): each subagent served as
+an A2A agent, behind the same tokens.
+
+Imported only when `server.a2a` is on (the `a2a` extra). The protocol side is the
+`a2a-sdk`'s own (its Starlette routes: the agent card at
+`/a2a/AGENT/.well-known/agent-card.json`, JSON-RPC at `/a2a/AGENT/`, JSON and SSE
+encoding, error codes), run under trio through the ASGI bridge; the SDK's default
+request handler is asyncio-only, so `RunTasks` answers its requests from our runs:
+a message starts a run of AGENT (owned by the token, journaled, live in the
+console and on `/ws`), its task id *is* the runId, and the task's updates come from
+the run's journal (`orchestrator/a2a/mapping.py`, `TaskView`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import RequestHandler
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import (
+    ExtendedAgentCardNotConfiguredError,
+    InvalidParamsError,
+    InvalidRequestError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from starlette.applications import Starlette
+from starlette.requests import Request
+
+from orchestrator.a2a.mapping import TaskUpdate, TaskView, text_of
+from orchestrator.server.auth import Principal
+from orchestrator.server.endpoints import Refused, authorize, refuse, serve_connection, start_run
+from orchestrator.server.follow import follow_run
+from orchestrator.storage.runlog import UnknownRun
+
+if TYPE_CHECKING:
+    from orchestrator.server.app import ServerApp
+    from orchestrator.storage.journal import RunLog
+
+__all__ = ["A2aEndpoint"]
+
+PREFIX = "/a2a"
+CARD_PATH = "/.well-known/agent-card.json"
+_PRINCIPAL, _AGENT = "orchestrator.principal", "orchestrator.agent"
+
+
+class A2aEndpoint:
+    """The subagents of `app`, each an A2A agent at `/a2a/AGENT/`."""
+
+    def __init__(self, app: ServerApp) -> None:
+        self.app = app
+        self.handler = RunTasks(app)
+        self._apps: dict[str, Starlette] = {}
+        self.max_body = max(4 * app.config.limits.max_input_bytes, 1024 * 1024)
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        """Serve one connection routed to `/a2a`."""
+        await serve_connection(stream, self._asgi)
+
+    async def _asgi(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        path: str = scope["path"]
+        agent_id = path.removeprefix(PREFIX).strip("/").split("/", 1)[0]
+        specs = self.app.orchestrator.catalog.specs
+        if agent_id not in specs:
+            known = ", ".join(sorted(specs)) or "none"
+            return await refuse(send, 404, f"no agent {agent_id!r} here (agents: {known})")
+        principal = await authorize(self.app, scope, send, writes=False)
+        if principal is None:
+            return None
+        if path.endswith(CARD_PATH):
+            return await self._card(scope, send, agent_id)
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if length.isdigit() and int(length) > self.max_body:
+            return await refuse(send, 413, f"the request body is over {self.max_body} bytes")
+        scope.setdefault("state", {}).update({_PRINCIPAL: principal, _AGENT: agent_id})
+        await self._app_of(agent_id)(scope, _bounded(receive, self.max_body), send)
+        return None
+
+    async def _card(self, scope: MutableMapping[str, Any], send: Any, agent_id: str) -> None:
+        """The agent's card, naming this server as the client reached it (`Host`)."""
+        spec = self.app.orchestrator.catalog.specs[agent_id]
+        host = dict(scope["headers"]).get(b"host", b"").decode("latin-1") or "localhost"
+        url = f"{scope.get('scheme', 'http')}://{host}{PREFIX}/{agent_id}/"
+        card = pb.AgentCard(
+            name=spec.display_name,
+            description=spec.description,
+            version="1",
+            default_input_modes=["text/plain"],
+            default_output_modes=["text/plain"],
+            capabilities=pb.AgentCapabilities(streaming=True),
+            supported_interfaces=[
+                pb.AgentInterface(protocol_binding="JSONRPC", url=url, protocol_version="1.0")
+            ],
+            skills=[
+                pb.AgentSkill(
+                    id=agent_id,
+                    name=spec.display_name,
+                    description=spec.description,
+                    tags=["orchestrator"],
+                )
+            ],
+        )
+        body = json.dumps(agent_card_to_dict(card)).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _app_of(self, agent_id: str) -> Starlette:
+        """The SDK's JSON-RPC route for `agent_id`, answered by `RunTasks`."""
+        app = self._apps.get(agent_id)
+        if app is None:
+            routes = create_jsonrpc_routes(
+                self.handler, rpc_url=f"{PREFIX}/{agent_id}/", context_builder=_Context()
+            )
+            app = self._apps[agent_id] = Starlette(routes=routes)
+        return app
+
+
+def _bounded(receive: Any, limit: int) -> Any:
+    """`receive`, as a client that left once the body passed `limit` bytes (a chunked
+    body says no length up front)."""
+    seen = 0
+
+    async def bounded() -> Any:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                return {"type": "http.disconnect"}
+        return message
+
+    return bounded
+
+
+class _Context(DefaultServerCallContextBuilder):
+    """The SDK's call context, with who asked (checked by `authorize`) and the agent."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state[_PRINCIPAL] = request.scope["state"][_PRINCIPAL]
+        context.state[_AGENT] = request.scope["state"][_AGENT]
+        return context
+
+
+class RunTasks(RequestHandler):
+    """A2A requests answered from this server's runs (one task = one run)."""
+
+    def __init__(self, app: ServerApp) -> None:
+        self.app = app
+
+    # -- messages: a new run each ---------------------------------------------------
+
+    async def on_message_send(
+        self, params: pb.SendMessageRequest, context: ServerCallContext
+    ) -> pb.Task | pb.Message:
+        view = await self._start(params, context)
+        if params.configuration.return_immediately:
+            return view.task()
+        async for _ in self._follow(view):
+            pass
+        return view.task()
+
+    async def on_message_send_stream(
+        self, params: pb.SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[pb.Task | TaskUpdate, None]:
+        view = await self._start(params, context)
+        yield view.task()
+        async for update in self._follow(view):
+            yield update
+
+    async def _start(self, params: pb.SendMessageRequest, context: ServerCallContext) -> TaskView:
+        principal: Principal = context.state[_PRINCIPAL]
+        if principal.read_only:
+            raise InvalidRequestError(message="a viewer token may not start runs")
+        message = params.message
+        if message.task_id:
+            raise InvalidParamsError(
+                message="each message starts a task here; a task takes no further messages"
+            )
+        task = text_of(message.parts)
+        if not task:
+            raise InvalidParamsError(message="the message has no text part: nothing to do")
+        try:
+            started = await start_run(self.app, principal, context.state[_AGENT], task)
+        except Refused as exc:
+            raise InvalidRequestError(message=exc.message) from None
+        run_id = started.run_id
+        return TaskView(run_id, message.context_id or run_id)
+
+    async def _follow(self, view: TaskView, after: int = 0) -> AsyncGenerator[TaskUpdate, None]:
+        async for entries in follow_run(self.app.journal, view.task_id, after):
+            for entry in entries:
+                for update in view.updates(entry.event):
+                    yield update
+
+    # -- tasks: runs ------------------------------------------------------------------
+
+    async def on_get_task(
+        self, params: pb.GetTaskRequest, context: ServerCallContext
+    ) -> pb.Task | None:
+        log = await self._visible(params.id, context)
+        view = TaskView(params.id, params.id)
+        entries = await self.app.journal.read(params.id, 0, log.committed)
+        for entry in entries:
+            view.updates(entry.event)
+        return view.task()
+
+    async def on_cancel_task(
+        self, params: pb.CancelTaskRequest, context: ServerCallContext
+    ) -> pb.Task | None:
+        log = await self._visible(params.id, context)
+        principal: Principal = context.state[_PRINCIPAL]
+        if principal.read_only:
+            raise InvalidRequestError(message="a viewer token may not cancel runs")
+        if log.finished:
+            raise TaskNotCancelableError(message=f"task {params.id} has ended")
+        await self.app.runs.cancel(params.id, None, "cancelled through A2A")
+        view = TaskView(params.id, params.id)
+        with trio.move_on_after(5):  # its end, as the run journals it
+            async for _ in self._follow(view):
+                pass
+        return view.task()
+
+    async def on_subscribe_to_task(
+        self, params: pb.SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[pb.Task | TaskUpdate, None]:
+        await self._visible(params.id, context)
+        view = TaskView(params.id, params.id)
+        async for update in self._follow(view):
+            yield update
+
+    async def _visible(self, run_id: str, context: ServerCallContext) -> RunLog:
+        principal: Principal = context.state[_PRINCIPAL]
+        try:
+            log = await self.app.journal.mirrors.find(run_id)
+        except UnknownRun:
+            raise TaskNotFoundError(message=f"no task {run_id}") from None
+        record = log.record
+        if not principal.may_see(record.owner) or record.agent_id != context.state[_AGENT]:
+            raise TaskNotFoundError(message=f"no task {run_id}")
+        return log
+
+    # -- what this server does not offer ----------------------------------------------
+
+    async def on_list_tasks(
+        self, params: pb.ListTasksRequest, context: ServerCallContext
+    ) -> pb.ListTasksResponse:
+        raise UnsupportedOperationError(message="list the runs with the runs op on /ws")
+
+    async def on_create_task_push_notification_config(
+        self, params: pb.TaskPushNotificationConfig, context: ServerCallContext
+    ) -> pb.TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError()
+
+    async def on_get_task_push_notification_config(
+        self, params: pb.GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> pb.TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError()
+
+    async def on_list_task_push_notification_configs(
+        self, params: pb.ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> pb.ListTaskPushNotificationConfigsResponse:
+        raise PushNotificationNotSupportedError()
+
+    async def on_delete_task_push_notification_config(
+        self, params: pb.DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        raise PushNotificationNotSupportedError()
+
+    async def on_get_extended_agent_card(
+        self, params: pb.GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> pb.AgentCard:
+        raise ExtendedAgentCardNotConfiguredError()

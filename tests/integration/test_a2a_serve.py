@@ -1,0 +1,144 @@
+"""Our subagents as A2A agents (`server.a2a: true`), driven by the `a2a-sdk`'s own
+client: the card, a streamed task (the run's root text as the answer artifact, the
+tree's agents as status messages), a blocking send, get and cancel, the tokens; and
+an A2A agent of one server spawned as a subagent by another (`remote: {a2a: …}`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from websockets.trio.client import connect
+
+from tests.server_helpers import demo_config, read_until_end, request, running_server
+
+pytest.importorskip("a2a", reason="the A2A tests need the `a2a` extra (pip install -e '.[dev]')")
+
+from a2a.client import ClientConfig, ClientFactory
+from a2a.client.client import Client
+from a2a.types import a2a_pb2 as pb
+
+TOKENS = [
+    {"name": "ann", "token": "ann-secret", "role": "user"},
+    {"name": "eve", "token": "eve-secret", "role": "viewer"},
+]
+
+
+def http_url(ws_url: str) -> str:
+    return ws_url.replace("ws://", "http://").removesuffix("/ws")
+
+
+@asynccontextmanager
+async def a2a_client(
+    base: str, agent: str, token: str | None = None, *, streaming: bool = True
+) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+        factory = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming))
+        yield await factory.create_from_url(f"{base}/a2a/{agent}")
+
+
+def message(text: str) -> pb.SendMessageRequest:
+    sent = pb.Message(message_id="m-1", role=pb.Role.ROLE_USER)
+    sent.parts.append(pb.Part(text=text))
+    return pb.SendMessageRequest(message=sent)
+
+
+async def collect(client: Client, request: pb.SendMessageRequest) -> list[pb.StreamResponse]:
+    """Every response (read to the end: the SDK's inner generators close only so)."""
+    return [response async for response in client.send_message(request)]
+
+
+async def test_a_subagent_is_an_a2a_agent_whose_task_is_its_run(tmp_path: Path) -> None:
+    config = demo_config(tmp_path, server={"a2a": True})
+    async with running_server(config) as server:
+        base = http_url(server.url)
+        async with a2a_client(base, "planner") as client:
+            responses = await collect(client, message("compare trio"))
+        task_id = responses[0].task.id
+        async with connect(server.url, max_size=None) as ws:
+            sub = await request(ws, op="subscribe", id=1, runId=task_id)
+            events, _ = await read_until_end(ws, sub["sub"])
+    kinds = [r.WhichOneof("payload") for r in responses]
+    assert kinds[0] == "task" and kinds[-1] == "status_update"
+    final = responses[-1].status_update.status
+    assert final.state == pb.TaskState.TASK_STATE_COMPLETED
+    chunks = [r.artifact_update for r in responses if r.WhichOneof("payload") == "artifact_update"]
+    answer: list[str] = []
+    for chunk in chunks:  # A2A: a chunk that does not append replaces the artifact
+        answer = (
+            [*answer, chunk.artifact.parts[0].text]
+            if chunk.append
+            else [chunk.artifact.parts[0].text]
+        )
+    assert sum(not c.append for c in chunks) == 2  # the first turn, then the answer's
+    assert "".join(answer) == events[-1]["data"]["result"]  # the run's answer, streamed
+    working = [
+        r.status_update.status.message.parts[0].text
+        for r in responses
+        if r.WhichOneof("payload") == "status_update"
+    ]
+    started = [e for e in events if e["type"] == "AGENT_STARTED"]
+    assert sum(text.endswith(": started") for text in working) == len(started)
+
+
+async def test_send_get_cancel_and_the_tokens(tmp_path: Path) -> None:
+    config = demo_config(tmp_path, token_delay=0.05, server={"a2a": True, "tokens": TOKENS})
+    async with running_server(config) as server:
+        base = http_url(server.url)
+        async with a2a_client(base, "researcher", "ann-secret", streaming=False) as client:
+            (done,) = await collect(client, message("quick"))
+            blocking = pb.SendMessageRequest()
+            blocking.CopyFrom(message("now"))
+            blocking.configuration.return_immediately = True
+            (started,) = await collect(client, blocking)
+            task_id = started.task.id
+            got = await client.get_task(pb.GetTaskRequest(id=task_id))
+            cancelled = await client.cancel_task(pb.CancelTaskRequest(id=task_id))
+        async with a2a_client(base, "researcher", "eve-secret", streaming=False) as viewer:
+            seen = await viewer.get_task(pb.GetTaskRequest(id=task_id))
+            with pytest.raises(Exception, match="viewer"):
+                await collect(viewer, message("may I?"))
+        with pytest.raises(Exception, match="401"):
+            async with a2a_client(base, "researcher"):
+                pass
+    assert done.task.status.state == pb.TaskState.TASK_STATE_COMPLETED
+    assert done.task.artifacts[0].parts[0].text.startswith('Findings on "quick"')
+    assert started.task.status.state == pb.TaskState.TASK_STATE_SUBMITTED
+    assert got.id == task_id and got.status.state == pb.TaskState.TASK_STATE_WORKING
+    assert cancelled.status.state == pb.TaskState.TASK_STATE_CANCELED
+    assert seen.status.state == pb.TaskState.TASK_STATE_CANCELED
+
+
+async def test_an_a2a_agent_here_is_a_subagent_there(tmp_path: Path) -> None:
+    far = tmp_path / "far"
+    far.mkdir()
+    async with running_server(demo_config(far, server={"a2a": True})) as far_server:
+        a2a_url = f"{http_url(far_server.url)}/a2a/planner"
+        spawn = {"name": "agent_spawn", "args": {"agent_id": "far_planner", "task": "t"}}
+        agents: dict[str, Any] = {
+            "far_planner": {"description": "over A2A", "remote": {"a2a": a2a_url}},
+            "boss": {
+                "description": "asks",
+                "instructions": "lead",
+                "tools": ["agent_spawn"],
+                "script": {"turns": [{"calls": [spawn]}, {"say": "got: {results}"}]},
+            },
+        }
+        async with (
+            running_server(demo_config(tmp_path, extra_agents=agents)) as server,
+            connect(server.url, max_size=None) as ws,
+        ):
+            ack = await request(ws, op="run", id=1, agent="boss", input="go")
+            with trio.fail_after(30):
+                events, end = await read_until_end(ws, ack["sub"])
+    assert end["status"] == "completed"
+    result = next(e for e in events if e["type"] == "TOOL_RESULT" and e["source"] is None)
+    assert not result["data"]["isError"]
+    assert "Here is what the research team found" in result["data"]["content"]
+    assert events[-1]["data"]["result"].startswith("got: ")
