@@ -324,10 +324,15 @@ class AgentSpawnTool:
         cursor = run.resume.remote_cursor(rebuilt.key)
         if cursor is None or not isinstance(parent_bus, Bus):  # (an A2A child: never one)
             self._lose_remote(rebuilt)
+            where = spec.remote.where if spec.remote else "?"
+            if spec.remote is not None and spec.remote.a2a:
+                raise ToolError(
+                    f"remote subagent {spec.id!r} ({where}): an A2A task is not followed "
+                    "again after a restart or takeover (docs/remote.md)"
+                )
             raise ToolError(
-                f"remote subagent {spec.id!r}: the run stopped before its run "
-                f"({spec.remote.where if spec.remote else '?'}) was known here; it is not "
-                "followed again (docs/remote.md)"
+                f"remote subagent {spec.id!r}: the run stopped before its run ({where}) was "
+                "known here; it is not followed again (docs/remote.md)"
             )
         top = rebuilt.source.path + "/"
         below = {
