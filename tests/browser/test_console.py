@@ -447,6 +447,47 @@ def test_an_approval_deep_in_the_tree_is_answered_from_the_console(
         srv.stop(signal.SIGKILL)
 
 
+def test_a_remote_subtree_shows_and_is_answered_as_a_local_one(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """boss here → far_lead (remote: `lead` on another server) → fixer there, whose
+    write_file waits: the tree shows fixer under far_lead, and the console's answer
+    is handed to that server."""
+    far_root, here_root = tmp_path / "far", tmp_path / "here"
+    far_root.mkdir()
+    here_root.mkdir()
+    write_agents(far_root, token_delay=0.01, extra=APPROVING)
+    far = Server(far_root, config())
+    far.start()
+    far_ws = f"ws://127.0.0.1:{far.port}/ws"
+    boss = json.loads(json.dumps(APPROVING["boss"]).replace('"lead"', '"far_lead"'))
+    here_agents = {
+        "boss": boss,
+        "far_lead": {"description": "theirs", "remote": {"url": far_ws, "agent": "lead"}},
+    }
+    write_agents(here_root, token_delay=0.01, extra=here_agents)
+    here = Server(here_root, config())
+    here.start()
+    try:
+        page, errors = open_page(browser, here.url)
+        start_run(page, "boss", "fix it")
+        page.wait_for_selector(".node .badge.waiting", timeout=20_000)
+        assert node(page, "fixer").locator(".badge").inner_text() == "waiting for approval"
+        assert node(page, "far_lead").count() == 1
+        node(page, "fixer").click()
+        form = page.locator("form.approval")
+        form.wait_for()
+        form.locator("textarea").fill(json.dumps({"path": "p.txt", "content": "from here"}))
+        form.locator("button", has_text="Approve").click()
+        page.wait_for_selector("#run-status.completed", timeout=20_000)
+        assert page.locator(".node .badge.waiting").count() == 0
+        assert (far_root / "workspace" / "p.txt").read_text() == "from here"
+        assert errors == []
+    finally:
+        here.stop(signal.SIGKILL)
+        far.stop(signal.SIGKILL)
+
+
 def test_a_viewer_sees_what_waits_and_cannot_answer(browser: Browser, tmp_path: Path) -> None:
     write_agents(tmp_path, token_delay=0.01, extra=APPROVING)
     tokens = [

@@ -205,6 +205,7 @@ async def test_a_tree_across_three_servers_is_steered_from_the_top(tmp_path: Pat
         below = await replay(a_url, run_id, filter={"pathPrefix": deep["path"]})
         after = await replay(a_url, run_id, after_seq=len(everything) // 2)
         shallow = await replay(a_url, run_id, filter={"maxDepth": 1})
+        status = await replay(a_url, run_id, detail="status")
         async with connect(a_url) as ws:
             left = (await Client(ws).ask(op="pending", id=7, runId=run_id))["approvals"]
         async with connect(c_url) as ws:
@@ -236,6 +237,9 @@ async def test_a_tree_across_three_servers_is_steered_from_the_top(tmp_path: Pat
     ]
     assert after == everything[len(everything) // 2 :]
     assert all(e["source"] is None or e["source"]["depth"] <= 1 for e in shallow)
+    deep_status = [e["type"] for e in status if key(e) == deep["agentKey"]]
+    assert "REASONING" not in deep_status and "AGENT_STARTED" in deep_status
+    assert "APPROVAL_REQUESTED" in deep_status and deep_status[-1] == "AGENT_RESULT"
 
 
 async def test_a_cancel_from_the_top_stops_the_agent_two_servers_away(tmp_path: Path) -> None:
