@@ -5,6 +5,7 @@ tool results and nothing hangs; cancelling the child cancels the run there."""
 
 from __future__ import annotations
 
+import functools
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -218,3 +219,31 @@ def local_server_config(root: Path, far_url: str) -> Path:
     root.mkdir()
     demo_config(root, storage="sqlite:///journal.db", extra_agents=local_agents(far_url))
     return root / "server.yaml"
+
+
+async def test_a_remote_that_never_answers_is_an_error_result_after_its_timeout(
+    tmp_path: Path,
+) -> None:
+    """A server that takes the connection and says nothing (a hung host): the child
+    fails after `timeout_seconds`, the parent goes on, nothing hangs."""
+    held: list[trio.SocketStream] = []
+
+    async def hold(stream: trio.SocketStream) -> None:
+        held.append(stream)
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(
+            functools.partial(trio.serve_tcp, hold, 0, host="127.0.0.1")
+        )
+        port = listener.socket.getsockname()[1]
+        agents = local_agents(f"ws://127.0.0.1:{port}/ws", timeout_seconds=1)
+        async with running_server(demo_config(tmp_path, extra_agents=agents)) as server:
+            with trio.fail_after(15):
+                events = await run_boss(server.url)
+        nursery.cancel_scope.cancel()
+    assert held, "the spawn did reach the silent server"
+    result = next(e for e in events if e["type"] == "TOOL_RESULT" and e["source"] is None)
+    assert result["data"]["isError"] and "unreachable" in result["data"]["content"]
+    assert "no answer within 1 s" in result["data"]["content"]
+    assert events[-1]["data"]["status"] == "completed"
