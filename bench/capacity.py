@@ -1,0 +1,388 @@
+"""How many agents streaming at a model's pace one server carries, with people watching.
+
+For each N (agents streaming at once): a fresh `orchestrator serve` process (its
+default SQLite journal, or `--storage`), N/C runs of a root that spawns C children
+(`--children`, 4) which each stream `--seconds` × `--pace` words at `--pace` words a
+second; one WebSocket watcher per run (it starts the run) plus one all-runs watcher
+that does what the console does (`runs` and `pending` every 3 s). The watchers run in
+this process — not the server's — on one `selectors` loop (websockets' Sans-I/O
+protocol, as bench/ws_bench.py: a task per connection would make the *client* the
+bottleneck).
+
+The children's words come from the `scripted` model (`--provider scripted`), or from
+an OpenAI-compatible SSE server in a third process (`--provider openai`), so a real
+provider's HTTP and SSE parsing are counted; there each word is the time the fake
+server wrote it, which is what the latency is measured from. With `scripted`, it is
+measured from the event's `ts` (stamped when the scripted model's word is
+published: a server that falls behind emits late, which shows as delivered below
+offered rather than as latency).
+
+Reported per N: children's deltas delivered/s (first to last) against offered
+(N × pace), the watcher latency p50/p99, the server's CPU (of one core, over the
+streaming window) and peak RSS, and this client process's CPU (if it nears 100%,
+the client, not the server, limits the figures). The knee is the largest N whose
+p99 is at most 100 ms.
+
+    python -m bench.capacity                          # 250, 500, 1000 agents; scripted
+    python -m bench.capacity --agents 100 200 --provider openai --storage redis://127.0.0.1:6379/5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+from websockets.client import ClientProtocol
+from websockets.frames import Frame, Opcode
+
+from bench.ws_bench import Watchers
+
+REPO = Path(__file__).resolve().parent.parent
+CONSOLE_EVERY = 3.0
+
+
+class _Source(msgspec.Struct):
+    depth: int
+
+
+class _Event(msgspec.Struct):
+    ts: float
+    type: str
+    source: _Source | None = None
+    last: bool = False
+    data: dict[str, Any] = {}
+
+
+class _Frame(msgspec.Struct):
+    op: str
+    events: list[_Event] = []
+    runId: str | None = None
+    status: str | None = None
+
+
+_decode = msgspec.json.Decoder(_Frame).decode
+
+
+# -- the server's side ------------------------------------------------------------
+
+
+def write_config(root: Path, args: argparse.Namespace, provider_url: str | None) -> Path:
+    words = int(args.seconds * args.pace)
+    spawn = {"name": "agent_spawn", "args": {"agent_id": "leaf", "task": "talk"}}
+    lead: dict[str, Any] = {
+        "description": "spawns the talkers",
+        "instructions": "ROLE: lead",
+        "tools": ["agent_spawn"],
+        "script": {"turns": [{"calls": [spawn] * args.children}, {"say": "done"}]},
+    }
+    leaf: dict[str, Any] = {
+        "description": "talks at a model's pace",
+        "instructions": "ROLE: leaf",
+        "script": {"token_delay": 1.0 / args.pace, "turns": [{"say": "w " * words}]},
+    }
+    (root / "subagents").mkdir(parents=True)
+    for name, spec in (("lead", lead), ("leaf", leaf)):
+        (root / "subagents" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    model: dict[str, Any] = {"provider": "scripted"}
+    if provider_url is not None:
+        model = {"provider": "openai", "base_url": provider_url, "model": "paced"}
+    runs = max(1, args.agents_now // args.children)
+    config = {
+        "server": {
+            "host": "127.0.0.1",
+            "port": 0,
+            "max_connections": runs + 16,
+            "max_subscriptions": 4,
+        },
+        "storage": args.storage,
+        "models": {"default": model},
+        "subagents_dir": "subagents",
+        "limits": {
+            "max_concurrent_runs": runs + 8,
+            "max_children": max(16, args.children),
+        },
+    }
+    path = root / "server.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def start(command: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes], str]:
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    if "listening on" not in line:
+        raise RuntimeError(f"{command[2:4]} did not start: {line!r}")
+    return proc, line.split("listening on ")[1].split()[0]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# -- the fake provider (a process of its own) ----------------------------------------
+
+
+def provider_main(pace: float, words: int, children: int) -> None:
+    """An OpenAI-compatible server streaming at `pace` words/s; each word is the time
+    it was written. `ROLE: lead` asks for `children` spawns, then says done."""
+    import trio
+
+    delay = 1.0 / pace
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        body = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "paced"}
+        body["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
+        return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+    async def handle(stream: trio.SocketStream) -> None:
+        buffer = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        return
+                    buffer += data
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                while len(buffer) < length:
+                    buffer += await stream.receive_some(65536)
+                body, buffer = json.loads(buffer[:length]), buffer[length:]
+                await stream.send_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"transfer-encoding: chunked\r\n\r\n"
+                )
+
+                async def send(payload: bytes) -> None:
+                    await stream.send_all(b"%x\r\n%s\r\n" % (len(payload), payload))
+
+                system = json.dumps(body.get("messages", [])[:1])
+                said_tools = any(m.get("role") == "tool" for m in body.get("messages", []))
+                if "ROLE: lead" in system and not said_tools:
+                    for i in range(children):
+                        call = {
+                            "index": i,
+                            "id": f"call_{i}",
+                            "type": "function",
+                            "function": {
+                                "name": "agent_spawn",
+                                "arguments": json.dumps({"agent_id": "leaf", "task": "talk"}),
+                            },
+                        }
+                        await send(chunk({"tool_calls": [call]}))
+                    await send(chunk({}, "tool_calls"))
+                elif "ROLE: lead" in system:
+                    await send(chunk({"content": "done"}))
+                    await send(chunk({}, "stop"))
+                else:
+                    started = trio.current_time()
+                    for i in range(words):
+                        await trio.sleep_until(started + i * delay)
+                        await send(chunk({"content": f"{time.time():.6f} "}))
+                    await send(chunk({}, "stop"))
+                await send(b"data: [DONE]\n\n")
+                await stream.send_all(b"0\r\n\r\n")
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            return
+
+    async def main() -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        print(f"provider listening on http://127.0.0.1:{port}/v1", flush=True)
+        await trio.serve_listeners(handle, listeners)
+
+    trio.run(main)
+
+
+# -- the watchers (this process) ------------------------------------------------------
+
+
+def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Start the runs, watch them to their ends; what the watchers saw."""
+    runs = max(1, args.agents_now // args.children)
+    watchers = Watchers(url, runs + 1)
+    console = runs  # the last connection: the all-runs watcher
+    for index in range(runs):
+        watchers.send(index, {"op": "run", "id": 0, "agent": "lead", "input": f"run {index}"})
+    from_text = args.provider == "openai"
+    every = max(1, int(args.pace * args.agents_now // 20_000))  # ≤ ~20k samples/s kept
+    lags: list[float] = []
+    counted = 0
+    first = last = 0.0
+    ended = 0
+    next_console = time.time()
+    selector = selectors.DefaultSelector()
+    for index, (sock, _) in enumerate(watchers.conns):
+        sock.setblocking(False)
+        selector.register(sock, selectors.EVENT_READ, index)
+    while ended < runs:
+        now = time.time()
+        if now >= next_console:
+            watchers.send(console, {"op": "runs", "id": 1, "limit": 100})
+            watchers.send(console, {"op": "pending", "id": 2})
+            next_console = now + CONSOLE_EVERY
+        for key, _ in selector.select(timeout=max(0.0, next_console - now)):
+            index = key.data
+            sock, protocol = watchers.conns[index]
+            data = sock.recv(1 << 18)
+            now = time.time()
+            if not data:
+                raise EOFError(f"the server closed watcher {index}")
+            protocol.receive_data(data)
+            _flush(sock, protocol)
+            for event in protocol.events_received():
+                if not isinstance(event, Frame) or event.opcode is not Opcode.TEXT:
+                    continue
+                if index == console:
+                    continue
+                frame = _decode(event.data)
+                if frame.op == "end":
+                    ended += 1
+                    continue
+                for e in frame.events:
+                    if e.type != "REASONING" or e.last or e.source is None:
+                        continue
+                    counted += 1
+                    if not first:
+                        first = now
+                    last = now
+                    if counted % every == 0:
+                        emitted = float(e.data["delta"]) if from_text else e.ts
+                        lags.append(now - emitted)
+    watchers.close()
+    lags.sort()
+    return {
+        "delivered": counted,
+        "span": last - first,
+        "p50_ms": lags[len(lags) // 2] * 1000 if lags else float("nan"),
+        "p99_ms": lags[int(len(lags) * 0.99)] * 1000 if lags else float("nan"),
+    }
+
+
+def _flush(sock: socket.socket, protocol: ClientProtocol) -> None:
+    for data in protocol.data_to_send():
+        if data:
+            sock.sendall(data)
+
+
+def step(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        provider = provider_url = None
+        if args.provider == "openai":
+            words = int(args.seconds * args.pace)
+            provider, provider_url = start(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.capacity",
+                    "--provider-process",
+                    str(args.pace),
+                    str(words),
+                    str(args.children),
+                ],
+                root,
+            )
+        server, url = start(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator",
+                "serve",
+                "--config",
+                str(write_config(root, args, provider_url)),
+            ],
+            root,
+        )
+        try:
+            time.sleep(0.5)
+            cpu0, wall0, mine0 = cpu_seconds(server.pid), time.time(), time.process_time()
+            seen = measure(url, args)
+            cpu = (cpu_seconds(server.pid) - cpu0) / (time.time() - wall0)
+            mine = (time.process_time() - mine0) / (time.time() - wall0)
+            rss = peak_rss_mib(server.pid)
+        finally:
+            for proc in (server, provider):
+                if proc is not None:
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait()
+    span = seen["span"] or float("inf")
+    return {
+        "agents": args.agents_now,
+        "offered": args.agents_now * args.pace,
+        "delivered_per_s": seen["delivered"] / span,
+        "p50_ms": seen["p50_ms"],
+        "p99_ms": seen["p99_ms"],
+        "server_cpu": cpu,
+        "server_rss_mib": rss,
+        "client_cpu": mine,
+    }
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--provider-process":
+        provider_main(float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, nargs="+", default=[250, 500, 1000])
+    parser.add_argument("--children", type=int, default=4)
+    parser.add_argument("--pace", type=float, default=50.0, help="words/s per agent")
+    parser.add_argument("--seconds", type=float, default=10.0, help="how long each streams")
+    parser.add_argument("--provider", choices=["scripted", "openai"], default="scripted")
+    parser.add_argument("--storage", default="sqlite:///journal.db")
+    args = parser.parse_args()
+    print(
+        f"provider {args.provider}, storage {args.storage}, children {args.children}, "
+        f"{args.pace:g} words/s each for {args.seconds:g} s"
+    )
+    head = "| agents | offered/s | delivered/s | p50 ms | p99 ms | server CPU | server RSS MiB |"
+    print(head + " client CPU |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    knee = None
+    for agents in args.agents:
+        args.agents_now = agents
+        row = step(args)
+        if row["p99_ms"] <= 100:
+            knee = agents
+        print(
+            f"| {agents:,} | {row['offered']:,.0f} | {row['delivered_per_s']:,.0f} "
+            f"| {row['p50_ms']:.1f} | {row['p99_ms']:.1f} | {row['server_cpu']:.0%} "
+            f"| {row['server_rss_mib']:.0f} | {row['client_cpu']:.0%} |",
+            flush=True,
+        )
+    print(f"knee (largest N with p99 ≤ 100 ms): {knee if knee is not None else 'none'}")
+
+
+if __name__ == "__main__":
+    main()
