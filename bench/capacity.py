@@ -17,7 +17,8 @@ measured from the event's `ts` (stamped when the scripted model's word is
 published: a server that falls behind emits late, which shows as delivered below
 offered rather than as latency).
 
-Reported per N: children's deltas delivered/s (first to last) against offered
+Reported per N: children's deltas delivered/s (over the time from asking for the
+runs to the last word received: a server that keeps up takes `--seconds`) against offered
 (N × pace), the watcher latency p50/p99, the server's CPU (of one core, over the
 streaming window) and peak RSS, and this client process's CPU (if it nears 100%,
 the client, not the server, limits the figures). The knee is the largest N whose
@@ -233,13 +234,14 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     runs = max(1, args.agents_now // args.children)
     watchers = Watchers(url, runs + 1)
     console = runs  # the last connection: the all-runs watcher
+    asked = time.time()
     for index in range(runs):
         watchers.send(index, {"op": "run", "id": 0, "agent": "lead", "input": f"run {index}"})
     from_text = args.provider == "openai"
     every = max(1, int(args.pace * args.agents_now // 20_000))  # ≤ ~20k samples/s kept
     lags: list[float] = []
     counted = 0
-    first = last = 0.0
+    last = 0.0
     ended = 0
     next_console = time.time()
     selector = selectors.DefaultSelector()
@@ -274,8 +276,6 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
                     if e.type != "REASONING" or e.last or e.source is None:
                         continue
                     counted += 1
-                    if not first:
-                        first = now
                     last = now
                     if counted % every == 0:
                         emitted = float(e.data["delta"]) if from_text else e.ts
@@ -284,7 +284,7 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     lags.sort()
     return {
         "delivered": counted,
-        "span": last - first,
+        "span": last - asked,  # from asking for the runs to the last word: ideally `seconds`
         "p50_ms": lags[len(lags) // 2] * 1000 if lags else float("nan"),
         "p99_ms": lags[int(len(lags) * 0.99)] * 1000 if lags else float("nan"),
     }

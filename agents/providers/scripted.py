@@ -29,6 +29,7 @@ from agents.core.messages import (
     UserMessage,
 )
 from agents.errors import ProviderError
+from agents.providers.pacing import sleep_until
 from agents.spec import ScriptSpec, ScriptStep
 
 __all__ = ["ScriptedProvider", "render", "split_tokens"]
@@ -148,7 +149,7 @@ class ScriptedProvider:
             # (one read, one batch), it does not slow the model down.
             start, sent = trio.current_time(), 0
             while sent < len(words):
-                await trio.sleep_until(start + (sent + 1) * delay)
+                await sleep_until(start + (sent + 1) * delay)  # (pacing.py: cheap timers)
                 due = min(int((trio.current_time() - start) / delay + 1e-9), len(words))
                 yield words[sent:due]
                 sent = due
