@@ -3,7 +3,8 @@
 For each N (agents streaming at once): a fresh `orchestrator serve` process (its
 default SQLite journal, or `--storage`), N/C runs of a root that spawns C children
 (`--children`, 4) which each stream `--seconds` × `--pace` words at `--pace` words a
-second; one WebSocket watcher per run (it starts the run) plus one all-runs watcher
+second, the runs starting spread over `--ramp` seconds (2: not all in one instant,
+nor all ending in one); one WebSocket watcher per run (it starts the run) plus one all-runs watcher
 that does what the console does (`runs` and `pending` every 3 s). The watchers run in
 this process — not the server's — on one `selectors` loop (websockets' Sans-I/O
 protocol, as bench/ws_bench.py: a task per connection would make the *client* the
@@ -18,7 +19,8 @@ published: a server that falls behind emits late, which shows as delivered below
 offered rather than as latency).
 
 Reported per N: children's deltas delivered/s (over the time from asking for the
-runs to the last word received: a server that keeps up takes `--seconds`) against offered
+first run to the last word received, less the ramp: a server that keeps up takes
+`--seconds`) against offered
 (N × pace), the watcher latency p50/p99, the server's CPU (of one core, over the
 streaming window) and peak RSS, and this client process's CPU (if it nears 100%,
 the client, not the server, limits the figures). The knee is the largest N whose
@@ -235,11 +237,12 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     watchers = Watchers(url, runs + 1)
     console = runs  # the last connection: the all-runs watcher
     asked = time.time()
-    for index in range(runs):
-        watchers.send(index, {"op": "run", "id": 0, "agent": "lead", "input": f"run {index}"})
+    starts = [asked + args.ramp * index / runs for index in range(runs)]  # (spread out)
+    started = 0
     from_text = args.provider == "openai"
     every = max(1, int(args.pace * args.agents_now // 20_000))  # ≤ ~20k samples/s kept
     lags: list[float] = []
+    times: list[float] = []
     counted = 0
     last = 0.0
     ended = 0
@@ -250,11 +253,16 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         selector.register(sock, selectors.EVENT_READ, index)
     while ended < runs:
         now = time.time()
+        while started < runs and starts[started] <= now:
+            run = {"op": "run", "id": 0, "agent": "lead", "input": f"run {started}"}
+            watchers.send(started, run)
+            started += 1
         if now >= next_console:
             watchers.send(console, {"op": "runs", "id": 1, "limit": 100})
             watchers.send(console, {"op": "pending", "id": 2})
             next_console = now + CONSOLE_EVERY
-        for key, _ in selector.select(timeout=max(0.0, next_console - now)):
+        soonest = min(next_console, starts[started] if started < runs else next_console)
+        for key, _ in selector.select(timeout=max(0.0, soonest - now)):
             index = key.data
             sock, protocol = watchers.conns[index]
             data = sock.recv(1 << 18)
@@ -280,11 +288,24 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
                     if counted % every == 0:
                         emitted = float(e.data["delta"]) if from_text else e.ts
                         lags.append(now - emitted)
+                        times.append(now - asked)
     watchers.close()
+    if os.environ.get("CAPACITY_TIMELINE"):
+        buckets: dict[int, list[float]] = {}
+        for at, lag in zip(times, lags, strict=True):
+            buckets.setdefault(int(at), []).append(lag)
+        for second, found in sorted(buckets.items()):
+            found.sort()
+            print(
+                f"  {second:3d}s n={len(found):6d} p50 {found[len(found) // 2] * 1000:7.1f} "
+                f"p99 {found[int(len(found) * 0.99)] * 1000:7.1f} ms",
+                file=sys.stderr,
+            )
     lags.sort()
     return {
         "delivered": counted,
-        "span": last - asked,  # from asking for the runs to the last word: ideally `seconds`
+        "span": last - asked,  # from the first run asked for to the last word: ideally
+        # `ramp` + `seconds`
         "p50_ms": lags[len(lags) // 2] * 1000 if lags else float("nan"),
         "p99_ms": lags[int(len(lags) * 0.99)] * 1000 if lags else float("nan"),
     }
@@ -337,7 +358,7 @@ def step(args: argparse.Namespace) -> dict[str, Any]:
                 if proc is not None:
                     proc.send_signal(signal.SIGKILL)
                     proc.wait()
-    span = seen["span"] or float("inf")
+    span = max(seen["span"] - args.ramp * (1 - 1 / max(1, args.agents_now // args.children)), 1e-9)
     return {
         "agents": args.agents_now,
         "offered": args.agents_now * args.pace,
@@ -359,6 +380,9 @@ def main() -> None:
     parser.add_argument("--children", type=int, default=4)
     parser.add_argument("--pace", type=float, default=50.0, help="words/s per agent")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long each streams")
+    parser.add_argument(
+        "--ramp", type=float, default=2.0, help="runs start spread over this many seconds"
+    )
     parser.add_argument("--provider", choices=["scripted", "openai"], default="scripted")
     parser.add_argument("--storage", default="sqlite:///journal.db")
     args = parser.parse_args()

@@ -8,6 +8,8 @@ the batch and retries it.
 
 from __future__ import annotations
 
+import functools
+import logging
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,6 +20,8 @@ import trio
 from orchestrator.storage.base import RunRecord, StorageError
 
 __all__ = ["SqliteStorage"]
+
+logger = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -35,9 +39,22 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
+    body BLOB NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS events_by_run ON events (run_id, seq);
+"""
+# Events are a rowid table (rows appended in write order) with a (run_id, seq) index.
+# Files made before kept them in a WITHOUT ROWID table keyed by (run_id, seq): the
+# bodies themselves lived in that B-tree, so the interleaved inserts of many runs
+# split its pages and moved the bodies — 12.6 µs an event against 5.3 here, which at
+# a model's pace set the journal's commit cycle (docs/benchmarks.md, capacity).
+# Such files are converted once, when opened.
+_CONVERT_EVENTS = """
+CREATE TABLE events_rowid (run_id TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL);
+INSERT INTO events_rowid (run_id, seq, body) SELECT run_id, seq, body FROM events;
+DROP TABLE events;
+ALTER TABLE events_rowid RENAME TO events;
+CREATE UNIQUE INDEX events_by_run ON events (run_id, seq);
 """
 # Columns added after the first release: added in place to older files.
 _ADDED_COLUMNS = {"owner": "TEXT", "first_seq": "INTEGER NOT NULL DEFAULT 1"}
@@ -58,6 +75,8 @@ class SqliteStorage:
         self._reader: sqlite3.Connection | None = None
         self._write_limiter = trio.CapacityLimiter(1)
         self._read_limiter = trio.CapacityLimiter(1)
+        self._written: dict[str, str] = {}
+        """runId → the status its record was last written with (by `write`)."""
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -95,15 +114,44 @@ class SqliteStorage:
             for column, decl in _ADDED_COLUMNS.items():
                 if existing and column not in existing:
                     self._writer.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
+            (events_sql,) = self._writer.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'events'"
+            ).fetchone()
+            if "WITHOUT ROWID" in events_sql.upper():
+                self._convert_events()
             self._reader = self._connect()
         except (OSError, sqlite3.Error) as exc:
             self._close()
             raise StorageError(f"sqlite storage {str(self.path)!r}: {exc}") from None
 
+    def _convert_events(self) -> None:
+        """An older file's events, moved once into the rowid table (one transaction)."""
+        conn = self._writer
+        assert conn is not None
+        count = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        logger.warning(
+            "sqlite storage %s: converting %d events to the new layout", self.path, count
+        )
+        conn.execute("BEGIN")
+        try:
+            for statement in _CONVERT_EVENTS.strip().split(";\n"):
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
     def _load(self) -> list[RunRecord]:
         conn = self._writer
         assert conn is not None, "storage is not open"
         rows = conn.execute(f"SELECT {_COLUMNS} FROM runs ORDER BY created_at, run_id").fetchall()
+        last = "SELECT MAX(seq) FROM events WHERE run_id = ?"
+        rows = [  # a running run's `last_seq` is written with its status only (`write`)
+            (*r[:7], max(r[7], conn.execute(last, (r[0],)).fetchone()[0] or 0), *r[8:])
+            if r[3] == "running"
+            else r
+            for r in rows
+        ]
         return [
             RunRecord(
                 run_id=r[0],
@@ -130,7 +178,9 @@ class SqliteStorage:
         conn.execute("BEGIN")
         try:
             for sql, rows in statements:
-                if rows:
+                if "{values}" in sql:
+                    _insert_many(conn, sql, rows)
+                elif rows:
                     conn.executemany(sql, rows)
             conn.execute("COMMIT")
         except BaseException:
@@ -138,11 +188,18 @@ class SqliteStorage:
             raise
 
     async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
-        """One transaction for the whole batch, in a worker thread."""
+        """One transaction for the whole batch, in a worker thread.
+
+        A record is written when it is new or its status changed (not for every
+        batch of its events: at a model's pace that was a row per run per batch, as
+        many as the events themselves); a running run's `last_seq` is read back from
+        its events at `load`.
+        """
+        records = [r for r in records if self._written.get(r.run_id) != r.status]
         statements: list[tuple[str, list[tuple[object, ...]]]] = [
-            ("INSERT INTO events (run_id, seq, body) VALUES (?, ?, ?)", list(events)),
+            ("INSERT INTO events (run_id, seq, body) VALUES {values}", list(events)),
             (
-                f"INSERT INTO runs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                f"INSERT INTO runs ({_COLUMNS}) VALUES {{values}}"
                 " ON CONFLICT(run_id) DO UPDATE SET status=excluded.status,"
                 " finished_at=excluded.finished_at, last_seq=excluded.last_seq,"
                 " first_seq=excluded.first_seq",
@@ -164,6 +221,8 @@ class SqliteStorage:
             ),
         ]
         await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
+        for record in records:
+            self._written[record.run_id] = record.status
 
     def _read(self, run_id: str, after_seq: int, limit: int) -> list[bytes]:
         conn = self._reader
@@ -196,9 +255,40 @@ class SqliteStorage:
             ("DELETE FROM runs WHERE run_id = ?", rows),
         ]
         await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
+        for run_id in run_ids:
+            self._written.pop(run_id, None)
 
     def _close(self) -> None:
         for conn in (self._reader, self._writer):
             if conn is not None:
                 conn.close()
         self._reader = self._writer = None
+
+
+_ROWS_PER_STATEMENT = 256
+"""Rows one INSERT carries (`VALUES (…), (…), …`; under SQLite's 32,766 variables)."""
+
+
+@functools.cache
+def _statement(sql: str, width: int, rows: int) -> str:
+    row = "(" + ", ".join("?" * width) + ")"
+    return sql.format(values=", ".join([row] * rows))
+
+
+def _insert_many(conn: sqlite3.Connection, sql: str, rows: list[tuple[object, ...]]) -> None:
+    """`rows` into `sql` (its `{values}`), many rows per statement.
+
+    Why not `executemany`: it steps SQLite once per row, and the sqlite3 module lets
+    go of the GIL around every step. At 40,000 rows a second that is 80,000 GIL
+    hand-overs between this writer thread and the event loop's — a convoy that cost
+    the loop more than the inserts themselves (bench/capacity.py: p99 716 ms at 800
+    paced agents). One statement per 256 rows binds them all while it holds the GIL,
+    then lets go once while SQLite inserts them (in parallel with the loop).
+    """
+    if not rows:
+        return
+    width = len(rows[0])
+    for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+        part = rows[start : start + _ROWS_PER_STATEMENT]
+        flat = [value for row in part for value in row]
+        conn.execute(_statement(sql, width, len(part)), flat)
