@@ -210,6 +210,11 @@ class LimitsConfig(BaseModel):
     max_pending_approvals: int = Field(default=10_000, ge=1)
     """Most tool calls waiting for a decision at once over the server; past it a call
     that needs one is denied at once (`by: server`)."""
+    max_http_connections: int = Field(default=1024, ge=1)
+    """HTTP connections the server keeps open at once to model providers (and for
+    `http_get`): one per streaming agent. A request past it waits for one to free up
+    (up to the model's connect timeout). httpx's own default, 100, capped a server at
+    100 agents streaming from real providers."""
 
 
 class ToolsConfig(BaseModel):

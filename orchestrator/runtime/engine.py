@@ -223,8 +223,10 @@ class Orchestrator:
             if spec.model not in config.models:
                 raise SpecError(f"subagent {spec.id!r}: model {spec.model!r} is not configured")
         # The caller's client stays open; ours is closed on exit.
+        connections = config.limits.max_http_connections
+        pool = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         owned: AbstractAsyncContextManager[httpx.AsyncClient] = (
-            nullcontext(http_client) if http_client is not None else httpx.AsyncClient()
+            nullcontext(http_client) if http_client is not None else httpx.AsyncClient(limits=pool)
         )
         async with owned as client, _mcp_hub(config) as mcp:
             yield cls(config, specs, ProviderFactory(dict(config.models), client), client, mcp)
