@@ -157,6 +157,8 @@ def provider_main(pace: float, words: int, children: int) -> None:
     it was written. `ROLE: lead` asks for `children` spawns, then says done."""
     import trio
 
+    from agents.providers.pacing import sleep_until
+
     delay = 1.0 / pace
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -211,7 +213,7 @@ def provider_main(pace: float, words: int, children: int) -> None:
                 else:
                     started = trio.current_time()
                     for i in range(words):
-                        await trio.sleep_until(started + i * delay)
+                        await sleep_until(started + i * delay)  # (the cheap shared alarm)
                         await send(chunk({"content": f"{time.time():.6f} "}))
                     await send(chunk({}, "stop"))
                 await send(b"data: [DONE]\n\n")
