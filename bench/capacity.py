@@ -28,6 +28,7 @@ p99 is at most 100 ms.
 
     python -m bench.capacity                          # 250, 500, 1000 agents; scripted
     python -m bench.capacity --agents 100 200 --provider openai --storage redis://127.0.0.1:6379/5
+    python -m bench.capacity --storage redis://127.0.0.1:6379/0 --workers 2   # a cluster
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ def write_config(root: Path, args: argparse.Namespace, provider_url: str | None)
     if provider_url is not None:
         model = {"provider": "openai", "base_url": provider_url, "model": "paced"}
     runs = max(1, args.agents_now // args.children)
+    storage: Any = args.storage
+    if storage.startswith("redis://"):  # a fresh key prefix; this machine's Redis keeps
+        # nothing on disk, so `strict` durability would be refused
+        storage = {"url": f"{storage}?prefix={args.prefix}", "durability": "relaxed"}
     config = {
         "server": {
             "host": "127.0.0.1",
@@ -109,7 +114,7 @@ def write_config(root: Path, args: argparse.Namespace, provider_url: str | None)
             "max_connections": runs + 16,
             "max_subscriptions": 4,
         },
-        "storage": args.storage,
+        "storage": storage,
         "models": {"default": model},
         "subagents_dir": "subagents",
         "limits": {
@@ -119,10 +124,33 @@ def write_config(root: Path, args: argparse.Namespace, provider_url: str | None)
     }
     path = root / "server.yaml"
     path.write_text(yaml.safe_dump(config))
+    if args.workers:
+        for name, worker in (("server.yaml", False), ("worker.yaml", True)):
+            config["cluster"] = {"name": "capacity", "worker": worker}
+            (root / name).write_text(yaml.safe_dump(config))
     return path
 
 
-def start(command: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes], str]:
+def drop_prefix(url: str, prefix: str) -> None:
+    """Delete the keys a cluster or Redis journal step left under `prefix`."""
+    import trio
+
+    from orchestrator.storage.redis import RedisStorage
+
+    async def drop() -> None:
+        async with RedisStorage.open(f"{url}?prefix={prefix}", durability="relaxed") as storage:
+            client = storage._client
+            assert client is not None
+            keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+            for start in range(0, len(keys), 1000):
+                await client.delete(keys[start : start + 1000])
+
+    trio.run(drop)
+
+
+def start(
+    command: list[str], cwd: Path, ready: str = "listening on"
+) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -132,8 +160,10 @@ def start(command: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes], str]:
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().decode()
-    if "listening on" not in line:
+    if ready not in line:
         raise RuntimeError(f"{command[2:4]} did not start: {line!r}")
+    if ready != "listening on":
+        return proc, ""
     return proc, line.split("listening on ")[1].split()[0]
 
 
@@ -337,29 +367,43 @@ def step(args: argparse.Namespace) -> dict[str, Any]:
                 ],
                 root,
             )
+        args.prefix = f"aor-capacity-{os.getpid()}-{args.agents_now}:"
+        config = write_config(root, args, provider_url)
         server, url = start(
-            [
-                sys.executable,
-                "-m",
-                "orchestrator",
-                "serve",
-                "--config",
-                str(write_config(root, args, provider_url)),
-            ],
-            root,
+            [sys.executable, "-m", "orchestrator", "serve", "--config", str(config)], root
         )
+        workers = [
+            start(
+                [
+                    sys.executable,
+                    "-m",
+                    "orchestrator",
+                    "worker",
+                    "--config",
+                    str(root / "worker.yaml"),
+                ],
+                root,
+                "orchestrator worker",
+            )[0]
+            for _ in range(args.workers)
+        ]
+        servers = [server, *workers]
         try:
             time.sleep(0.5)
-            cpu0, wall0, mine0 = cpu_seconds(server.pid), time.time(), time.process_time()
+            cpu0 = [cpu_seconds(p.pid) for p in servers]
+            wall0, mine0 = time.time(), time.process_time()
             seen = measure(url, args)
-            cpu = (cpu_seconds(server.pid) - cpu0) / (time.time() - wall0)
-            mine = (time.process_time() - mine0) / (time.time() - wall0)
-            rss = peak_rss_mib(server.pid)
+            wall = time.time() - wall0
+            cpu = [(cpu_seconds(p.pid) - c) / wall for p, c in zip(servers, cpu0, strict=True)]
+            mine = (time.process_time() - mine0) / wall
+            rss = [peak_rss_mib(p.pid) for p in servers]
         finally:
-            for proc in (server, provider):
+            for proc in (*servers, provider):
                 if proc is not None:
                     proc.send_signal(signal.SIGKILL)
                     proc.wait()
+            if args.storage.startswith("redis://"):
+                drop_prefix(args.storage, args.prefix)
     span = max(seen["span"] - args.ramp * (1 - 1 / max(1, args.agents_now // args.children)), 1e-9)
     return {
         "agents": args.agents_now,
@@ -367,7 +411,7 @@ def step(args: argparse.Namespace) -> dict[str, Any]:
         "delivered_per_s": seen["delivered"] / span,
         "p50_ms": seen["p50_ms"],
         "p99_ms": seen["p99_ms"],
-        "server_cpu": cpu,
+        "server_cpu": cpu,  # per process: the server (or gateway), then the workers
         "server_rss_mib": rss,
         "client_cpu": mine,
     }
@@ -387,6 +431,12 @@ def main() -> None:
     )
     parser.add_argument("--provider", choices=["scripted", "openai"], default="scripted")
     parser.add_argument("--storage", default="sqlite:///journal.db")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="cluster mode: a gateway and this many workers on the --storage Redis",
+    )
     args = parser.parse_args()
     print(
         f"provider {args.provider}, storage {args.storage}, children {args.children}, "
@@ -403,8 +453,10 @@ def main() -> None:
             knee = agents
         print(
             f"| {agents:,} | {row['offered']:,.0f} | {row['delivered_per_s']:,.0f} "
-            f"| {row['p50_ms']:.1f} | {row['p99_ms']:.1f} | {row['server_cpu']:.0%} "
-            f"| {row['server_rss_mib']:.0f} | {row['client_cpu']:.0%} |",
+            f"| {row['p50_ms']:.1f} | {row['p99_ms']:.1f} "
+            f"| {' + '.join(f'{c:.0%}' for c in row['server_cpu'])} "
+            f"| {' + '.join(f'{r:.0f}' for r in row['server_rss_mib'])} "
+            f"| {row['client_cpu']:.0%} |",
             flush=True,
         )
     print(f"knee (largest N with p99 ≤ 100 ms): {knee if knee is not None else 'none'}")
