@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import selectors
 import signal
@@ -126,7 +127,7 @@ def write_config(root: Path, args: argparse.Namespace, provider_url: str | None)
     path.write_text(yaml.safe_dump(config))
     if args.workers:
         for name, worker in (("server.yaml", False), ("worker.yaml", True)):
-            config["cluster"] = {"name": "capacity", "worker": worker}
+            config["cluster"] = {"name": "capacity", "worker": worker, "max_runs": runs}
             (root / name).write_text(yaml.safe_dump(config))
     return path
 
@@ -136,6 +137,8 @@ def drop_prefix(url: str, prefix: str) -> None:
     import trio
 
     from orchestrator.storage.redis import RedisStorage
+
+    logging.getLogger("orchestrator.storage.redis").setLevel(logging.ERROR)  # (its warning)
 
     async def drop() -> None:
         async with RedisStorage.open(f"{url}?prefix={prefix}", durability="relaxed") as storage:
