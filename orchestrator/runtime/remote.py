@@ -66,6 +66,7 @@ class RemoteLink:
     """
 
     __slots__ = (
+        "a2a",
         "cancellation",
         "child_key",
         "client",
@@ -84,8 +85,12 @@ class RemoteLink:
         timeout: float | None,
         registry: dict[str, RemoteLink],
         desk: ApprovalDesk | None = None,
+        *,
+        a2a: bool = False,
     ) -> None:
         self.child_key = child_key
+        self.a2a = a2a
+        """An A2A agent: it has no subtree and takes no messages from here."""
         self.scope = trio.CancelScope()
         if timeout:
             self.scope.relative_deadline = timeout
@@ -138,27 +143,35 @@ class RemoteLink:
     def hold(self, run_id: str, source: Source, event: Event) -> None:
         """A forwarded APPROVAL_REQUESTED: list the call in this run's desk, answered
         through `answer` (what is listed is bounded by the remote's own limits)."""
-        data, desk = event.data, self.desk
-        if desk is None:
-            return
+        data = event.data
         try:
             call_id, name = str(data["toolCallId"]), str(data["name"])
             timeout_at = float(data["timeoutAt"])
-            args = data.get("args")
         except (KeyError, TypeError, ValueError):
             return
-        request = ApprovalRequest(
-            tool_call_id=call_id,
-            name=name,
-            args=args if isinstance(args, dict) else {},
-            requested_at=event.ts,
-            timeout_at=timeout_at,
-            wait=max(0.0, timeout_at - time.time()),
-            edit=bool(data.get("edit")),
-            parameters={},  # the server there checks edited arguments
+        args = data.get("args")
+        self.hold_call(
+            run_id,
+            source,
+            ApprovalRequest(
+                tool_call_id=call_id,
+                name=name,
+                args=args if isinstance(args, dict) else {},
+                requested_at=event.ts,
+                timeout_at=timeout_at,
+                wait=max(0.0, timeout_at - time.time()),
+                edit=bool(data.get("edit")),
+                parameters={},  # the server there checks edited arguments
+            ),
         )
+
+    def hold_call(self, run_id: str, source: Source, request: ApprovalRequest) -> None:
+        """List a call that waits there in this run's desk (once)."""
+        if self.desk is None:
+            return
+        call_id = request.tool_call_id
         waiting = PendingApproval(run_id, source, request, functools.partial(self.answer, call_id))
-        if desk.hold(waiting):
+        if self.desk.hold(waiting):
             self.held.append((run_id, call_id))
 
     def resolved(self, run_id: str, event: Event) -> None:
@@ -204,7 +217,7 @@ class RemoteLink:
 
     def _there(self) -> tuple[Client, str]:
         if self.client is None or self.run_id is None:
-            if "A2A" in self.where:
+            if self.a2a:
                 raise RemoteRefused(f"{self.where}: an A2A agent takes no messages from here")
             raise RemoteRefused(f"{self.where}: its run has not started there yet")
         return self.client, self.run_id
@@ -382,22 +395,17 @@ async def _rejoin(
         source = child if info.agent_key is None else again.below.get(info.agent_key)
         if source is None:
             continue
-        data = {
-            "toolCallId": info.tool_call_id,
-            "name": info.name,
-            "args": info.args,
-            "timeoutAt": info.timeout_at,
-            "edit": info.edit,
-        }
-        asked = Event(
-            run_id=link.run_id or "",
-            seq=0,
-            ts=info.requested_at,
-            type=EventType.APPROVAL_REQUESTED,
-            source=None,
-            data=data,
+        request = ApprovalRequest(
+            tool_call_id=info.tool_call_id,
+            name=info.name,
+            args=info.args,
+            requested_at=info.requested_at,
+            timeout_at=info.timeout_at,
+            wait=max(0.0, info.timeout_at - time.time()),
+            edit=info.edit,
+            parameters={},  # the server there checks edited arguments
         )
-        link.hold(here, source, asked)
+        link.hold_call(here, source, request)
 
 
 class _Forward:

@@ -236,12 +236,13 @@ class AgentSpawnTool:
         """A remote child, from its start (or `again`, after a resume) to its end."""
         key, run = bus.agent_key, self._run
         assert key is not None
+        a2a = spec.remote is not None and spec.remote.a2a is not None
         link = RemoteLink(
-            key, seconds, run.remotes, run.catalog.desk if isinstance(bus, Bus) else None
+            key, seconds, run.remotes, run.catalog.desk if isinstance(bus, Bus) else None, a2a=a2a
         )
         try:
             with link.scope:
-                if spec.remote is not None and spec.remote.a2a is not None:
+                if a2a:
                     from orchestrator.runtime.a2a_child import run_a2a  # (the `a2a` extra)
 
                     return await run_a2a(spec, task, bus, link)
