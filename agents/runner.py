@@ -737,28 +737,41 @@ class AgentRunner:
         wait for the tool calls, and hand back the outcome (message, results in call
         order, finish reason)."""
         turn = _Turn()
-        failure: Exception | None = None
         async with trio.open_nursery() as tools:
             turn.tools = tools
-            try:
-                await self._ask_model(turn)
-                message = await self._assemble(turn)
-            except Exception as exc:  # raised bare after the nursery, not as a group
-                failure = exc
-                tools.cancel_scope.cancel()
-        # The nursery has waited for every tool call the turn started.
+            tools.start_soon(self._read_turn, turn)
+        # The nursery has waited for the stream and for every tool call the turn started.
         if turn.usage is not None:
             self.usage_node.charge(
                 Usage(input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens)
             )
-        if failure is not None:
-            raise failure
+        if turn.failure is not None:
+            raise turn.failure
+        message = turn.message
+        assert message is not None  # set by `_read_turn` when it did not fail
         if turn.usage is not None:  # the next request holds this turn's message too
             self._meter.turn_ended(
                 turn.usage.input_tokens, turn.usage.output_tokens, len(self.messages) + 1
             )
         reason = turn.assembler.finish_reason or "unknown"
         return message, [turn.results[call.id] for call in message.tool_calls], reason
+
+    async def _read_turn(self, turn: _Turn) -> None:
+        """Ask the model and assemble its message, in a task of its own beside the
+        turn's tool calls.
+
+        Why a task: a task resumes through every frame under it. In the agent's own
+        task each delta read from a provider would resume the whole call chain
+        (tool task → spawn → run → loop → turn → here); in this one it resumes this
+        frame and the provider's stream. A failure is kept for `_turn` to raise bare
+        (not as a group), and cancels the tool calls already started.
+        """
+        try:
+            await self._ask_model(turn)
+            turn.message = await self._assemble(turn)
+        except Exception as exc:
+            turn.failure = exc
+            turn.tools.cancel_scope.cancel()
 
     async def _ask_model(self, turn: _Turn) -> None:
         """Stream one model turn into `turn`, emitting its events as they arrive.
@@ -1061,7 +1074,7 @@ class _Progress:
 class _Turn:
     """One model turn in progress: what the stream assembled, and its tool calls."""
 
-    __slots__ = ("assembler", "readers", "results", "tools", "usage")
+    __slots__ = ("assembler", "failure", "message", "readers", "results", "tools", "usage")
 
     def __init__(self) -> None:
         self.assembler = TurnAssembler()
@@ -1071,7 +1084,11 @@ class _Turn:
         """Streaming-argument readers of calls whose tool has `stream_paths`."""
         self.usage: UsageReport | None = None
         self.tools: trio.Nursery
-        """Where the turn's tool calls run (the turn waits for them)."""
+        """Where the turn's stream is read and its tool calls run (the turn waits for them)."""
+        self.message: AssistantMessage | None = None
+        """The assembled message, once the stream has ended."""
+        self.failure: Exception | None = None
+        """Why reading the stream failed (raised by `_turn` once the tool calls have ended)."""
 
 
 def is_cancellation(exc: BaseException) -> bool:

@@ -229,6 +229,7 @@ async def main(args: argparse.Namespace) -> None:
             (1, 4, 12000),
             (4, 2, 3000),
             (3, 4, 500),
+            (100, 1, 600),  # wide: one parent, 100 children streaming at once
         ]
     )
     base = median_of([await channel_baseline(args.baseline) for _ in range(args.repeat)])
