@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import count
 
 import trio
 
@@ -26,50 +25,54 @@ TICK = 0.002
 
 
 class _Alarm:
-    """The heap of parked sleepers of one trio run, and the task that wakes them."""
+    """The parked sleepers of one trio run, by tick, and the task that wakes them.
+
+    Sleepers due in the same tick share one list (a dict of tick → tasks, with a
+    heap of the ticks that have sleepers): a sleep is an append, and a wake-up pops
+    one list per tick — not a heap entry per sleeper (with 1,000 agents the heap's
+    tuple comparisons were a third of what pacing cost).
+    """
 
     def __init__(self) -> None:
-        self.heap: list[tuple[float, int, trio.lowlevel.Task]] = []
-        self.cancelled: set[int] = set()
-        self.order = count()
+        self.due: dict[int, list[trio.lowlevel.Task]] = {}
+        """Tick number (deadline ÷ TICK, rounded up) → the tasks sleeping until then."""
+        self.ticks: list[int] = []
+        """A heap of the keys of `due`."""
         self.changed = trio.lowlevel.ParkingLot()
         trio.lowlevel.spawn_system_task(self._wake, name="agents.pacing alarm")
 
     async def sleep_until(self, deadline: float) -> None:
         task = trio.lowlevel.current_task()
-        ticket = next(self.order)
-        first = not self.heap or deadline < self.heap[0][0]
-        heapq.heappush(self.heap, (deadline, ticket, task))
-        if first:
-            self.changed.unpark_all()
+        tick = math.ceil(deadline / TICK - 1e-9)
+        sleepers = self.due.get(tick)
+        if sleepers is None:
+            sleepers = self.due[tick] = []
+            first = not self.ticks or tick < self.ticks[0]
+            heapq.heappush(self.ticks, tick)
+            if first:
+                self.changed.unpark_all()
+        sleepers.append(task)
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            self.cancelled.add(ticket)
+            sleepers.remove(task)  # (an emptied tick is dropped when it comes)
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def _wake(self) -> None:
-        heap = self.heap
+        ticks, due, reschedule = self.ticks, self.due, trio.lowlevel.reschedule
         while True:
-            while heap and heap[0][1] in self.cancelled:
-                self.cancelled.discard(heapq.heappop(heap)[1])
-            if not heap:
+            if not ticks:
                 await self.changed.park()
                 continue
             now = trio.current_time()
-            if heap[0][0] > now:
-                wake_at = math.ceil(heap[0][0] / TICK - 1e-9) * TICK  # (shared by the tick)
-                wake_at = max(wake_at, heap[0][0])
-                with trio.move_on_at(wake_at):
+            if ticks[0] * TICK > now:
+                with trio.move_on_at(ticks[0] * TICK):
                     await self.changed.park()  # (or sooner: an earlier sleeper came)
                 continue
-            while heap and heap[0][0] <= now:
-                _, ticket, task = heapq.heappop(heap)
-                if ticket in self.cancelled:
-                    self.cancelled.discard(ticket)
-                else:
-                    trio.lowlevel.reschedule(task)
+            while ticks and ticks[0] * TICK <= now:
+                for task in due.pop(heapq.heappop(ticks)):
+                    reschedule(task)
 
 
 _ALARM: trio.lowlevel.RunVar[_Alarm] = trio.lowlevel.RunVar("agents.pacing alarm")

@@ -26,11 +26,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-import msgspec
 import trio
 
 from orchestrator.core.capping import cap_event
-from orchestrator.core.events import Event, EventType, decode_event
+from orchestrator.core.events import Event, EventEncoder, EventType, decode_event
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.mirror import RunMirrors
 from orchestrator.storage.paging import RunPage
@@ -40,13 +39,11 @@ from orchestrator.storage.writer import JournalWriter
 
 __all__ = ["Entry", "Follower", "Journal", "RunLog", "RunOutlet", "UnknownRun"]
 
-_encode = msgspec.json.Encoder().encode
-
 
 class RunOutlet:
     """The bus outlet of one run: events go to the journal."""
 
-    __slots__ = ("_journal", "_log", "_mark", "_max_bytes", "_max_pending")
+    __slots__ = ("_encode", "_journal", "_log", "_mark", "_max_bytes", "_max_pending")
 
     def __init__(self, journal: Journal, log: RunLog) -> None:
         self._journal = journal
@@ -54,6 +51,7 @@ class RunOutlet:
         self._mark = journal.writer.mark
         self._max_bytes = journal.max_event_bytes
         self._max_pending = journal.max_pending
+        self._encode = EventEncoder().encode
 
     def put_nowait(self, event: Event) -> bool:
         """Queue the event for the next write batch (cut to `max_event_bytes`).
@@ -63,11 +61,11 @@ class RunOutlet:
         log = self._log
         if log.fenced:  # the run is someone else's now: this copy is being cancelled
             return False
-        raw = _encode(event)
+        raw = self._encode(event)
         if len(raw) > self._max_bytes:
             event, raw = cap_event(event, raw, self._max_bytes)
             self._journal.events_truncated += 1
-        log.pending.append(Entry(event, raw))
+        log.pending.append(Entry(event, raw, event.seq))
         if event.type is EventType.RUN_FINISHED:
             log.record.status = str(event.data.get("status", "completed"))
             log.record.finished_at = event.ts
@@ -312,7 +310,11 @@ class Journal:
             return log.entries[start : start + limit]
         count = min(limit, log.committed - after_seq)
         raws = await self.storage.read(run_id, after_seq, count)
-        return [Entry(decode_event(raw), raw) for raw in raws]
+        entries = []
+        for raw in raws:
+            event = decode_event(raw)
+            entries.append(Entry(event, raw, event.seq))
+        return entries
 
     async def read_all(self, run_id: str, last_seq: int) -> list[Entry]:
         """Every kept event of the run up to `last_seq`, oldest first (to resume it)."""

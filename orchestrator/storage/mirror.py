@@ -71,7 +71,7 @@ class RunMirrors:
         for raw in raws:
             event = decode_event(raw)
             if event.seq == log.committed + len(fresh) + 1:
-                fresh.append(Entry(event, raw))
+                fresh.append(Entry(event, raw, event.seq))
         if not fresh:
             return
         if log.committed + 1 != log.tail_first + len(log.entries):  # not contiguous: restart

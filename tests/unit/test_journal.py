@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -62,6 +63,20 @@ async def test_events_become_readable_only_once_committed(factory: Factory) -> N
         (entry,) = await journal.read("run-1", 0, 10)
         assert entry.seq == 1 and entry.raw.startswith(b'{"runId":"run-1","seq":1')
         assert journal.writer.events_written == 1
+
+
+async def test_the_tail_is_out_of_the_garbage_collectors_reach() -> None:
+    """A run keeps up to `tail` committed entries: tracked, 1,000 agents' tails made
+    a collection of generation 1 pause the server 261 ms (docs/benchmarks.md)."""
+    async with open_journal(MemoryStorage.open()) as journal:
+        journal.create_run(record())
+        bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
+        bus.emit_nowait(EventType.RUN_STARTED, {"agentId": "planner", "input": "q"})
+        bus.emit_nowait(EventType.REASONING, {"delta": "hi"})
+        await journal.writer.flush()
+        entries = await journal.read("run-1", 0, 10)
+        assert [e.seq for e in entries] == [1, 2]
+        assert not any(gc.is_tracked(e) for e in entries)
 
 
 async def test_wait_wakes_on_commit_and_on_finish(factory: Factory) -> None:
