@@ -4,11 +4,12 @@
 delivers a Cancelled into the sleeper and catches it: ~20 µs of CPU per sleep here.
 A thousand scripted agents at 50 words a second sleep 50,000 times a second, and
 that machinery was a fifth of the server's CPU (`bench/capacity.py`, py-spy). Here a
-sleeper parks on `wait_task_rescheduled` in a heap, and one system task wakes every
-sleeper that is due, rounding its own wake-ups up to a `TICK` so that sleepers due
-within the same tick are woken by one timer. A sleeper is never woken early and at
-most `TICK` late (2 ms: a tenth of a 50-words-a-second gap). Cancelling a sleeper
-works as for any trio sleep (it is taken out of the heap).
+sleeper parks on `wait_task_rescheduled` in the list of its `TICK` (its deadline
+rounded up to one), and one system task wakes each tick's sleepers when it comes,
+so that sleepers due within the same tick are woken by one timer. A sleeper is
+never woken early and at most `TICK` late (2 ms: a tenth of a 50-words-a-second
+gap). Cancelling a sleeper works as for any trio sleep (it is taken out of its
+tick's list).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ class _Alarm:
 
     Sleepers due in the same tick share one list (a dict of tick → tasks, with a
     heap of the ticks that have sleepers): a sleep is an append, and a wake-up pops
-    one list per tick — not a heap entry per sleeper (with 1,000 agents the heap's
-    tuple comparisons were a third of what pacing cost).
+    one list per tick — not a heap entry (a tuple, and its comparisons) per
+    sleeper.
     """
 
     def __init__(self) -> None:

@@ -62,9 +62,9 @@ def test_the_same_bytes_as_encode_event(events: list[Event]) -> None:
             assert decode_event(raw) == event
 
 
-def test_each_source_encoded_once_and_the_cache_bounded() -> None:
-    source = Source(
-        agent_key="agent:a:1",
+def _source(agent_key: str) -> Source:
+    return Source(
+        agent_key=agent_key,
         agent_id="a",
         agent_name="a",
         session_id="s",
@@ -72,20 +72,15 @@ def test_each_source_encoded_once_and_the_cache_bounded() -> None:
         depth=1,
         path="p/a",
     )
+
+
+def test_each_source_encoded_once_and_the_cache_bounded() -> None:
+    source = _source("agent:a:1")
     encoder = EventEncoder()
     for seq in range(1, 100):
         encoder.encode(Event("run", seq, 1.0, EventType.REASONING, source, False, {"delta": "x"}))
     assert len(encoder._sources) == 1
     for seq in range(2 * EventEncoder.MAX_SOURCES):  # a new Source per event
-        fresh = Source(
-            agent_key=f"k{seq}",
-            agent_id="a",
-            agent_name="a",
-            session_id="s",
-            parent_session_id="p",
-            depth=1,
-            path="p/a",
-        )
-        event = Event("run", seq + 1, 1.0, EventType.REASONING, fresh, False, {})
+        event = Event("run", seq + 1, 1.0, EventType.REASONING, _source(f"k{seq}"), False, {})
         assert encoder.encode(event) == encode_event(event)
     assert len(encoder._sources) <= EventEncoder.MAX_SOURCES
