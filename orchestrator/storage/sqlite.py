@@ -36,25 +36,30 @@ CREATE TABLE IF NOT EXISTS runs (
     owner TEXT,
     first_seq INTEGER NOT NULL DEFAULT 1
 );
+CREATE TABLE IF NOT EXISTS run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS events (
-    run_id TEXT NOT NULL,
+    run INTEGER NOT NULL,
     seq INTEGER NOT NULL,
     body BLOB NOT NULL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS events_by_run ON events (run_id, seq);
+CREATE UNIQUE INDEX IF NOT EXISTS events_by_run ON events (run, seq);
 """
-# Events are a rowid table (rows appended in write order) with a (run_id, seq) index.
-# Files made before kept them in a WITHOUT ROWID table keyed by (run_id, seq): the
-# bodies themselves lived in that B-tree, so the interleaved inserts of many runs
-# split its pages and moved the bodies — 12.6 µs an event against 5.3 here, which at
-# a model's pace set the journal's commit cycle (docs/benchmarks.md, capacity).
-# Such files are converted once, when opened.
+# Events are a rowid table (rows appended in write order) with a (run, seq) index,
+# `run` being the run's number in `run_nums`. The index is what a commit at a
+# model's pace costs: each run writing a few events dirties its own leaf page of it,
+# and a smaller key packs more runs' tails per page — 12–15 µs a row with the
+# `runId` text in the index, 8–8.6 with the number (bench/sqlite_rows.py). Files
+# made before keep `run_id` in the events table (and, older still, in a WITHOUT
+# ROWID table whose B-tree held the bodies); they are converted once, when opened.
 _CONVERT_EVENTS = """
-CREATE TABLE events_rowid (run_id TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL);
-INSERT INTO events_rowid (run_id, seq, body) SELECT run_id, seq, body FROM events;
+CREATE TABLE IF NOT EXISTS run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
+INSERT OR IGNORE INTO run_nums (run_id) SELECT DISTINCT run_id FROM events;
+CREATE TABLE events_by_num (run INTEGER NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL);
+INSERT INTO events_by_num (run, seq, body)
+    SELECT n.num, e.seq, e.body FROM events e JOIN run_nums n ON n.run_id = e.run_id;
 DROP TABLE events;
-ALTER TABLE events_rowid RENAME TO events;
-CREATE UNIQUE INDEX events_by_run ON events (run_id, seq);
+ALTER TABLE events_by_num RENAME TO events;
+CREATE UNIQUE INDEX events_by_run ON events (run, seq);
 """
 # Columns added after the first release: added in place to older files.
 _ADDED_COLUMNS = {"owner": "TEXT", "first_seq": "INTEGER NOT NULL DEFAULT 1"}
@@ -77,6 +82,8 @@ class SqliteStorage:
         self._read_limiter = trio.CapacityLimiter(1)
         self._written: dict[str, str] = {}
         """runId → the status its record was last written with (by `write`)."""
+        self._nums: dict[str, int] = {}
+        """runId → its number in `run_nums` (the events' `run`), for every run with events."""
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -114,18 +121,17 @@ class SqliteStorage:
             for column, decl in _ADDED_COLUMNS.items():
                 if existing and column not in existing:
                     self._writer.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
-            (events_sql,) = self._writer.execute(
-                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'events'"
-            ).fetchone()
-            if "WITHOUT ROWID" in events_sql.upper():
+            columns = {r[1] for r in self._writer.execute("PRAGMA table_info(events)")}
+            if "run_id" in columns:
                 self._convert_events()
+            self._nums = dict(self._writer.execute("SELECT run_id, num FROM run_nums"))
             self._reader = self._connect()
         except (OSError, sqlite3.Error) as exc:
             self._close()
             raise StorageError(f"sqlite storage {str(self.path)!r}: {exc}") from None
 
     def _convert_events(self) -> None:
-        """An older file's events, moved once into the rowid table (one transaction)."""
+        """An older file's events, moved once into the current layout (one transaction)."""
         conn = self._writer
         assert conn is not None
         count = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
@@ -145,9 +151,14 @@ class SqliteStorage:
         conn = self._writer
         assert conn is not None, "storage is not open"
         rows = conn.execute(f"SELECT {_COLUMNS} FROM runs ORDER BY created_at, run_id").fetchall()
-        last = "SELECT MAX(seq) FROM events WHERE run_id = ?"
+        last = "SELECT MAX(seq) FROM events WHERE run = ?"
+        nums = self._nums
         rows = [  # a running run's `last_seq` is written with its status only (`write`)
-            (*r[:7], max(r[7], conn.execute(last, (r[0],)).fetchone()[0] or 0), *r[8:])
+            (
+                *r[:7],
+                max(r[7], conn.execute(last, (nums.get(r[0], -1),)).fetchone()[0] or 0),
+                *r[8:],
+            )
             if r[3] == "running"
             else r
             for r in rows
@@ -178,9 +189,7 @@ class SqliteStorage:
         conn.execute("BEGIN")
         try:
             for sql, rows in statements:
-                if "{values}" in sql:
-                    _insert_many(conn, sql, rows)
-                elif rows:
+                if rows:
                     conn.executemany(sql, rows)
             conn.execute("COMMIT")
         except BaseException:
@@ -196,40 +205,65 @@ class SqliteStorage:
         its events at `load`.
         """
         records = [r for r in records if self._written.get(r.run_id) != r.status]
-        statements: list[tuple[str, list[tuple[object, ...]]]] = [
-            ("INSERT INTO events (run_id, seq, body) VALUES {values}", list(events)),
+        record_rows: list[tuple[object, ...]] = [
             (
-                f"INSERT INTO runs ({_COLUMNS}) VALUES {{values}}"
-                " ON CONFLICT(run_id) DO UPDATE SET status=excluded.status,"
-                " finished_at=excluded.finished_at, last_seq=excluded.last_seq,"
-                " first_seq=excluded.first_seq",
-                [
-                    (
-                        r.run_id,
-                        r.agent_id,
-                        r.input,
-                        r.status,
-                        r.created_at,
-                        r.finished_at,
-                        r.root_session_id,
-                        r.last_seq,
-                        r.owner,
-                        r.first_seq,
-                    )
-                    for r in records
-                ],
-            ),
+                r.run_id,
+                r.agent_id,
+                r.input,
+                r.status,
+                r.created_at,
+                r.finished_at,
+                r.root_session_id,
+                r.last_seq,
+                r.owner,
+                r.first_seq,
+            )
+            for r in records
         ]
-        await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
+        await trio.to_thread.run_sync(self._write, events, record_rows, limiter=self._write_limiter)
         for record in records:
             self._written[record.run_id] = record.status
+
+    def _write(
+        self, events: list[tuple[str, int, bytes]], record_rows: list[tuple[object, ...]]
+    ) -> None:
+        """The batch's transaction: new runs numbered, their events, the records."""
+        conn = self._writer
+        assert conn is not None, "storage is not open"
+        nums, numbered = self._nums, []
+        conn.execute("BEGIN")
+        try:
+            rows: list[tuple[object, ...]] = []
+            run_id, num = None, 0
+            for event_run, seq, body in events:  # a run's events come together
+                if event_run != run_id:
+                    run_id = event_run
+                    known = nums.get(run_id)
+                    if known is None:
+                        cursor = conn.execute("INSERT INTO run_nums (run_id) VALUES (?)", (run_id,))
+                        assert cursor.lastrowid is not None
+                        known = nums[run_id] = cursor.lastrowid
+                        numbered.append(run_id)
+                    num = known
+                rows.append((num, seq, body))
+            _insert_many(conn, "INSERT INTO events (run, seq, body) VALUES {values}", rows)
+            _insert_many(conn, _UPSERT_RUNS, record_rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            for run_id in numbered:  # those numbers were not kept
+                del nums[run_id]
+            raise
 
     def _read(self, run_id: str, after_seq: int, limit: int) -> list[bytes]:
         conn = self._reader
         assert conn is not None, "storage is not open"
+        num = self._nums.get(run_id)
+        if num is None:  # no event of it was ever written
+            return []
         rows = conn.execute(
-            "SELECT body FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (run_id, after_seq, limit),
+            "SELECT body FROM events WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (num, after_seq, limit),
         ).fetchall()
         return [bytes(r[0]) for r in rows]
 
@@ -241,8 +275,9 @@ class SqliteStorage:
 
     async def trim(self, run_id: str, first_seq: int) -> None:
         """Delete the run's events below `first_seq`."""
+        num = self._nums.get(run_id, -1)
         statements: list[tuple[str, list[tuple[object, ...]]]] = [
-            ("DELETE FROM events WHERE run_id = ? AND seq < ?", [(run_id, first_seq)]),
+            ("DELETE FROM events WHERE run = ? AND seq < ?", [(num, first_seq)]),
             ("UPDATE runs SET first_seq = ? WHERE run_id = ?", [(first_seq, run_id)]),
         ]
         await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
@@ -250,13 +285,16 @@ class SqliteStorage:
     async def delete_runs(self, run_ids: list[str]) -> None:
         """Delete whole runs, records and events, in one transaction."""
         rows: list[tuple[object, ...]] = [(run_id,) for run_id in run_ids]
+        nums: list[tuple[object, ...]] = [(self._nums.get(run_id, -1),) for run_id in run_ids]
         statements: list[tuple[str, list[tuple[object, ...]]]] = [
-            ("DELETE FROM events WHERE run_id = ?", rows),
+            ("DELETE FROM events WHERE run = ?", nums),
+            ("DELETE FROM run_nums WHERE run_id = ?", rows),
             ("DELETE FROM runs WHERE run_id = ?", rows),
         ]
         await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
         for run_id in run_ids:
             self._written.pop(run_id, None)
+            self._nums.pop(run_id, None)
 
     def _close(self) -> None:
         for conn in (self._reader, self._writer):
@@ -264,6 +302,13 @@ class SqliteStorage:
                 conn.close()
         self._reader = self._writer = None
 
+
+_UPSERT_RUNS = (
+    f"INSERT INTO runs ({_COLUMNS}) VALUES {{values}}"
+    " ON CONFLICT(run_id) DO UPDATE SET status=excluded.status,"
+    " finished_at=excluded.finished_at, last_seq=excluded.last_seq,"
+    " first_seq=excluded.first_seq"
+)
 
 _ROWS_PER_STATEMENT = 256
 """Rows one INSERT carries (`VALUES (…), (…), …`; under SQLite's 32,766 variables)."""

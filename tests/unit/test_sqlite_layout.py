@@ -1,6 +1,7 @@
-"""The SQLite journal's layout: events in a rowid table with a (run_id, seq) index,
-written many rows per statement; a file of the older layout (WITHOUT ROWID) is
-converted when opened, and nothing in it is lost."""
+"""The SQLite journal's layout: events in a rowid table with a (run number, seq)
+index, written many rows per statement; files of the older layouts (`run_id` in the
+events table, in a WITHOUT ROWID table before that) are converted when opened, and
+nothing in them is lost."""
 
 from __future__ import annotations
 
@@ -14,17 +15,23 @@ from orchestrator.storage.sqlite import SqliteStorage
 
 pytestmark = pytest.mark.trio
 
-OLD_SCHEMA = """
+RUNS = """
 CREATE TABLE runs (
     run_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, input TEXT NOT NULL,
     status TEXT NOT NULL, created_at REAL NOT NULL, finished_at REAL,
     root_session_id TEXT NOT NULL, last_seq INTEGER NOT NULL, owner TEXT,
     first_seq INTEGER NOT NULL DEFAULT 1
 );
+"""
+WITHOUT_ROWID = """
 CREATE TABLE events (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL,
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
+"""
+BY_RUN_ID = """
+CREATE TABLE events (run_id TEXT NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL);
+CREATE UNIQUE INDEX events_by_run ON events (run_id, seq);
 """
 
 
@@ -40,15 +47,17 @@ def record(run_id: str, status: str = "running", last_seq: int = 0) -> RunRecord
     )
 
 
-async def test_an_older_file_is_converted_when_opened(tmp_path: Path) -> None:
+@pytest.mark.parametrize("events_table", [WITHOUT_ROWID, BY_RUN_ID], ids=["oldest", "older"])
+async def test_an_older_file_is_converted_when_opened(tmp_path: Path, events_table: str) -> None:
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
-    conn.executescript(OLD_SCHEMA)
+    conn.executescript(RUNS + events_table)
     conn.execute(
         "INSERT INTO runs VALUES ('run-1', 'a', 'i', 'running', 1.0, NULL, 'r', 2, NULL, 1)"
     )
     conn.executemany(
-        "INSERT INTO events VALUES (?, ?, ?)", [("run-1", s, b"e%d" % s) for s in (1, 2, 3)]
+        "INSERT INTO events VALUES (?, ?, ?)",
+        [("run-1", s, b"e%d" % s) for s in (1, 2, 3)] + [("run-2", 1, b"f1")],
     )
     conn.commit()
     conn.close()
@@ -56,12 +65,31 @@ async def test_an_older_file_is_converted_when_opened(tmp_path: Path) -> None:
         (loaded,) = await storage.load()
         assert loaded.last_seq == 3  # a running run's last seq: read from its events
         assert await storage.read("run-1", 0, 10) == [b"e1", b"e2", b"e3"]
-        await storage.write([], [("run-1", 4, b"e4")])
+        assert await storage.read("run-2", 0, 10) == [b"f1"]  # events without a record
+        await storage.write([], [("run-1", 4, b"e4"), ("run-3", 1, b"g1")])
         assert await storage.read("run-1", 2, 10) == [b"e3", b"e4"]
+    async with SqliteStorage.open(path) as storage:  # and again: nothing to convert
+        assert await storage.read("run-3", 0, 10) == [b"g1"]
+        assert await storage.read("run-1", 3, 10) == [b"e4"]
     conn = sqlite3.connect(path)
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(events)")]
     (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()
     conn.close()
-    assert "WITHOUT ROWID" not in sql.upper()
+    assert columns == ["run", "seq", "body"] and "WITHOUT ROWID" not in sql.upper()
+
+
+async def test_a_failed_write_keeps_no_run_number(tmp_path: Path) -> None:
+    """A batch that rolls back must not leave its new runs' numbers behind: the next
+    write would put their events under a number no file row maps to a run."""
+    async with SqliteStorage.open(tmp_path / "j.db") as storage:
+        await storage.write([], [("run-1", 1, b"a")])
+        with pytest.raises(sqlite3.IntegrityError):  # run-2 is new, then run-1's seq 1 again
+            await storage.write([], [("run-2", 1, b"b"), ("run-1", 1, b"again")])
+        await storage.write([], [("run-2", 1, b"b")])
+        assert await storage.read("run-2", 0, 10) == [b"b"]
+    async with SqliteStorage.open(tmp_path / "j.db") as storage:
+        assert await storage.read("run-2", 0, 10) == [b"b"]
+        assert await storage.read("run-1", 0, 10) == [b"a"]
 
 
 async def test_many_rows_and_records_only_when_their_status_changes(tmp_path: Path) -> None:
