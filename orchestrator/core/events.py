@@ -17,7 +17,6 @@ from agents.core.events import EventType, Usage
 __all__ = [
     "RUN_STATUSES",
     "Event",
-    "EventEncoder",
     "EventType",
     "RemoteRef",
     "RemoteSource",
@@ -104,51 +103,6 @@ _decoder = msgspec.json.Decoder(Event)
 def encode_event(event: Event) -> bytes:
     """Encode one event as compact JSON bytes."""
     return _encoder.encode(event)
-
-
-class _EventWire(msgspec.Struct, rename="camel", gc=False):
-    """`Event`'s fields in its order, with the source already encoded (spliced as is)."""
-
-    run_id: str
-    seq: int
-    ts: float
-    type: EventType
-    source: msgspec.Raw
-    last: bool
-    data: dict[str, Any]
-
-
-class EventEncoder:
-    """`encode_event` for one run's events, encoding each agent's Source once.
-
-    Why: the Source (agentKey, sessionIds, path, …) is most of a delta's bytes and
-    of the time to encode it, and it is the same object for every event of an agent
-    instance. The bytes are exactly `encode_event`'s. Holds at most `MAX_SOURCES`
-    sources (then starts again), so an odd caller that makes a Source per event
-    costs a little time, never memory.
-    """
-
-    MAX_SOURCES = 4096
-
-    __slots__ = ("_sources",)
-
-    def __init__(self) -> None:
-        self._sources: dict[int, tuple[Source | None, msgspec.Raw]] = {}
-        """id(source) → (the source, kept so its id stays its own; its encoding)."""
-
-    def encode(self, event: Event) -> bytes:
-        """The event's JSON bytes."""
-        source = event.source
-        known = self._sources.get(id(source))
-        if known is None:
-            if len(self._sources) >= self.MAX_SOURCES:
-                self._sources.clear()
-            known = self._sources[id(source)] = (source, msgspec.Raw(_encoder.encode(source)))
-        return _encoder.encode(
-            _EventWire(
-                event.run_id, event.seq, event.ts, event.type, known[1], event.last, event.data
-            )
-        )
 
 
 def decode_event(raw: bytes | str) -> Event:

@@ -26,10 +26,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import msgspec
 import trio
 
 from orchestrator.core.capping import cap_event
-from orchestrator.core.events import Event, EventEncoder, EventType, decode_event
+from orchestrator.core.events import Event, EventType, decode_event
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.mirror import RunMirrors
 from orchestrator.storage.paging import RunPage
@@ -39,11 +40,13 @@ from orchestrator.storage.writer import JournalWriter
 
 __all__ = ["Entry", "Follower", "Journal", "RunLog", "RunOutlet", "UnknownRun"]
 
+_encode = msgspec.json.Encoder().encode
+
 
 class RunOutlet:
     """The bus outlet of one run: events go to the journal."""
 
-    __slots__ = ("_encode", "_journal", "_log", "_mark", "_max_bytes", "_max_pending")
+    __slots__ = ("_journal", "_log", "_mark", "_max_bytes", "_max_pending")
 
     def __init__(self, journal: Journal, log: RunLog) -> None:
         self._journal = journal
@@ -51,7 +54,6 @@ class RunOutlet:
         self._mark = journal.writer.mark
         self._max_bytes = journal.max_event_bytes
         self._max_pending = journal.max_pending
-        self._encode = EventEncoder().encode
 
     def put_nowait(self, event: Event) -> bool:
         """Queue the event for the next write batch (cut to `max_event_bytes`).
@@ -61,7 +63,7 @@ class RunOutlet:
         log = self._log
         if log.fenced:  # the run is someone else's now: this copy is being cancelled
             return False
-        raw = self._encode(event)
+        raw = _encode(event)
         if len(raw) > self._max_bytes:
             event, raw = cap_event(event, raw, self._max_bytes)
             self._journal.events_truncated += 1
