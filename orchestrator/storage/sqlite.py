@@ -85,6 +85,11 @@ class SqliteStorage:
         self._nums: dict[str, int] = {}
         """runId → its number in `run_nums` (the events' `run`), for every run with events."""
 
+    def _num(self, run_id: str) -> int:
+        """The run's number in `run_nums`; -1 (no row has it) when none of its events
+        was ever written."""
+        return self._nums.get(run_id, -1)
+
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA busy_timeout=5000")
@@ -152,11 +157,10 @@ class SqliteStorage:
         assert conn is not None, "storage is not open"
         rows = conn.execute(f"SELECT {_COLUMNS} FROM runs ORDER BY created_at, run_id").fetchall()
         last = "SELECT MAX(seq) FROM events WHERE run = ?"
-        nums = self._nums
         rows = [  # a running run's `last_seq` is written with its status only (`write`)
             (
                 *r[:7],
-                max(r[7], conn.execute(last, (nums.get(r[0], -1),)).fetchone()[0] or 0),
+                max(r[7], conn.execute(last, (self._num(r[0]),)).fetchone()[0] or 0),
                 *r[8:],
             )
             if r[3] == "running"
@@ -275,7 +279,7 @@ class SqliteStorage:
 
     async def trim(self, run_id: str, first_seq: int) -> None:
         """Delete the run's events below `first_seq`."""
-        num = self._nums.get(run_id, -1)
+        num = self._num(run_id)
         statements: list[tuple[str, list[tuple[object, ...]]]] = [
             ("DELETE FROM events WHERE run = ? AND seq < ?", [(num, first_seq)]),
             ("UPDATE runs SET first_seq = ? WHERE run_id = ?", [(first_seq, run_id)]),
@@ -285,7 +289,7 @@ class SqliteStorage:
     async def delete_runs(self, run_ids: list[str]) -> None:
         """Delete whole runs, records and events, in one transaction."""
         rows: list[tuple[object, ...]] = [(run_id,) for run_id in run_ids]
-        nums: list[tuple[object, ...]] = [(self._nums.get(run_id, -1),) for run_id in run_ids]
+        nums: list[tuple[object, ...]] = [(self._num(run_id),) for run_id in run_ids]
         statements: list[tuple[str, list[tuple[object, ...]]]] = [
             ("DELETE FROM events WHERE run = ?", nums),
             ("DELETE FROM run_nums WHERE run_id = ?", rows),
