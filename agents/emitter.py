@@ -57,6 +57,16 @@ class Emitter(Protocol):
         """Return once the run's outlet has room again."""
         ...
 
+    async def durable(self) -> bool:
+        """Return once every event emitted so far is stored (write-ahead: a tool that
+        acts on the world runs only after its call is journaled, so a restart or a
+        takeover knows it was made and never makes it twice).
+
+        False: this copy of the run lost it (another worker continues it, or the
+        server is stopping): nothing may act for it any more.
+        """
+        ...
+
 
 class NullEmitter:
     """Drops every event (`orchestrator.core.bus.NullBus` adds a Source and children)."""
@@ -87,6 +97,10 @@ class NullEmitter:
 
     async def wait_writable(self) -> None:
         """Never full."""
+
+    async def durable(self) -> bool:
+        """Nothing is stored: nothing to wait for."""
+        return True
 
 
 NULL_EMITTER = NullEmitter()

@@ -947,6 +947,10 @@ class AgentRunner:
             elif tool is not None and args is not None and problem is None:
                 ctx = self._tool_context(call.id, _Progress(self.bus, call.id))
                 try:
+                    # Write-ahead: a call that acts on the world runs once its call (and
+                    # its approval) are stored, so a takeover never makes it twice.
+                    if not tool.idempotent and not await self.bus.durable():
+                        raise ToolError(f"tool {call.name!r}: not run: the run was lost here")
                     content, is_error = await tool.run(args, ctx), False
                 except ToolError as exc:
                     content, is_error = str(exc), True

@@ -8,6 +8,7 @@ full pipe would stall it) and shown when a test fails.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,8 +18,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
 import yaml
+from websockets.trio.client import ClientConnection
+
+from tests.server_helpers import request
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -114,13 +119,14 @@ class Cluster:
         self.worker_config = worker_config
         self.instances: list[Instance] = []
 
-    async def start(self, kind: str, config: Path | None = None) -> Instance:
-        """`serve` (a gateway, on a free port) or `worker`; returns once it is ready."""
+    async def start(self, kind: str, config: Path | None = None, port: int = 0) -> Instance:
+        """`serve` (a gateway, on `port`: by default a free one) or `worker`; returns
+        once it is ready."""
         if config is None:
             config = self.gateway_config if kind == "serve" else self.worker_config
         args = [sys.executable, "-m", "orchestrator", kind, "--config", str(config)]
         if kind == "serve":
-            args += ["--port", "0"]
+            args += ["--port", str(port)]
         process = await trio.lowlevel.open_process(
             args,
             stdout=subprocess.PIPE,
@@ -163,3 +169,69 @@ async def cluster(root: Path, redis_url: str, **options: Any) -> AsyncIterator[C
                 for instance in group.instances:
                     await instance.process.wait()
             nursery.cancel_scope.cancel()
+
+
+# -- reading what the cluster says ------------------------------------------------
+
+
+class _Frame(msgspec.Struct):
+    op: str
+    events: list[msgspec.Raw] = []
+    status: str | None = None
+
+
+_decode_frame = msgspec.json.Decoder(_Frame).decode
+
+
+async def raw_events(ws: ClientConnection, *, within: float = 60) -> tuple[list[bytes], str]:
+    """Every event of the subscription on `ws`, as the bytes the server sent, and the end status."""
+    out: list[bytes] = []
+    with trio.fail_after(within):
+        while True:
+            frame = _decode_frame(await ws.recv(decode=False))
+            if frame.op == "events":
+                out.extend(bytes(raw) for raw in frame.events)
+            elif frame.op == "end":
+                return out, frame.status or ""
+
+
+def seqs(raws: list[bytes]) -> list[int]:
+    return [json.loads(raw)["seq"] for raw in raws]
+
+
+async def watch_all(ws: ClientConnection, within: float = 60) -> tuple[list[dict[str, Any]], str]:
+    raws, status = await raw_events(ws, within=within)
+    return [json.loads(r) for r in raws], status
+
+
+def check_tree(events: list[dict[str, Any]]) -> None:
+    """seq gap-free, one terminal event per agent, no tool result twice."""
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+    def key(e: dict[str, Any]) -> str | None:
+        return e["source"]["agentKey"] if e["source"] else None
+
+    started = [key(e) for e in events if e["type"] in ("RUN_STARTED", "AGENT_STARTED")]
+    ended = [key(e) for e in events if e["type"] in ("AGENT_RESULT", "AGENT_ERROR")]
+    assert sorted(started, key=str) == sorted(ended, key=str), (started, ended)
+    results = [
+        (key(e), e["data"]["toolCallId"])
+        for e in events
+        if e["type"] == "TOOL_RESULT" and not e["data"].get("server")
+    ]
+    assert len(results) == len(set(results))
+    assert events[-1]["type"] == "RUN_FINISHED"
+
+
+async def runs_entry(ws: ClientConnection, run_id: str) -> dict[str, Any]:
+    listing = await request(ws, op="runs", id="runs", limit=50)
+    (entry,) = [r for r in listing["runs"] if r["runId"] == run_id]
+    assert isinstance(entry, dict)
+    return entry
+
+
+async def until(condition: Any, within: float = 30) -> None:
+    """Poll an async condition about other processes' state (nobody signals it)."""
+    with trio.fail_after(within):
+        while not await condition():  # noqa: ASYNC110 - polling state nobody signals
+            await trio.sleep(0.1)

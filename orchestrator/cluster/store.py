@@ -16,6 +16,8 @@ journal's (`<prefix>runs`, `<prefix>run:{<runId>}:ev`, see storage/redis.py):
   `ApprovalInfo`), written by the worker that runs it; the `pending` op reads it.
 - `<prefix>run:{<runId>}:answered:<toolCallId>` — the decision on a call, set once
   (`SET NX`, kept a week): the first answer through any gateway wins.
+- `<prefix>run:{<runId>}:failure` — why the last takeover of the run failed (kept a
+  week): the run's `worker_lost` message quotes it.
 
 Fencing: a worker appends a run's events with one script that first compares the
 lease with the worker's own `worker:epoch` token; a worker that lost the lease
@@ -68,6 +70,13 @@ end
 return 0
 """
 
+# KEYS: lease. ARGV: token. Lets go of a lease (if still ours) and nothing else: the
+# run's request stays pending, for another worker to claim.
+_DROP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
+return 0
+"""
+
 # KEYS: lease, queue. ARGV: token, group, entry id. Ends a run's ownership; the
 # request leaves the queue stream (acknowledged entries would otherwise stay for ever).
 _RELEASE = """
@@ -78,14 +87,23 @@ return 1
 """
 
 
+_CLAIM_PAGE = 100
+"""Pending requests looked at per round trip when claiming stale ones."""
+
+
 @dataclass(frozen=True, slots=True)
 class QueueEntry:
     """A run request taken from the queue."""
 
     entry_id: str
     run_id: str
-    deliveries: int = 1
-    """How often the queue has handed this entry out (1: the first time)."""
+
+
+def attempt_of(token: str) -> int:
+    """The attempt a fencing token `worker:epoch` stands for: its epoch, the number of
+    times a worker has taken the run's lease (deaths and failed takeovers included,
+    claims that found the lease taken not)."""
+    return int(token.rsplit(":", 1)[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +131,7 @@ class ClusterStore:
         self._acquire = self.client.register_script(_ACQUIRE)
         self._renew = self.client.register_script(_RENEW)
         self._release = self.client.register_script(_RELEASE)
+        self._drop = self.client.register_script(_DROP)
 
     # -- keys --------------------------------------------------------------------
 
@@ -185,30 +204,50 @@ class ClusterStore:
         return entries
 
     async def claim_stale(self, consumer: str, min_idle: float, count: int) -> list[QueueEntry]:
-        """Pending requests idle for `min_idle` s whose lease is gone, now claimed here.
+        """Up to `count` pending requests idle for `min_idle` s whose lease is gone, now
+        claimed here (oldest first).
 
         Idle time alone does not prove a worker dead (a long run renews its lease but
         leaves its entry idle), so an entry is only claimed when its run has no lease.
+        The pending list is read a page at a time until `count` are claimed or it ends:
+        the oldest entries are often long runs whose workers are fine, and stopping at
+        them would leave a stale run behind them unclaimed for ever. Each page takes
+        four round trips (pending ids, their runs, their leases, the claim).
         """
-        pending = await self.client.xpending(
-            self.queue, GROUP, start="-", end="+", count=count, idle=int(min_idle * 1000)
-        )
+        idle = int(min_idle * 1000)
         claimed: list[QueueEntry] = []
-        for item in pending:
-            assert not isinstance(item, int | str | bytes)
-            entry_id = _text(item.identifier)  # type: ignore[union-attr]
-            entries = await self.client.xrange(self.queue, start=entry_id, end=entry_id)
-            if not entries:
-                continue
-            run_id = _text(entries[0].field_values[b"run"])
-            if await self.client.exists([self.lease_key(run_id)]):
-                continue
-            got = await self.client.xclaim(
-                self.queue, GROUP, consumer, int(min_idle * 1000), [entry_id]
+        start = "-"
+        while len(claimed) < count:
+            pending = await self.client.xpending(
+                self.queue, GROUP, start=start, end="+", count=_CLAIM_PAGE, idle=idle
             )
-            if got:
-                deliveries = int(item.delivered) + 1  # type: ignore[union-attr]
-                claimed.append(QueueEntry(entry_id, run_id, deliveries))
+            ids = [_text(item.identifier) for item in pending]  # type: ignore[union-attr]
+            if not ids:
+                break
+            start = f"({ids[-1]}"
+            async with self.client.pipeline(transaction=False) as pipe:
+                ranges = [pipe.xrange(self.queue, start=i, end=i) for i in ids]
+            runs: dict[str, str] = {}
+            for entry_id, found in zip(ids, ranges, strict=True):
+                entries = await found
+                run = entries[0].field_values.get(b"run") if entries else None
+                if run is not None:
+                    runs[entry_id] = _text(run)
+            if not runs:
+                continue
+            async with self.client.pipeline(transaction=False) as pipe:
+                leased = [pipe.exists([self.lease_key(run)]) for run in runs.values()]
+            free = [
+                entry_id for entry_id, lease in zip(runs, leased, strict=True) if not await lease
+            ][: count - len(claimed)]
+            if not free:
+                continue
+            # XCLAIM checks the idle time again: of two workers racing, one gets each.
+            got = await self.client.xclaim(self.queue, GROUP, consumer, idle, free)
+            for entry in got:
+                entry_id = _text(entry.identifier)  # type: ignore[union-attr]
+                if entry_id in runs:
+                    claimed.append(QueueEntry(entry_id, runs[entry_id]))
         return claimed
 
     async def queue_depth(self) -> int:
@@ -236,6 +275,23 @@ class ClusterStore:
             args=[worker, int(lease * 1000)],
         )
         return _text(token) if isinstance(token, bytes | str) else None
+
+    async def drop(self, run_id: str, token: str) -> None:
+        """Let go of the run's lease (if still ours), keeping its request pending: a
+        takeover that failed, so that another worker can try at once."""
+        await self._drop(keys=[self.lease_key(run_id)], args=[token])
+
+    def _failure_key(self, run_id: str) -> str:
+        return f"{self.prefix}run:{{{run_id}}}:failure"
+
+    async def note_failure(self, run_id: str, reason: str) -> None:
+        """Remember why a takeover of the run failed (its `worker_lost` end says it)."""
+        await self.client.set(self._failure_key(run_id), reason[:500], ex=ANSWER_KEPT_SECONDS)
+
+    async def failure(self, run_id: str) -> str | None:
+        """Why the run's last takeover failed (None: none did)."""
+        raw = await self.client.get(self._failure_key(run_id))
+        return None if raw is None else _text(raw)
 
     async def renew(self, leases: Mapping[str, str], lease: float) -> set[str]:
         """Renew these leases (runId → token) in one round trip; returns the lost ones."""
@@ -342,6 +398,16 @@ class ClusterStore:
                     requests.append(pipe.hset(self.approvals_key, {field: info}))
         for request in requests:
             await request
+
+    async def forget_approvals(self, run_id: str) -> None:
+        """Drop the run's calls from the waiting list (the run was ended here, with no
+        executor to drop them one by one)."""
+        fields = [
+            field
+            async for field, _ in self.client.hscan_iter(self.approvals_key, match=f"{run_id} *")
+        ]
+        if fields:
+            await self.client.hdel(self.approvals_key, fields)
 
     async def approval(self, run_id: str, call_id: str) -> ApprovalInfo | None:
         """The waiting call, if it waits."""

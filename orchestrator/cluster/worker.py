@@ -22,7 +22,7 @@ from typing import Any, Literal
 import msgspec
 import trio
 
-from orchestrator.cluster.store import ClusterStore, QueueEntry
+from orchestrator.cluster.store import ClusterStore, QueueEntry, attempt_of
 from orchestrator.config import ClusterConfig
 from orchestrator.runs.host import HostedRun, RunHost
 from orchestrator.runs.resume import end_unresumable, plan_resume
@@ -30,6 +30,7 @@ from orchestrator.runs.service import AgentNotRunning
 from orchestrator.runtime.approvals import ApprovalError, PendingApproval
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
+from orchestrator.storage.runlog import UNFINISHED
 
 __all__ = ["Worker"]
 
@@ -40,12 +41,25 @@ _RETRY = 1.0
 
 @dataclass(slots=True)
 class _Owned:
+    """A run this worker holds the lease of (from taking the lease to letting it go)."""
+
     token: str
     entry_id: str
     control_cursor: str = "0-0"
+    replay_until: tuple[int, int] = (0, 0)
+    """Control requests up to this stream id were applied by an earlier owner. Its
+    cancels and answers are applied again — both are idempotent, and that owner may
+    have stopped before their effect was journaled — its messages are not (they were
+    delivered: a message is delivered at most once)."""
     started: bool = False
     """The run executes here now: its control requests can be applied (not before,
     or a cancel read during the takeover would find nothing to cancel and be lost)."""
+
+
+def _stream_id(entry_id: str) -> tuple[int, int]:
+    """A Redis stream id `ms-seq`, comparable."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 class _Answer(msgspec.Struct, frozen=True):
@@ -73,6 +87,8 @@ class Worker:
         self.lease_renewals = 0
         self.leases_lost = 0
         self.takeovers = 0
+        self.takeover_failures = 0
+        """Runs this worker took the lease of and could not execute (it let them go)."""
         self._changed = trio.lowlevel.ParkingLot()
         """Unparked when a run is taken or let go (slots, control streams)."""
         self._nursery: trio.Nursery | None = None
@@ -111,11 +127,11 @@ class Worker:
                 continue
             try:
                 entries = await self.store.take(self.name, self.free, block=1.0)
-                for entry in entries:
-                    await self._begin(entry)
             except Exception as exc:  # Redis trouble: the runs we hold are the renewer's care
                 logger.warning("worker %s: taking runs failed: %s", self.name, exc)
                 await trio.sleep(_RETRY)
+                continue
+            await self._begin_each(entries)
 
     async def _claim_loop(self) -> None:
         """Take over the requests of workers that stopped renewing their leases."""
@@ -125,45 +141,89 @@ class Worker:
             if self.free <= 0:
                 continue
             try:
-                for entry in await self.store.claim_stale(self.name, lease, self.free):
-                    await self._begin(entry)
+                entries = await self.store.claim_stale(self.name, lease, self.free)
             except Exception as exc:
                 logger.warning("worker %s: claiming stale runs failed: %s", self.name, exc)
+                continue
+            await self._begin_each(entries)
+
+    async def _begin_each(self, entries: list[QueueEntry]) -> None:
+        """Begin each run; one that cannot be begun does not hold up the others (its
+        request stays pending: it is claimed again once idle for `lease_seconds`)."""
+        for entry in entries:
+            try:
+                await self._begin(entry)
+            except Exception as exc:
+                logger.warning("worker %s: taking run %s failed: %s", self.name, entry.run_id, exc)
 
     async def _begin(self, entry: QueueEntry) -> None:
+        """Take the run's lease, and start the one task that executes the run behind it.
+
+        The lease is renewed exactly as long as that task lives (`self.owned` holds the
+        run from here until its end), so no lease outlives the run's execution here.
+        """
         store, run_id = self.store, entry.run_id
+        if run_id in self.owned or run_id in self.host.active:
+            return  # ours already, or our fenced copy is still stopping: not twice here
         record = await store.record(run_id)
-        if record is None or record.status not in ("queued", "running"):
+        if record is None or record.status not in UNFINISHED:
             await store.ack(entry.entry_id)  # deleted, or already over
             return
         token = await store.acquire(run_id, self.name, self.config.lease_seconds)
         if token is None:  # its lease is alive: the owner is fine, the entry stays its
             return
-        # The queue's delivery count also counts workers that died before writing.
-        attempt = max(record.attempt + 1, entry.deliveries)
         owned = self.owned[run_id] = _Owned(token, entry.entry_id)
         self._changed.unpark_all()
-        if attempt > self.config.max_attempts:
-            await self._fail_lost(record, token, attempt)
-            return
-        plan = None
-        if attempt > 1:  # a takeover: continue from the journal
-            self.takeovers += 1
-            owned.control_cursor = await store.control_done(run_id)
-            plan = await plan_resume(self.journal, record)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._execute, run_id, owned)
+
+    async def _execute(self, run_id: str, owned: _Owned) -> None:
+        """Execute the run under `owned`'s lease until it ends here, then let go of it.
+
+        Whatever way this ends — the run finished, it was fenced off, taking it over
+        failed — the run leaves `self.owned`, so its lease is no longer renewed.
+        """
+        try:
+            run = await self._start(run_id, owned)
+            if run is not None:
+                await run.wait()
+                await self._release(run_id, owned)
+        except Exception as exc:
+            await self._give_up(run_id, owned, exc)
+        finally:
+            if self.owned.get(run_id) is owned:
+                del self.owned[run_id]
+            else:  # fenced off: our copy has stopped, the log follows the new owner
+                self.journal.mirror(run_id)
+            self._changed.unpark_all()
+
+    async def _start(self, run_id: str, owned: _Owned) -> HostedRun | None:
+        """Start executing the run whose lease `owned` holds, from its journal as it is
+        now (None: nothing to execute; its request was let go or it was ended here)."""
+        store = self.store
+        # Read under the lease: nobody can append to the run any more, so its record and
+        # events in Redis are final until we write (never a copy loaded earlier).
+        record = await store.record(run_id)
+        if record is None or record.status not in UNFINISHED:
+            await store.release(run_id, owned.token, owned.entry_id)
+            return None
+        attempt = attempt_of(owned.token)
+        owned.replay_until = _stream_id(await store.control_done(run_id))
         record = msgspec.structs.replace(
             record, status="running", worker=self.name, attempt=attempt
         )
-        if plan is not None and plan.finished:
-            # It ended just before its worker died (its record was written with the
-            # RUN_FINISHED): only the queue entry and the lease are left to drop.
-            with contextlib.suppress(Exception):
-                await store.release(run_id, token, entry.entry_id)
-            self.owned.pop(run_id, None)
-            self._changed.unpark_all()
-            return
-        resumed = {"attempt": attempt, "worker": self.name, "afterSeq": record.last_seq}
-        if plan is not None:
+        if attempt > self.config.max_attempts:
+            await self._fail_lost(record, owned)
+            return None
+        self.journal.own(record)
+        plan = None
+        if record.last_seq > 0:  # it ran elsewhere: continue from its journal
+            self.takeovers += 1
+            plan = await plan_resume(self.journal, record)
+            if plan.finished:  # (its record is written with RUN_FINISHED: not expected)
+                self.journal.end_call_run(run_id, record.status)
+                await self._release(run_id, owned)
+                return None
             logger.warning(
                 "worker %s takes over run %s (attempt %d, after seq %d)",
                 self.name,
@@ -171,26 +231,44 @@ class Worker:
                 attempt,
                 record.last_seq,
             )
-        run = self.host.resume(record, plan=plan, resumed=resumed)
+        elif attempt > 1:  # its workers wrote nothing: it starts, with its input
+            logger.warning(
+                "worker %s starts run %s afresh (attempt %d): its earlier worker wrote nothing",
+                self.name,
+                run_id,
+                attempt,
+            )
+        if self.owned.get(run_id) is not owned:  # fenced off meanwhile: not ours to run
+            return None
+        resumed = {"attempt": attempt, "worker": self.name, "afterSeq": record.last_seq}
+        run = self.host.resume(record, plan=plan, resumed=resumed if plan else None)
         owned.started = True
         self._changed.unpark_all()
-        assert self._nursery is not None
-        self._nursery.start_soon(self._finish, run_id, run)
+        return run
 
-    async def _finish(self, run_id: str, run: HostedRun) -> None:
-        try:
-            await run.wait()
-            await self._release(run_id)
-        finally:
-            self.owned.pop(run_id, None)
-            self._changed.unpark_all()
+    async def _give_up(self, run_id: str, owned: _Owned, exc: Exception) -> None:
+        """Executing the run here failed: let its lease go at once (its request stays
+        pending), so another worker tries; after `max_attempts` tries it ends failed."""
+        self.takeover_failures += 1
+        reason = f"{type(exc).__name__}: {exc}"
+        logger.warning(
+            "worker %s: executing run %s failed (attempt %d), letting it go: %s",
+            self.name,
+            run_id,
+            attempt_of(owned.token),
+            reason,
+            exc_info=exc,
+        )
+        self.journal.mirror(run_id)
+        with contextlib.suppress(Exception):
+            await self.store.note_failure(run_id, reason)
+        with contextlib.suppress(Exception):  # else it expires after lease_seconds
+            await self.store.drop(run_id, owned.token)
 
-    async def _release(self, run_id: str) -> None:
+    async def _release(self, run_id: str, owned: _Owned) -> None:
         """The run's terminal event is journaled (flush): drop its lease and request."""
         await self.journal.flush_run(run_id)
-        owned = self.owned.get(run_id)
-        log = self.journal.get(run_id)
-        if owned is None or log.fenced:
+        if self.owned.get(run_id) is not owned or self.journal.get(run_id).fenced:
             return
         with trio.move_on_after(self.config.lease_seconds):
             while True:
@@ -201,23 +279,20 @@ class Worker:
                     logger.warning("worker %s: releasing run %s: %s", self.name, run_id, exc)
                     await trio.sleep(_RETRY)
 
-    async def _fail_lost(self, record: RunRecord, token: str, attempt: int) -> None:
-        """End a run whose workers kept dying: AGENT_ERRORs, then RUN_FINISHED `failed`."""
+    async def _fail_lost(self, record: RunRecord, owned: _Owned) -> None:
+        """End a run whose workers kept stopping: AGENT_ERRORs, then RUN_FINISHED `failed`."""
         run_id = record.run_id
+        failure = await self.store.failure(run_id)
         message = (
-            f"worker_lost: the run's worker stopped {attempt - 1} time(s) "
-            f"(cluster.max_attempts is {self.config.max_attempts})"
+            f"worker_lost: {record.attempt - 1} worker(s) took the run and stopped before "
+            f"it ended (cluster.max_attempts is {self.config.max_attempts})"
         )
-        await end_unresumable(
-            self.journal,
-            msgspec.structs.replace(record, status="running", worker=self.name, attempt=attempt),
-            error_type="worker_lost",
-            message=message,
-        )
-        await self._release(run_id)
-        self.owned.pop(run_id, None)
-        self._changed.unpark_all()
-        logger.warning("run %s failed: %s (token %s)", run_id, message, token)
+        if failure is not None:
+            message += f"; the last takeover failed: {failure}"
+        await end_unresumable(self.journal, record, error_type="worker_lost", message=message)
+        await self.store.forget_approvals(run_id)
+        await self._release(run_id, owned)
+        logger.warning("run %s failed: %s (token %s)", run_id, message, owned.token)
 
     # -- leases ------------------------------------------------------------------
 
@@ -231,22 +306,18 @@ class Worker:
     def _lost(self, run_ids: list[str]) -> None:
         """These runs are someone else's now: stop our copies, never write for them again."""
         for run_id in run_ids:
-            owned = self.owned.pop(run_id, None)
-            if owned is None:
-                continue
-            self.leases_lost += 1
-            logger.warning(
-                "worker %s lost the lease of run %s: stopping its copy", self.name, run_id
-            )
-            try:
-                log = self.journal.get(run_id)
-            except LookupError:
-                continue
-            log.fenced = log.remote = True
-            log.pending.clear()
+            if self.owned.pop(run_id, None) is not None:
+                self.leases_lost += 1
+                logger.warning(
+                    "worker %s lost the lease of run %s: stopping its copy", self.name, run_id
+                )
+            log = self.journal.logs.get(run_id)
             run = self.host.active.get(run_id)
-            if run is not None:
-                run.cancel()
+            if log is None or run is None:
+                continue  # no copy runs here (what it wrote last was refused, or dropped)
+            log.fenced = log.remote = True  # what the copy still emits is dropped
+            log.pending.clear()
+            run.cancel()
         self._changed.unpark_all()
 
     async def _renew_loop(self) -> None:
@@ -268,6 +339,8 @@ class Worker:
             else:
                 last_ok = trio.current_time()
                 self.lease_renewals += len(leases) - len(lost)
+            # (a run that ended meanwhile, or was taken again with a new token, is not lost)
+            lost = {r for r in lost if (o := self.owned.get(r)) and o.token == leases[r]}
             if lost:
                 self._lost(sorted(lost))
 
@@ -294,18 +367,21 @@ class Worker:
                 if owned is None:
                     continue
                 owned.control_cursor = entry_id
-                with contextlib.suppress(Exception):  # best effort: a takeover re-reads it
-                    await self.store.set_control_done(run_id, entry_id)
+                again = _stream_id(entry_id) <= owned.replay_until
+                if not again:
+                    with contextlib.suppress(Exception):  # best effort: a takeover re-reads it
+                        await self.store.set_control_done(run_id, entry_id)
                 if control.op == "cancel":
                     try:
                         await self.host.cancel(run_id, control.agent_key, control.message or None)
                     except (AgentNotRunning, LookupError) as exc:
-                        logger.warning("run %s: cancel not applied: %s", run_id, exc)
+                        log = logger.debug if again else logger.warning
+                        log("run %s: cancel not applied: %s", run_id, exc)
                 elif control.op == "approve":
                     assert self._nursery is not None  # (one of a remote subtree may take a
                     # round trip to its server: it does not hold up the other controls)
-                    self._nursery.start_soon(self._apply_approval, run_id, control.message)
-                elif control.op == "send":
+                    self._nursery.start_soon(self._apply_approval, run_id, control.message, again)
+                elif control.op == "send" and not again:
                     try:
                         await self.host.send(run_id, control.agent_key, control.message)
                     except (AgentNotRunning, LookupError) as exc:
@@ -342,9 +418,10 @@ class Worker:
                 self._approvals[:0] = batch
                 await trio.sleep(_RETRY)
 
-    async def _apply_approval(self, run_id: str, body: str) -> None:
+    async def _apply_approval(self, run_id: str, body: str, again: bool = False) -> None:
         """An `approve` a gateway checked and claimed: give it to the waiting call (or
-        to the server it waits on, for a call of a remote subtree)."""
+        to the server it waits on, for a call of a remote subtree). `again`: an earlier
+        owner applied it already; it only matters if that owner's answer was lost."""
         try:
             answer = msgspec.json.decode(body, type=_Answer)
             if run_id not in self.host.active:
@@ -358,7 +435,8 @@ class Worker:
                 args=answer.args,
             )
         except (msgspec.DecodeError, LookupError) as exc:  # (ApprovalError, UnknownRun)
-            logger.warning("run %s: approval not applied: %s", run_id, exc)
+            log = logger.debug if again else logger.warning
+            log("run %s: approval not applied: %s", run_id, exc)
 
     async def _heartbeat_loop(self) -> None:
         while True:

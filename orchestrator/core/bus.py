@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from agents.emitter import NullEmitter
@@ -126,7 +126,7 @@ class RunSink:
     a child's events precede the parent's TOOL_RESULT that follows them.
     """
 
-    __slots__ = ("_clock", "_outlet", "_seq", "closed", "root_session_id", "run_id")
+    __slots__ = ("_clock", "_durable", "_outlet", "_seq", "closed", "root_session_id", "run_id")
 
     def __init__(
         self,
@@ -136,6 +136,7 @@ class RunSink:
         *,
         clock: Callable[[], float] = time.time,
         after_seq: int = 0,
+        durable: Callable[[int], Awaitable[bool]] | None = None,
     ) -> None:
         self.run_id = run_id
         self.root_session_id = root_session_id
@@ -143,6 +144,9 @@ class RunSink:
         self._clock = clock
         self._seq = after_seq
         """The last seq handed out (`after_seq`: a run continued by another worker)."""
+        self._durable = durable
+        """Waits until the events up to a seq are stored (a journaled run; None: the
+        events are not stored, nothing to wait for)."""
         self.closed = False
 
     @property
@@ -159,6 +163,12 @@ class RunSink:
     def dropped(self) -> bool:
         """`drop` was called: the run is being suspended."""
         return self._outlet is _DROP
+
+    async def durable(self) -> bool:
+        """Wait until every event handed out so far is stored (`Emitter.durable`)."""
+        if self._outlet is _DROP:
+            return False
+        return True if self._durable is None else await self._durable(self._seq)
 
     def publish_nowait(
         self,
@@ -278,6 +288,10 @@ class Bus:
     async def wait_writable(self) -> None:
         """Return once the run's outlet has room again."""
         await self.sink._outlet.wait_writable()
+
+    async def durable(self) -> bool:
+        """Return once the run's events so far are stored (`Emitter.durable`)."""
+        return await self.sink.durable()
 
     def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
         """Emit without waiting: for lifecycle events, also during cancellation."""

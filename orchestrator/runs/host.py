@@ -121,7 +121,16 @@ class RunHost:
                 owner=owner,
             )
         )
-        sink = RunSink(run_id, root_session, self.journal.outlet(run_id)) if stream else None
+        sink = (
+            RunSink(
+                run_id,
+                root_session,
+                self.journal.outlet(run_id),
+                durable=functools.partial(self.journal.wait_durable, run_id),
+            )
+            if stream
+            else None
+        )
         run = Run(
             orch.catalog, agent_id, input, limits=orch.default_limits(), sink=sink, run_id=run_id
         )
@@ -148,6 +157,7 @@ class RunHost:
             record.root_session_id,
             self.journal.outlet(record.run_id),
             after_seq=log.committed,
+            durable=functools.partial(self.journal.wait_durable, record.run_id),
         )
         run = Run(
             orch.catalog,

@@ -35,7 +35,7 @@ from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.mirror import RunMirrors
 from orchestrator.storage.paging import RunPage
 from orchestrator.storage.retention import Retention, RetentionPolicy
-from orchestrator.storage.runlog import Entry, Follower, RunLog, UnknownRun
+from orchestrator.storage.runlog import Entry, Follower, RunLog, UnknownRun, hand_over
 from orchestrator.storage.writer import JournalWriter
 
 __all__ = ["Entry", "Follower", "Journal", "RunLog", "RunOutlet", "UnknownRun"]
@@ -216,6 +216,17 @@ class Journal:
         while (log.pending or log.writing) and not log.fenced:
             await log.readers.park()
 
+    async def wait_durable(self, run_id: str, seq: int) -> bool:
+        """Wait until the run's events up to `seq` are committed; False if this instance
+        lost the run meanwhile (fenced: those events will never be written from here).
+
+        Unlike `flush_run`, events the run publishes meanwhile do not hold it up.
+        """
+        log = self.get(run_id)
+        while log.committed < seq and not log.fenced:
+            await log.readers.park()
+        return not log.fenced
+
     # -- runs ------------------------------------------------------------------
 
     def create_run(self, record: RunRecord) -> RunLog:
@@ -247,6 +258,19 @@ class Journal:
         if self.on_run is not None:
             self.on_run(log)
         return log
+
+    def mirror(self, run_id: str) -> None:
+        """This instance no longer executes the run, and its copy here has stopped (a
+        cluster worker fenced off, or whose takeover failed): the log is a mirror fed
+        from storage (`RunMirrors`) and nothing of it is written from here; the next
+        owner goes on from what storage holds."""
+        log = self.logs.get(run_id)
+        if log is None:
+            return
+        log.remote, log.fenced = True, False
+        log.pending.clear()
+        self.writer.dirty.pop(run_id, None)
+        hand_over(log, [])
 
     def outlet(self, run_id: str) -> RunOutlet:
         """The outlet a run's sink publishes into."""

@@ -6,37 +6,23 @@ import json
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 import trio
 from websockets.trio.client import ClientConnection, connect
 
-from tests.cluster_helpers import cluster
+from tests.cluster_helpers import (
+    check_tree,
+    cluster,
+    raw_events,
+    runs_entry,
+    seqs,
+    until,
+    watch_all,
+)
 from tests.redis_helpers import redis_url  # noqa: F401  (fixture)
 from tests.server_helpers import request
 
 pytestmark = pytest.mark.trio
-
-
-class _Frame(msgspec.Struct):
-    op: str
-    events: list[msgspec.Raw] = []
-    status: str | None = None
-
-
-_decode_frame = msgspec.json.Decoder(_Frame).decode
-
-
-async def raw_events(ws: ClientConnection, *, within: float = 60) -> tuple[list[bytes], str]:
-    """Every event of the subscription on `ws`, as the bytes the server sent, and the end status."""
-    out: list[bytes] = []
-    with trio.fail_after(within):
-        while True:
-            frame = _decode_frame(await ws.recv(decode=False))
-            if frame.op == "events":
-                out.extend(bytes(raw) for raw in frame.events)
-            elif frame.op == "end":
-                return out, frame.status or ""
 
 
 async def until_a_child_started(ws: ClientConnection) -> list[dict[str, Any]]:
@@ -47,10 +33,6 @@ async def until_a_child_started(ws: ClientConnection) -> list[dict[str, Any]]:
             frame = json.loads(await ws.recv())
             seen.extend(frame.get("events", []))
     return seen
-
-
-def seqs(raws: list[bytes]) -> list[int]:
-    return [json.loads(raw)["seq"] for raw in raws]
 
 
 async def test_a_run_submitted_on_one_gateway_is_watched_live_on_another(
@@ -163,30 +145,6 @@ async def test_ten_runs_spread_over_three_workers_within_max_runs(
                     assert running <= 2
 
 
-async def watch_all(ws: ClientConnection, within: float = 60) -> tuple[list[dict[str, Any]], str]:
-    raws, status = await raw_events(ws, within=within)
-    return [json.loads(r) for r in raws], status
-
-
-def check_tree(events: list[dict[str, Any]]) -> None:
-    """seq gap-free, one terminal event per agent, no tool result twice."""
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-
-    def key(e: dict[str, Any]) -> str | None:
-        return e["source"]["agentKey"] if e["source"] else None
-
-    started = [key(e) for e in events if e["type"] in ("RUN_STARTED", "AGENT_STARTED")]
-    ended = [key(e) for e in events if e["type"] in ("AGENT_RESULT", "AGENT_ERROR")]
-    assert sorted(started, key=str) == sorted(ended, key=str), (started, ended)
-    results = [
-        (key(e), e["data"]["toolCallId"])
-        for e in events
-        if e["type"] == "TOOL_RESULT" and not e["data"].get("server")
-    ]
-    assert len(results) == len(set(results))
-    assert events[-1]["type"] == "RUN_FINISHED"
-
-
 async def test_kill_9_of_the_worker_mid_tree_another_worker_continues_the_run(
     tmp_path: Path,
     redis_url: str,  # noqa: F811
@@ -241,20 +199,6 @@ async def test_kill_9_of_the_worker_mid_tree_another_worker_continues_the_run(
             assert journal == events
             runs = await request(ws2, op="runs", id=2)
             assert runs["runs"][0]["attempt"] == 2 and runs["runs"][0]["worker"] == second.name
-
-
-async def runs_entry(ws: ClientConnection, run_id: str) -> dict[str, Any]:
-    listing = await request(ws, op="runs", id="runs", limit=50)
-    (entry,) = [r for r in listing["runs"] if r["runId"] == run_id]
-    assert isinstance(entry, dict)
-    return entry
-
-
-async def until(condition: Any, within: float = 30) -> None:
-    """Poll an async condition about other processes' state (nobody signals it)."""
-    with trio.fail_after(within):
-        while not await condition():  # noqa: ASYNC110 - polling state nobody signals
-            await trio.sleep(0.1)
 
 
 async def test_a_paused_worker_past_its_lease_is_fenced_off(

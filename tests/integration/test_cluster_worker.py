@@ -76,3 +76,148 @@ async def test_a_run_that_ended_just_before_its_worker_died_is_only_released(
 async def _pending(store: ClusterStore) -> int:
     summary = await store.client.xpending(store.queue, "workers")
     return int(getattr(summary, "pending", 0))
+
+
+def _queued(run_id: str) -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        agent_id="critic",
+        input=f"input of {run_id}",
+        status="queued",
+        created_at=time.time(),
+        root_session_id=f"sess-{run_id}",
+    )
+
+
+async def _died_mid_run(store: ClusterStore, storage: RedisStorage, run_id: str) -> None:
+    """A run a worker took, started (RUN_STARTED journaled) and died with: no lease."""
+    await store.submit(_queued(run_id))
+    (entry,) = await store.take("dead-worker", 1, 0.1)
+    token = await store.acquire(run_id, "dead-worker", 60)
+    assert token is not None and entry.run_id == run_id
+    started = Event(
+        run_id, 1, 1.0, EventType.RUN_STARTED, None, False,
+        {"agentId": "critic", "input": f"input of {run_id}"},
+    )  # fmt: skip
+    running = msgspec.structs.replace(_queued(run_id), status="running", attempt=1, last_seq=1)
+    await storage.append([running], [(run_id, 1, encode_event(started))], {run_id: token})
+    await store.client.delete([store.lease_key(run_id)])  # as if it had expired
+
+
+async def _until_finished(store: ClusterStore, *run_ids: str) -> list[RunRecord]:
+    records: list[RunRecord] = []
+    with trio.fail_after(20):
+        while True:
+            raws = [await store.client.hget(store.runs, i) for i in run_ids]  # (not patched)
+            records = [msgspec.json.decode(r, type=RunRecord) for r in raws if r is not None]
+            if len(records) == len(run_ids) and all(r.status != "running" for r in records):
+                return records
+            await trio.sleep(0.1)
+
+
+async def test_a_stale_run_behind_long_live_runs_is_claimed(
+    redis_url: str,  # noqa: F811
+) -> None:
+    """The oldest pending requests are live runs (leased): claiming looks past them."""
+    async with RedisStorage.open(redis_url, durability="relaxed") as storage:
+        store = ClusterStore(storage, "t")
+        await store.ensure_group()
+        for i in range(3):  # long runs whose workers are fine
+            await store.submit(_queued(f"run-live-{i}"))
+            await store.take("busy-worker", 1, 0.1)
+            assert await store.acquire(f"run-live-{i}", "busy-worker", 60) is not None
+        await _died_mid_run(store, storage, "run-stale")
+        await trio.sleep(0.2)
+        claimed = await store.claim_stale("taker", 0.1, 1)
+        assert [e.run_id for e in claimed] == ["run-stale"]
+        assert await store.claim_stale("taker-2", 0.1, 5) == [], "claimed twice"
+
+
+async def test_attempts_count_workers_that_took_the_run_not_claims(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two stale runs claimed together; reading one of them fails for a while. The other
+    is taken over at once; neither's attempt counts the failed claims (issue 31)."""
+    from orchestrator.cluster import worker as worker_module
+
+    config = write_config(tmp_path, {"critic": {"description": "d", "instructions": "i"}})
+    cluster = ClusterConfig(name="t", lease_seconds=1, max_runs=4)
+    async with RedisStorage.open(redis_url, durability="relaxed") as storage:
+        store = ClusterStore(storage, "t")
+        await store.ensure_group()
+        await _died_mid_run(store, storage, "run-a")
+        await _died_mid_run(store, storage, "run-b")
+        refusals = 0
+        real_record = ClusterStore.record
+
+        async def flaky_record(self: ClusterStore, run_id: str) -> RunRecord | None:
+            nonlocal refusals
+            if run_id == "run-a" and refusals < 3:
+                refusals += 1
+                raise ConnectionError("redis went away for a moment")
+            return await real_record(self, run_id)
+
+        monkeypatch.setattr(worker_module.ClusterStore, "record", flaky_record)
+        async with (
+            Journal.open(storage, cluster=True) as journal,
+            Orchestrator.open(config) as orch,
+            trio.open_nursery() as nursery,
+        ):
+            host = RunHost(orch, journal, nursery)
+            async with open_node(cluster, journal, host, gateway=False) as node:
+                assert node.worker is not None
+                a, b = await _until_finished(store, "run-a", "run-b")
+                assert refusals == 3
+                assert (a.status, a.attempt) == ("completed", 2)
+                assert (b.status, b.attempt) == ("completed", 2)
+                assert node.worker.takeovers == 2 and node.worker.takeover_failures == 0
+            nursery.cancel_scope.cancel()
+        events = [msgspec.json.decode(raw) for raw in await storage.read("run-a", 0, 100)]
+        assert [e["type"] for e in events].count("RUN_STARTED") == 1
+        (resumed,) = [e for e in events if e["type"] == "RUN_RESUMED"]
+        assert resumed["data"]["attempt"] == 2
+
+
+async def test_a_takeover_that_keeps_failing_ends_the_run_worker_lost(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each failed takeover lets the lease go at once (counted, logged); after
+    `max_attempts` the run ends failed `worker_lost`, saying why — never `running`
+    for ever, and no lease is left renewed for it."""
+    from orchestrator.cluster import worker as worker_module
+
+    async def broken_plan(*args: object) -> None:
+        raise RuntimeError("the journal cannot be read back")
+
+    monkeypatch.setattr(worker_module, "plan_resume", broken_plan)
+    config = write_config(tmp_path, {"critic": {"description": "d", "instructions": "i"}})
+    cluster = ClusterConfig(name="t", lease_seconds=1, max_runs=4, max_attempts=3)
+    async with RedisStorage.open(redis_url, durability="relaxed") as storage:
+        store = ClusterStore(storage, "t")
+        await store.ensure_group()
+        await _died_mid_run(store, storage, "run-x")
+        async with (
+            Journal.open(storage, cluster=True) as journal,
+            Orchestrator.open(config) as orch,
+            trio.open_nursery() as nursery,
+        ):
+            host = RunHost(orch, journal, nursery)
+            async with open_node(cluster, journal, host, gateway=False) as node:
+                assert node.worker is not None
+                (record,) = await _until_finished(store, "run-x")
+                assert node.worker.takeover_failures == 2  # attempts 2 and 3
+                assert not node.worker.owned
+            nursery.cancel_scope.cancel()
+        assert (record.status, record.attempt) == ("failed", 4)
+        events = [msgspec.json.decode(raw) for raw in await storage.read("run-x", 0, 100)]
+        finished = events[-1]
+        assert finished["type"] == "RUN_FINISHED"
+        assert finished["data"]["errorType"] == "worker_lost"
+        assert "3 worker(s) took the run" in finished["data"]["error"]
+        assert "the journal cannot be read back" in finished["data"]["error"]
+        assert not await store.client.exists([store.lease_key("run-x")])
+        assert await store.client.xlen(store.queue) == 0
