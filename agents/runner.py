@@ -10,9 +10,10 @@ emitted and the agent just returns its final text.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -294,6 +295,7 @@ class AgentRunner:
         pending: tuple[ToolCall, ...] = (),
         done: tuple[ToolResultMessage, ...] = (),
         prior: dict[str, Prior] | None = None,
+        background: Sequence[BackgroundAgain] = (),
     ) -> Coroutine[Any, Any, AgentOutcome]:
         """Go on after a takeover, from a conversation rebuilt into `messages`.
 
@@ -305,9 +307,12 @@ class AgentRunner:
         waiting for a decision — it waits again, for the rest of its timeout, with
         no second APPROVAL_REQUESTED — or the `Decision` it got (a refused call gets
         its refusal; an approved idempotent one runs again without asking twice). All results then
-        follow the turn in call order, and model turns go on as usual.
+        follow the turn in call order, and model turns go on as usual. `background`:
+        its background work to pick up again (children still running, or whose report
+        had not reached it), each reporting to it as before. An agent whose last turn
+        was its final answer (it waited for background work) does not answer again.
         """
-        return self._run(pending, done, prior or {})
+        return self._run(pending, done, prior or {}, background)
 
     async def wait_idle(self) -> None:
         """Return once no run of this agent is in progress."""
@@ -335,6 +340,7 @@ class AgentRunner:
         pending: tuple[ToolCall, ...] = (),
         done: tuple[ToolResultMessage, ...] = (),
         prior: dict[str, Prior] | None = None,
+        again: Sequence[BackgroundAgain] = (),
     ) -> AgentOutcome:
         self.phase = Phase.RUNNING
         self._ended, self._outcome = False, None
@@ -344,6 +350,11 @@ class AgentRunner:
             with scope:
                 async with trio.open_nursery() as background:
                     self._background = background
+                    for label, call_id, work in again:
+                        context = self._tool_context(call_id)
+                        self.start_background(
+                            label, functools.partial(work, context), call_id=call_id
+                        )
                     try:
                         outcome = await self._loop(pending, done, prior)
                     except Exception as exc:  # raised bare below, not as a group
@@ -404,6 +415,14 @@ class AgentRunner:
             rerun = await self._rerun(pending, prior or {})
             known.update((r.tool_call_id, r) for r in rerun)
             self.messages.extend(known[c.id] for c in order if c.id in known)
+        elif self.messages and isinstance(answer := self.messages[-1], AssistantMessage):
+            # Continued after its final answer (no call in it), waiting for background
+            # work: it does not answer again unless that work reports.
+            while not self.inbox and self._background_running:
+                await self._wake.park()
+            if not self.inbox:
+                self.phase = Phase.FINISHING
+                return await self._finish(answer.text)
         turns = 0
         cut_parts: list[str] = []
         """The texts of a final answer cut by the output limit, continued since."""
@@ -1048,6 +1067,11 @@ class AgentRunner:
             data["args"] = decision.args
         await bus.emit(EventType.APPROVAL_RESOLVED, data)
         return decision
+
+
+BackgroundAgain = tuple[str, str, Callable[[ToolContext], Awaitable[str]]]
+"""Background work picked up again after a takeover: its label (`<taskId> …`), the
+tool call that started it, and the work, given that call's `ToolContext`."""
 
 
 class _Progress:

@@ -24,8 +24,10 @@ Children are attached to the spawn call that made them (`parentToolCallId`). A
 child whose parent will not wait for it again — its call's result is already
 journaled, or its call belongs to a turn that was cut off — is an orphan: it gets
 an AGENT_ERROR `worker_lost` (with its own orphaned descendants), so every agent
-still ends exactly once. Background children (`taskId`) still running are
-orphaned too.
+still ends exactly once. Background children (`taskId`) are kept in their parent's
+`background`: one still running goes on beside its continued parent, with its
+taskId, and reports to it as before; one that ended before its report reached the
+parent (no USER_MESSAGE from its taskId) reports its journaled result.
 
 Forwarded events (a remote subagent's run, docs/remote.md) rebuild their agents like
 local ones; `remote` keeps, per agentKey, the last remote event seen (the remote run
@@ -71,8 +73,14 @@ class AgentPlan:
     result: str | None = None
     """The text of its AGENT_RESULT (None: it failed, or has not ended)."""
     error: str | None = None
+    error_type: str | None = None
+    """The `errorType` of its AGENT_ERROR."""
     children: dict[str, str] = field(default_factory=dict)
     """Spawn call id → the child's agentKey."""
+    background: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """The agentKey of each background child → (its taskId, the spawn call's id)."""
+    heard_from: set[str] = field(default_factory=set)
+    """Senders of the messages it got (`from`: a background child's taskId, …)."""
     approvals: dict[str, Prior] = field(default_factory=dict)
     """Call id → its approval as journaled, for the calls in `pending` that had one."""
     # Assembly state: the open turn's calls and the results seen for them.
@@ -147,6 +155,12 @@ class ResumePlan:
                     waiting.add(child)
                     collect(self.agents[child])
 
+            for key in agent.background:
+                plan = self.agents.get(key)
+                if plan is not None and not plan.ended and key not in self.remote:
+                    waiting.add(key)
+                    collect(plan)
+
         if not self.root.ended:
             collect(self.root)
         waiting |= self.followed()
@@ -156,6 +170,21 @@ class ResumePlan:
             if key is not None and not a.ended and key not in waiting
         ]
         return sorted(lost, key=lambda a: -(a.source.depth if a.source else 0))
+
+    def background_of(self, parent: AgentPlan) -> list[tuple[AgentPlan, str, str]]:
+        """The background children to pick up again beside their continued parent, as
+        (child, taskId, spawn call id): those still running, and those that ended
+        before their report reached the parent (a remote subtree's are its own)."""
+        if parent.key is not None and parent.key in self.remote:
+            return []
+        out = []
+        for key, (task_id, call_id) in parent.background.items():
+            plan = self.agents.get(key)
+            if plan is None or key in self.remote:
+                continue
+            if not plan.ended or task_id not in parent.heard_from:
+                out.append((plan, task_id, call_id))
+        return out
 
     def child_of(self, parent: AgentPlan, call_id: str) -> AgentPlan | None:
         """The child a pending spawn call made (None: it had not started one)."""
@@ -192,6 +221,8 @@ def rebuild(events: list[Event]) -> ResumePlan:
             )
             if parent is not None and source.parent_tool_call_id and source.task_id is None:
                 parent.children[source.parent_tool_call_id] = source.agent_key
+            elif parent is not None and source.parent_tool_call_id and source.task_id:
+                parent.background[source.agent_key] = (source.task_id, source.parent_tool_call_id)
             continue
         agent = agents.get(key)
         if agent is None:
@@ -214,6 +245,7 @@ def rebuild(events: list[Event]) -> ResumePlan:
             _settle(agent)
         elif kind is EventType.USER_MESSAGE:
             agent._inbox.append(str(data.get("text", "")))
+            agent.heard_from.add(str(data.get("from", "")))
         elif kind is EventType.COMPACTION_STARTED:
             _flush_turn(agent)  # as the runner: the turn's results and the inbox are in
             agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
@@ -231,6 +263,7 @@ def rebuild(events: list[Event]) -> ResumePlan:
             agent.ended, agent.result = True, str(data.get("text", ""))
         elif kind is EventType.AGENT_ERROR:
             agent.ended, agent.error = True, str(data.get("message", ""))
+            agent.error_type = str(data.get("errorType", "failed"))
     for agent in agents.values():
         if not agent._in_turn and agent._turn_calls:
             agent.pending = [c for c in agent._turn_calls if c.id not in agent._results]

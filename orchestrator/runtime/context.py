@@ -8,7 +8,7 @@ only context variable is `current_bus`, which the contract names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import final
 
 import msgspec
@@ -18,11 +18,11 @@ from agents.approval import ApprovalGate, ApprovalPolicy
 from agents.core.usage import UsageNode
 from agents.errors import SpecError
 from agents.providers.factory import ProviderFactory
-from agents.runner import AgentRunner, Summarizer, TurnLimits
+from agents.runner import AgentRunner, BackgroundAgain, Summarizer, TurnLimits
 from agents.spec import AgentSpec, CompactionSpec
 from agents.tools.base import Tool
 from orchestrator.core.bus import AnyBus, Bus
-from orchestrator.core.rebuild import ResumePlan
+from orchestrator.core.rebuild import AgentPlan, ResumePlan
 from orchestrator.mcp.hub import McpError, McpHub
 from orchestrator.mcp.names import server_of, wildcard_match
 from orchestrator.mcp.tool import McpTool
@@ -209,6 +209,7 @@ class RunContext:
 
     __slots__ = (
         "agents",
+        "background_again",
         "catalog",
         "continued",
         "limits",
@@ -244,6 +245,9 @@ class RunContext:
         self.summarizer: Summarizer | None = None
         """Runs a compaction's summarizer subagent as a child (the run sets it:
         `spawn.run_tools`)."""
+        self.background_again: Callable[[AgentPlan], list[BackgroundAgain]] = _nothing_again
+        """After a takeover: a rebuilt agent's background children to pick up again
+        beside it (`spawn.run_tools` sets it)."""
 
     def deadlines(self, agent_key: str | None) -> list[trio.CancelScope]:
         """The scopes that time out the instance `agent_key` (None: the root): its own
@@ -271,3 +275,8 @@ class RunContext:
             found.append(key)
             todo.extend(children.get(key, ()))
         return found
+
+
+def _nothing_again(parent: AgentPlan) -> list[BackgroundAgain]:
+    """No background work to pick up again (a run that is not a takeover)."""
+    return []

@@ -291,7 +291,10 @@ class Run:
                         runner.messages = list(plan.root.messages)
                         root = plan.root
                         outcome = await runner.continue_run(
-                            tuple(root.pending), tuple(root.done), root.approvals
+                            tuple(root.pending),
+                            tuple(root.done),
+                            root.approvals,
+                            self.context.background_again(root),
                         )
                         text = outcome.text
                     else:
@@ -342,9 +345,18 @@ class Run:
         if not isinstance(bus, Bus):
             return
         skip = self.context.continued | self._orphaned
+        # A remote child followed again brings its subtree's ends from its server.
+        followed = [
+            child.source.path + "/"
+            for key in self.context.continued
+            if (child := plan.agents.get(key)) is not None and child.source is not None
+        ]
         for agent in plan.agents.values():
             if agent.key is None or agent.ended or agent.key in skip:
                 continue
+            if agent.key in plan.remote and agent.source is not None:
+                if any(agent.source.path.startswith(top) for top in followed):
+                    continue
             Bus(bus.sink, agent.source).emit_nowait(
                 EventType.AGENT_ERROR,
                 {

@@ -25,7 +25,7 @@ import trio
 
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed, ToolError
-from agents.runner import AgentOutcome, AgentRunner
+from agents.runner import AgentOutcome, AgentRunner, BackgroundAgain
 from agents.spec import AgentSpec
 from agents.tools.base import Tool, ToolContext
 from orchestrator.core.bus import AnyBus, Bus, NullBus, current_bus
@@ -43,6 +43,7 @@ def run_tools(run: RunContext) -> dict[str, Tool]:
     (which also runs the compactions' summarizer subagents: `run.summarizer`)."""
     spawn = AgentSpawnTool(run)
     run.summarizer = spawn.summarize
+    run.background_again = spawn.background_again
     own: list[Tool] = [spawn, AgentSendTool(run)]
     return {**run.catalog.tools, **{tool.name: tool for tool in own}}
 
@@ -283,11 +284,15 @@ class AgentSpawnTool:
             )
         return spec
 
-    async def _continue(self, rebuilt: AgentPlan, ctx: ToolContext) -> str:
+    async def _continue(
+        self, rebuilt: AgentPlan, ctx: ToolContext, *, background: bool = False
+    ) -> str:
         """After a takeover: the result of a child the journal shows started by this call.
 
         A child that had ended gives its journaled result; one still running is rebuilt
-        (same agentKey, same Source, its conversation) and goes on from where it was.
+        (same agentKey, same Source, its conversation, its own background children) and
+        goes on from where it was. `background`: a background child (no deadline; its
+        failure is reported to its parent as such, not as this call's error result).
         """
         run = self._run
         assert rebuilt.key is not None and rebuilt.source is not None
@@ -295,6 +300,8 @@ class AgentSpawnTool:
         if rebuilt.ended:
             if rebuilt.result is not None:
                 return rebuilt.result
+            if background:
+                raise AgentFailed(rebuilt.error or "failed", error_type=rebuilt.error_type or "")
             raise ToolError(f"subagent {rebuilt.agent_id!r} failed: {rebuilt.error}")
         spec = run.catalog.spec(rebuilt.agent_id)
         if spec.remote is not None:
@@ -306,15 +313,32 @@ class AgentSpawnTool:
         parent_bus = current_bus.get()
         if not isinstance(parent_bus, Bus):  # takeovers only happen in journaled runs
             raise ToolError("agent_spawn: cannot continue a child without the run's bus")
-        child = _Child(run, spec, Bus(parent_bus.sink, rebuilt.source), ctx, spec.timeout_seconds)
+        timeout = 0 if background else spec.timeout_seconds
+        child = _Child(run, spec, Bus(parent_bus.sink, rebuilt.source), ctx, timeout)
         child.runner.messages = list(rebuilt.messages)
         work = functools.partial(
             child.runner.continue_run,
             tuple(rebuilt.pending),
             tuple(rebuilt.done),
             rebuilt.approvals,
+            self.background_again(rebuilt),
         )
-        return await child.drive(work, tool_error=True)
+        return await child.drive(work, tool_error=not background)
+
+    def background_again(self, parent: AgentPlan) -> list[BackgroundAgain]:
+        """After a takeover: `parent`'s background children to pick up again beside it,
+        under their taskIds (`ResumePlan.background_of`)."""
+        plan = self._run.resume
+        if plan is None:
+            return []
+        return [
+            (
+                f"{task_id} {child.agent_id} {child.key}",
+                call_id,
+                functools.partial(self._continue, child, background=True),
+            )
+            for child, task_id, call_id in plan.background_of(parent)
+        ]
 
     async def _follow_again(self, spec: AgentSpec, rebuilt: AgentPlan, ctx: ToolContext) -> str:
         """A remote child that ran when the run stopped: its run there is followed

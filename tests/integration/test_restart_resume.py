@@ -157,3 +157,91 @@ async def test_resume_runs_false_ends_them_interrupted(tmp_path: Path) -> None:
             proc.send_signal(signal.SIGTERM)
     assert events[-1]["data"]["status"] == "interrupted"
     assert not [e for e in events if e["type"] == "RUN_RESUMED"]
+
+
+BACKGROUND = {
+    # The root starts a slow background child and answers at once; it does not finish
+    # before the child reports, and then answers again with the child's result.
+    "lead": {
+        "description": "starts work in the background",
+        "instructions": "i",
+        "tools": ["agent_spawn"],
+        "script": {
+            "token_delay": 0.01,
+            "turns": [
+                {
+                    "say": "starting it",
+                    "calls": [
+                        {
+                            "name": "agent_spawn",
+                            "args": {"agent_id": "slow", "task": "dig", "timeout_seconds": 0},
+                        }
+                    ],
+                },
+                {"say": "waiting for it"},
+                {"say": "lead got: {input}"},
+            ],
+        },
+    },
+    "slow": {
+        "description": "takes its time",
+        "instructions": "i",
+        "script": {"token_delay": 0.05, "turns": [{"say": " ".join(["dig"] * 60)}]},
+    },
+}
+
+
+async def test_a_background_child_goes_on_after_kill_9_under_its_task_id(tmp_path: Path) -> None:
+    """Killed while the root waits for its background child: after the restart the
+    child goes on (same agentKey and taskId, its cut-off turn asked again), reports to
+    the root once, and the root does not repeat the answer it had already given."""
+    config_path = tmp_path / "server.yaml"
+    demo_config(tmp_path, storage="sqlite:///journal.db", extra_agents=BACKGROUND)
+    seen: list[dict[str, Any]] = []
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        async with connect(url, max_size=None) as ws:
+            ack = await request(ws, op="run", id=1, agent="lead", input="go")
+            run_id = ack["runId"]
+
+            def answered_and_streaming() -> bool:
+                said = [
+                    e for e in seen if e["type"] == "REASONING" and e["last"] and not e["source"]
+                ]
+                return len(said) == 2 and sum(by(e, "slow") for e in seen) > 10
+
+            while not answered_and_streaming():
+                seen += (await recv(ws)).get("events", [])
+            proc.send_signal(signal.SIGKILL)
+            await watch_until_closed(ws, seen)
+
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        try:
+            with trio.fail_after(30):
+                everything = await replay(url, run_id)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+    check_story(everything)
+    assert everything[-1]["data"]["status"] == "completed"
+    (started,) = [e for e in everything if e["type"] == "AGENT_STARTED"]
+    child = started["source"]
+    (ended,) = [
+        e for e in everything if e["type"] in ("AGENT_RESULT", "AGENT_ERROR") and e["source"]
+    ]
+    assert ended["type"] == "AGENT_RESULT" and ended["source"] == child  # same key, same taskId
+    resumed = next(e["seq"] for e in everything if e["type"] == "RUN_RESUMED")
+    assert ended["seq"] > resumed
+    reports = [e for e in everything if e["type"] == "USER_MESSAGE" and not e["source"]]
+    assert [r["data"]["from"] for r in reports] == [child["taskId"]]
+    assert reports[0]["data"]["text"].startswith(f"[{child['taskId']} slow ")
+    root_turns = [
+        e["data"]["text"]
+        for e in everything
+        if e["type"] == "REASONING" and e["last"] and not e["source"]
+    ]
+    assert root_turns == [
+        "starting it",
+        "waiting for it",
+        "lead got: " + reports[0]["data"]["text"],
+    ]

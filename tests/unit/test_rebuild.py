@@ -103,7 +103,7 @@ def test_children_of_a_cut_off_turn_are_orphans_deepest_first() -> None:
     assert [o.key for o in plan.orphans()] == ["g#1", "a#1"]
 
 
-def test_messages_sent_in_join_before_the_next_turn_and_background_children_orphan() -> None:
+def test_messages_sent_in_join_before_the_next_turn_and_background_children_go_on() -> None:
     j = Journal()
     bg = child("w#1", "s-w", ROOT_SESSION, 1, "c1", task_id="task-1")
     j.add(R.RUN_STARTED, None, agentId="planner", input="x")
@@ -135,7 +135,42 @@ def test_messages_sent_in_join_before_the_next_turn_and_background_children_orph
         "UserMessage:one more",
     ]
     assert plan.root.pending == []
-    assert [o.key for o in plan.orphans()] == ["w#1"]
+    # The background child still runs: it goes on beside the root, under its taskId.
+    assert plan.orphans() == []
+    assert [(c.key, t, call) for c, t, call in plan.background_of(plan.root)] == [
+        ("w#1", "task-1", "c1")
+    ]
+
+
+def test_a_background_child_that_ended_reports_once() -> None:
+    """Ended before its report reached the parent: picked up again (to report its
+    journaled result); once the parent heard from it, never again. Below a parent that
+    nobody continues, a running one is an orphan like any child."""
+    j = Journal()
+    bg = child("w#1", "s-w", ROOT_SESSION, 1, "c1", task_id="task-1")
+    j.add(R.RUN_STARTED, None, agentId="planner", input="x")
+    j.add(R.REASONING, None, last=True, text="", toolCalls=[spawn_call("c1", "w", "bg")])
+    j.add(R.AGENT_STARTED, bg, agentId="w", task="bg")
+    j.add(R.TOOL_RESULT, None, toolCallId="c1", name="agent_spawn", content="{}", isError=False)
+    j.add(R.AGENT_ERROR, bg, last=True, errorType="timeout", message="too slow")
+    plan = rebuild(j.events)
+    ((again, task_id, _),) = plan.background_of(plan.root)
+    assert (again.key, task_id, again.ended, again.error_type) == ("w#1", "task-1", True, "timeout")
+    heard = {"text": "[task-1 w w#1 failed (timeout)]\ntoo slow", "from": "task-1"}
+    j.events.append(Event("run-1", len(j.events) + 1, 9.0, R.USER_MESSAGE, None, False, heard))
+    plan = rebuild(j.events)
+    assert plan.background_of(plan.root) == []
+    # A background grandchild whose parent's turn was cut off: nobody picks it up.
+    k = Journal()
+    mid = child("m#1", "s-m", ROOT_SESSION, 1, "c1")
+    low = child("l#1", "s-l", "s-m", 2, "d1", task_id="task-2")
+    k.add(R.RUN_STARTED, None, agentId="planner", input="x")
+    k.add(R.REASONING, None, delta="cut off before its calls were final")
+    k.add(R.AGENT_STARTED, mid, agentId="m", task="t")
+    k.add(R.REASONING, mid, last=True, text="", toolCalls=[spawn_call("d1", "l", "t")])
+    k.add(R.AGENT_STARTED, low, agentId="l", task="t")
+    plan = rebuild(k.events)
+    assert [o.key for o in plan.orphans()] == ["l#1", "m#1"]
 
 
 def test_a_finished_run_and_an_ended_root() -> None:
