@@ -1,15 +1,18 @@
 """Takeover by any live worker, whatever the order in which workers started and runs
 were created (issue 31), with real `orchestrator` processes on the machine's Redis.
 
-The production shape: workers already running when a run is created (`before`), or
-one started after the run was created but before its worker dies (`between`: it
-loaded a copy of the journal at start-up that is stale by then). A worker started
-after the kill is `test_cluster.py`'s kill -9 and approval tests. Each order with a
-streaming tree and with a call waiting for approval.
+The production shape: workers already running when the runs are created
+(`before`), or one started after the runs were created but before their worker
+dies (`between`: it loaded a copy of the journal at start-up that is stale by
+then). A worker started after the kill is `test_cluster.py`'s kill -9 and approval
+tests. Each order with four runs on the worker that dies: a streaming tree, a call
+waiting for approval (answered after the kill), a root waiting for its background
+child, and a tree with a remote child on another server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -17,9 +20,11 @@ from typing import Any
 import coredis
 import pytest
 import trio
-from websockets.trio.client import connect
+from websockets.trio.client import ClientConnection, connect
 
-from tests.cluster_helpers import Instance, check_tree, cluster, runs_entry, until, watch_all
+from tests.cluster_helpers import check_tree, cluster, runs_entry, until
+from tests.integration.test_remote import remote_server
+from tests.integration.test_restart_resume import BACKGROUND
 from tests.redis_helpers import redis_url  # noqa: F401  (fixture)
 from tests.server_helpers import request
 
@@ -33,38 +38,73 @@ def _agent(
     return {"description": "d", "instructions": "i", "tools": tools, "script": script, **extra}
 
 
-AGENTS = {
-    # boss → writer (appends its task to effects.txt, once a person approves) and a
-    # streamer that is still talking while the call waits.
-    "boss": _agent(
-        [
-            {
-                "calls": [
-                    {"name": "agent_spawn", "args": {"agent_id": "writer", "task": "{input}"}},
-                    {"name": "agent_spawn", "args": {"agent_id": "streamer", "task": "{input}"}},
-                ]
-            },
-            {"say": "boss: {results}"},
-        ],
-        ["agent_spawn"],
-    ),
-    "writer": _agent(
-        [
-            {
-                "calls": [
-                    {
-                        "name": "write_file",
-                        "args": {"path": "effects.txt", "content": "{input}\n", "append": True},
-                    }
-                ]
-            },
-            {"say": "wrote {input}"},
-        ],
-        ["write_file"],
-        approval=["write_file"],
-    ),
-    "streamer": _agent([{"say": " ".join(f"word{i}" for i in range(80))}], [], delay=0.05),
-}
+def _spawn(agent_id: str) -> dict[str, Any]:
+    return {"name": "agent_spawn", "args": {"agent_id": agent_id, "task": "{input}"}}
+
+
+def agents(far_url: str) -> dict[str, dict[str, Any]]:
+    return {
+        **BACKGROUND,
+        # boss → writer (appends its task to effects.txt once a person approves) and a
+        # streamer still talking while the call waits.
+        "boss": _agent(
+            [{"calls": [_spawn("writer"), _spawn("streamer")]}, {"say": "ok"}], ["agent_spawn"]
+        ),
+        "writer": _agent(
+            [
+                {
+                    "calls": [
+                        {
+                            "name": "write_file",
+                            "args": {"path": "effects.txt", "content": "{input}\n", "append": True},
+                        }
+                    ]
+                },
+                {"say": "wrote {input}"},
+            ],
+            ["write_file"],
+            approval=["write_file"],
+        ),
+        "streamer": _agent([{"say": " ".join(f"w{i}" for i in range(80))}], [], delay=0.05),
+        # asker → far (the planner of another server, whose whole tree streams in).
+        "far": {"description": "the other team", "remote": {"url": far_url, "agent": "planner"}},
+        "asker": _agent(
+            [{"calls": [_spawn("far")]}, {"say": "they said: {results}"}], ["agent_spawn"]
+        ),
+    }
+
+
+KINDS = {"tree": "planner", "approval": "boss", "background": "lead", "remote": "asker"}
+
+
+def far_enough(kind: str, events: list[dict[str, Any]]) -> bool:
+    """The run is in the middle of what its kind is about."""
+    if kind == "tree":
+        return sum(e["type"] == "AGENT_STARTED" for e in events) >= 2 and any(
+            e["type"] == "REASONING" and e["source"] for e in events[-3:]
+        )
+    if kind == "approval":
+        return any(e["type"] == "APPROVAL_REQUESTED" for e in events)
+    if kind == "background":
+        answers = [e for e in events if e["type"] == "REASONING" and e["last"] and not e["source"]]
+        return len(answers) == 2 and sum(bool(e["source"]) for e in events) > 10
+    return any(e["source"] and "remote" in e["source"] for e in events)
+
+
+class Watcher:
+    """Reads one run's subscription into `events` until its end."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.events: list[dict[str, Any]] = []
+        self.status: str | None = None
+
+    async def read(self) -> None:
+        while self.status is None:
+            frame = json.loads(await self.ws.recv())
+            self.events.extend(frame.get("events", []))
+            if frame["op"] == "end":
+                self.status = frame["status"]
 
 
 async def live_leases(redis_url: str) -> list[str]:  # noqa: F811
@@ -74,96 +114,112 @@ async def live_leases(redis_url: str) -> list[str]:  # noqa: F811
         return [key.decode() async for key in client.scan_iter(match=f"{prefix}run:*:lease")]
 
 
-@pytest.mark.parametrize("waiting", [False, True], ids=["streaming", "approval"])
 @pytest.mark.parametrize("order", ["before", "between"])
-async def test_a_live_worker_takes_the_run_over(
+async def test_a_live_worker_takes_every_kind_of_run_over(
     tmp_path: Path,
     redis_url: str,  # noqa: F811
     order: str,
-    waiting: bool,
 ) -> None:
     (tmp_path / "workspace").mkdir()
-    async with cluster(
-        tmp_path, redis_url, lease_seconds=2, token_delay=0.03, extra_agents=AGENTS
-    ) as c:
+    async with (
+        remote_server(tmp_path / "far", token_delay=0.05) as (_, far_url),
+        cluster(
+            tmp_path, redis_url, lease_seconds=2, token_delay=0.05, extra_agents=agents(far_url)
+        ) as c,
+        trio.open_nursery() as nursery,
+        contextlib.AsyncExitStack() as stack,
+    ):
         gateway = await c.start("serve")
-        workers = [await c.start("worker")]
-        if order == "before":
-            workers.append(await c.start("worker"))
-        async with connect(gateway.url, max_size=None) as ws, connect(gateway.url) as ctl:
-            agent, text = ("boss", "effect-1") if waiting else ("planner", "take me over")
-            ack = await request(ws, op="run", id=1, agent=agent, input=text)
-            run_id = ack["runId"]
-            seen: list[dict[str, Any]] = []
-            with trio.fail_after(30):  # the call waits, or children stream
+        first = await c.start("worker")
+        survivor = await c.start("worker") if order == "before" else None
+        if survivor is not None:
+            survivor.stop()  # running since before the runs, but taking none of them yet
+        watchers: dict[str, Watcher] = {}
+        run_ids: dict[str, str] = {}
+        ctl = await stack.enter_async_context(connect(gateway.url, max_size=None))
+        for kind, agent in KINDS.items():
+            ws = await stack.enter_async_context(connect(gateway.url, max_size=None))
+            ack = await request(ws, op="run", id=1, agent=agent, input=f"{kind}-input")
+            run_ids[kind] = ack["runId"]
+            watchers[kind] = Watcher(ws)
+            nursery.start_soon(watchers[kind].read)
 
-                def far_enough() -> bool:
-                    if waiting:
-                        return any(e["type"] == "APPROVAL_REQUESTED" for e in seen)
-                    return sum(e["type"] == "AGENT_STARTED" for e in seen) >= 2 and any(
-                        e["type"] == "REASONING" and e["source"] for e in seen[-3:]
-                    )
+        async def all_far_enough() -> bool:
+            return all(far_enough(k, w.events) for k, w in watchers.items())
 
-                while not far_enough():
-                    seen.extend(json.loads(await ws.recv()).get("events", []))
-            if order == "between":
-                workers.append(await c.start("worker"))
-            owner_name = (await runs_entry(ctl, run_id))["worker"]
-            (owner,) = [w for w in workers if w.name == owner_name]
-            (survivor,) = [w for w in workers if w is not owner]
-            call_id, asked = None, {}
-            if waiting:
-                (asked,) = [e for e in seen if e["type"] == "APPROVAL_REQUESTED"]
-                call_id = asked["data"]["toolCallId"]
+        await until(all_far_enough)
+        approval = run_ids["approval"]
+        (asked,) = [e for e in watchers["approval"].events if e["type"] == "APPROVAL_REQUESTED"]
 
-                async def listed() -> bool:
-                    reply = await request(ctl, op="pending", id="p", runId=run_id)
-                    return [a["toolCallId"] for a in reply["approvals"]] == [call_id]
+        async def listed() -> bool:
+            reply = await request(ctl, op="pending", id="p", runId=approval)
+            return [a["toolCallId"] for a in reply["approvals"]] == [asked["data"]["toolCallId"]]
 
-                await until(listed)
-            owner.kill()
-            killed_at = trio.current_time()
-            if waiting:
-                answer = {"runId": run_id, "toolCallId": call_id, "decision": "approve"}
-                assert (await request(ctl, op="approve", id="a", **answer))["op"] == "ack"
-            # The survivor takes the run over within lease_seconds and a few seconds.
-            with trio.fail_after(2 + 5 - (trio.current_time() - killed_at)):
-                while not any(e["type"] == "RUN_RESUMED" for e in seen):
-                    seen.extend(json.loads(await ws.recv()).get("events", []))
-            rest, status = await watch_all(ws, within=60)
-            events = seen + rest
-            assert status == "completed", events[-1]
+        await until(listed)
+        for run_id in run_ids.values():
+            assert (await runs_entry(ctl, run_id))["worker"] == first.name
+        if survivor is None:
+            survivor = await c.start("worker")  # it loads the journal as it is now
+        else:
+            survivor.cont()
+        first.kill()
+        killed_at = trio.current_time()
+        answer = {
+            "runId": approval,
+            "toolCallId": asked["data"]["toolCallId"],
+            "decision": "approve",
+        }
+        assert (await request(ctl, op="approve", id="a", **answer))["op"] == "ack"
+
+        async def all_resumed() -> bool:
+            return all(any(e["type"] == "RUN_RESUMED" for e in w.events) for w in watchers.values())
+
+        # Every run is taken over within lease_seconds and a few seconds.
+        await until(all_resumed, within=2 + 5 - (trio.current_time() - killed_at))
+
+        async def all_ended() -> bool:
+            return all(w.status is not None for w in watchers.values())
+
+        await until(all_ended, within=60)
+        for kind, watcher in watchers.items():
+            events = watcher.events
+            assert watcher.status == "completed", (kind, events[-1])
             check_tree(events)
             (resumed,) = [e for e in events if e["type"] == "RUN_RESUMED"]
-            assert resumed["data"]["attempt"] == 2
-            assert resumed["data"]["worker"] == survivor.name
-            assert resumed["data"]["afterSeq"] == resumed["seq"] - 1
-            # Nothing that had finished ran again: one AGENT_STARTED per agent, and the
-            # input is the run's own.
+            assert resumed["data"]["attempt"] == 2, kind
+            assert resumed["data"]["worker"] == survivor.name, kind
+            assert resumed["data"]["afterSeq"] == resumed["seq"] - 1, kind
+            # Nothing that had finished ran again, and the input is the run's own.
             starts = [e["source"]["agentKey"] for e in events if e["type"] == "AGENT_STARTED"]
-            assert len(starts) == len(set(starts))
-            assert [e["data"]["input"] for e in events if e["type"] == "RUN_STARTED"] == [text]
-            entry = await runs_entry(ctl, run_id)
+            assert len(starts) == len(set(starts)), kind
+            (started,) = [e for e in events if e["type"] == "RUN_STARTED"]
+            assert started["data"]["input"] == f"{kind}-input", kind
+            entry = await runs_entry(ctl, run_ids[kind])
             assert (entry["status"], entry["attempt"], entry["worker"]) == (
                 "completed",
                 2,
                 survivor.name,
-            )
-            if waiting:
-                results = [
-                    e
-                    for e in events
-                    if e["type"] == "TOOL_RESULT"
-                    and e["data"]["toolCallId"] == call_id
-                    and e["source"] == asked["source"]
-                ]
-                assert len(results) == 1 and not results[0]["data"]["isError"], results
-                assert (tmp_path / "workspace" / "effects.txt").read_text() == "effect-1\n"
-                assert (await request(ctl, op="pending", id="p2"))["approvals"] == []
-            assert await live_leases(redis_url) == []
-            _no_failed_takeover(survivor)
-
-
-def _no_failed_takeover(worker: Instance) -> None:
-    bad = [line for line in worker.lines if "failed" in line and "run-" in line]
-    assert not bad, bad
+            ), kind
+        # The approved write ran once, after the takeover.
+        writes = [
+            e
+            for e in watchers["approval"].events
+            if e["type"] == "TOOL_RESULT" and e["source"] == asked["source"]
+        ]
+        assert len(writes) == 1 and not writes[0]["data"]["isError"], writes
+        assert (tmp_path / "workspace" / "effects.txt").read_text() == "approval-input\n"
+        assert (await request(ctl, op="pending", id="p2"))["approvals"] == []
+        # The background child went on under its taskId and reported once.
+        events = watchers["background"].events
+        (child,) = [e["source"] for e in events if e["type"] == "AGENT_STARTED"]
+        (ended,) = [e for e in events if e["type"] == "AGENT_RESULT" and e["source"]]
+        assert ended["source"] == child
+        reports = [e for e in events if e["type"] == "USER_MESSAGE" and not e["source"]]
+        assert [r["data"]["from"] for r in reports] == [child["taskId"]]
+        # The remote child's run was followed again: its agents end once, there.
+        events = watchers["remote"].events
+        at = next(i for i, e in enumerate(events) if e["type"] == "RUN_RESUMED")
+        assert any(e["source"] and "remote" in e["source"] for e in events[at:])
+        assert await live_leases(redis_url) == []
+        failures = [line for line in survivor.lines if "failed" in line and "run-" in line]
+        assert not failures, failures

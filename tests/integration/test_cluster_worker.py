@@ -140,8 +140,6 @@ async def test_attempts_count_workers_that_took_the_run_not_claims(
 ) -> None:
     """Two stale runs claimed together; reading one of them fails for a while. The other
     is taken over at once; neither's attempt counts the failed claims (issue 31)."""
-    from orchestrator.cluster import worker as worker_module
-
     config = write_config(tmp_path, {"critic": {"description": "d", "instructions": "i"}})
     cluster = ClusterConfig(name="t", lease_seconds=1, max_runs=4)
     async with RedisStorage.open(redis_url, durability="relaxed") as storage:
@@ -159,7 +157,7 @@ async def test_attempts_count_workers_that_took_the_run_not_claims(
                 raise ConnectionError("redis went away for a moment")
             return await real_record(self, run_id)
 
-        monkeypatch.setattr(worker_module.ClusterStore, "record", flaky_record)
+        monkeypatch.setattr(ClusterStore, "record", flaky_record)
         async with (
             Journal.open(storage, cluster=True) as journal,
             Orchestrator.open(config) as orch,
