@@ -128,3 +128,8 @@ class AppCollector(Collector):
             "Runs this worker took over from a worker that stopped renewing",
             value=worker.takeovers,
         )
+        yield CounterMetricFamily(
+            "orchestrator_cluster_takeover_failures",
+            "Runs this worker took the lease of but could not execute (it let them go at once)",
+            value=worker.takeover_failures,
+        )
