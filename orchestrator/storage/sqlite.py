@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS runs (
     root_session_id TEXT NOT NULL,
     last_seq INTEGER NOT NULL,
     owner TEXT,
-    first_seq INTEGER NOT NULL DEFAULT 1
+    first_seq INTEGER NOT NULL DEFAULT 1,
+    attempt INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS events (
@@ -62,10 +63,14 @@ ALTER TABLE events_by_num RENAME TO events;
 CREATE UNIQUE INDEX events_by_run ON events (run, seq);
 """
 # Columns added after the first release: added in place to older files.
-_ADDED_COLUMNS = {"owner": "TEXT", "first_seq": "INTEGER NOT NULL DEFAULT 1"}
+_ADDED_COLUMNS = {
+    "owner": "TEXT",
+    "first_seq": "INTEGER NOT NULL DEFAULT 1",
+    "attempt": "INTEGER NOT NULL DEFAULT 0",
+}
 _COLUMNS = (
     "run_id, agent_id, input, status, created_at, finished_at, root_session_id, last_seq,"
-    " owner, first_seq"
+    " owner, first_seq, attempt"
 )
 
 
@@ -80,8 +85,8 @@ class SqliteStorage:
         self._reader: sqlite3.Connection | None = None
         self._write_limiter = trio.CapacityLimiter(1)
         self._read_limiter = trio.CapacityLimiter(1)
-        self._written: dict[str, str] = {}
-        """runId → the status its record was last written with (by `write`)."""
+        self._written: dict[str, tuple[str, int]] = {}
+        """runId → the status and attempt its record was last written with (`write`)."""
         self._nums: dict[str, int] = {}
         """runId → its number in `run_nums` (the events' `run`), for every run with events."""
 
@@ -179,6 +184,7 @@ class SqliteStorage:
                 last_seq=r[7],
                 owner=r[8],
                 first_seq=r[9],
+                attempt=r[10],
             )
             for r in rows
         ]
@@ -203,12 +209,12 @@ class SqliteStorage:
     async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
         """One transaction for the whole batch, in a worker thread.
 
-        A record is written when it is new or its status changed (not for every
-        batch of its events: at a model's pace that was a row per run per batch, as
-        many as the events themselves); a running run's `last_seq` is read back from
-        its events at `load`.
+        A record is written when it is new or its status or attempt changed (not for
+        every batch of its events: at a model's pace that was a row per run per batch,
+        as many as the events themselves); a running run's `last_seq` is read back
+        from its events at `load`.
         """
-        records = [r for r in records if self._written.get(r.run_id) != r.status]
+        records = [r for r in records if self._written.get(r.run_id) != (r.status, r.attempt)]
         record_rows: list[tuple[object, ...]] = [
             (
                 r.run_id,
@@ -221,12 +227,13 @@ class SqliteStorage:
                 r.last_seq,
                 r.owner,
                 r.first_seq,
+                r.attempt,
             )
             for r in records
         ]
         await trio.to_thread.run_sync(self._write, events, record_rows, limiter=self._write_limiter)
         for record in records:
-            self._written[record.run_id] = record.status
+            self._written[record.run_id] = (record.status, record.attempt)
 
     def _write(
         self, events: list[tuple[str, int, bytes]], record_rows: list[tuple[object, ...]]
@@ -311,7 +318,7 @@ _UPSERT_RUNS = (
     f"INSERT INTO runs ({_COLUMNS}) VALUES {{values}}"
     " ON CONFLICT(run_id) DO UPDATE SET status=excluded.status,"
     " finished_at=excluded.finished_at, last_seq=excluded.last_seq,"
-    " first_seq=excluded.first_seq"
+    " first_seq=excluded.first_seq, attempt=excluded.attempt"
 )
 
 _ROWS_PER_STATEMENT = 256

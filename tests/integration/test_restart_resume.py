@@ -5,6 +5,7 @@ still waits and its call runs once, and watchers resume by afterSeq with no gap.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 from collections import Counter
 from pathlib import Path
@@ -245,3 +246,46 @@ async def test_a_background_child_goes_on_after_kill_9_under_its_task_id(tmp_pat
         "waiting for it",
         "lead got: " + reports[0]["data"]["text"],
     ]
+
+
+async def test_a_run_is_resumed_after_at_most_max_restarts(tmp_path: Path) -> None:
+    """Each restart's attempt is kept (SQLite), so a run that never gets done within a
+    server's life ends `failed` (`interrupted`) after MAX_RESTARTS restarts instead of
+    being resumed for ever."""
+    from orchestrator.runs.host import MAX_RESTARTS, RunHost
+    from orchestrator.runtime.engine import Orchestrator
+    from orchestrator.storage.journal import Journal
+    from orchestrator.storage.sqlite import SqliteStorage
+
+    config = demo_config(tmp_path, token_delay=0.05, storage="sqlite:///journal.db")
+    run_id = ""
+    attempts: list[int] = []
+    for start in range(MAX_RESTARTS + 2):
+        async with (
+            SqliteStorage.open(tmp_path / "journal.db") as storage,
+            Journal.open(storage, resume=True) as journal,
+            Orchestrator.open(config) as orch,
+            trio.open_nursery() as nursery,
+        ):
+            host = RunHost(orch, journal, nursery)
+            if start == 0:
+                run_id = (await host.start("planner", "never done in time")).run_id
+            else:
+                assert journal.resumable == [run_id]
+                resumed = await host.resume_left(journal.resumable)
+                attempts.append(journal.get(run_id).record.attempt)
+                if resumed == 0:
+                    await journal.flush_run(run_id)
+                    break
+            await trio.sleep(0.3)
+            await host.suspend_all()  # a SIGTERM: the next start resumes it
+            await journal.writer.flush()
+    assert attempts == list(range(2, MAX_RESTARTS + 3))
+    async with SqliteStorage.open(tmp_path / "journal.db") as storage:
+        (record,) = await storage.load()
+        events = [json.loads(raw) for raw in await storage.read(run_id, 0, 10_000)]
+    assert record.status == "failed"
+    finished = events[-1]
+    assert finished["type"] == "RUN_FINISHED"
+    assert finished["data"]["errorType"] == "interrupted"
+    assert f"stopped {MAX_RESTARTS + 1} times" in finished["data"]["error"]

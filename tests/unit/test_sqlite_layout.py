@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from orchestrator.storage.base import RunRecord
@@ -105,3 +106,29 @@ async def test_many_rows_and_records_only_when_their_status_changes(tmp_path: Pa
         loaded = {r.run_id: r for r in await storage.load()}
     assert loaded["run-0"].last_seq == 301 and loaded["run-0"].status == "running"
     assert loaded["run-1"].status == "completed" and loaded["run-1"].last_seq == 300
+
+
+async def test_a_runs_attempt_is_kept_while_its_status_stays_running(tmp_path: Path) -> None:
+    """A run resumed after a restart stays `running` with a new attempt: that record is
+    written too, so the restart bound (`MAX_RESTARTS`) counts every restart (issue 31:
+    without it every resume was attempt 2, and a run could be resumed for ever)."""
+    path = tmp_path / "j.db"
+    async with SqliteStorage.open(path) as storage:
+        await storage.write([record("run-1")], [("run-1", 1, b"a")])
+        for attempt in (2, 3):
+            resumed = msgspec.structs.replace(record("run-1"), attempt=attempt)
+            await storage.write([resumed], [])
+    async with SqliteStorage.open(path) as storage:
+        (loaded,) = await storage.load()
+    assert (loaded.status, loaded.attempt, loaded.last_seq) == ("running", 3, 1)
+    # An older file (no `attempt` column) gets one, at 0.
+    conn = sqlite3.connect(tmp_path / "old.db")
+    conn.executescript(RUNS + BY_RUN_ID)
+    conn.execute(
+        "INSERT INTO runs VALUES ('run-1', 'a', 'i', 'running', 1.0, NULL, 'r', 0, NULL, 1)"
+    )
+    conn.commit()
+    conn.close()
+    async with SqliteStorage.open(tmp_path / "old.db") as storage:
+        (loaded,) = await storage.load()
+    assert loaded.attempt == 0
