@@ -348,7 +348,9 @@ class ClusterConfig(BaseModel):
     lease_seconds: float = Field(default=10.0, ge=1, le=3600)
     """A worker that stops renewing loses its runs after this long."""
     max_attempts: int = Field(default=3, ge=1, le=100)
-    """A run whose worker died this many times ends `failed` (`worker_lost`)."""
+    """A run whose workers stopped this many times before it ended (died, paused past
+    their lease, failed to take it over; not graceful hand-overs) ends `failed`
+    (`worker_lost`)."""
 
 
 class ServerConfig(BaseModel):

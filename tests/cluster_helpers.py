@@ -78,6 +78,7 @@ def write_cluster_configs(
     *,
     lease_seconds: float = 2.0,
     max_runs: int = 16,
+    max_attempts: int = 3,
     token_delay: float = 0.002,
     extra_agents: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Path, Path]:
@@ -102,6 +103,7 @@ def write_cluster_configs(
                 "worker": worker,
                 "lease_seconds": lease_seconds,
                 "max_runs": max_runs,
+                "max_attempts": max_attempts,
             },
         }
         path = root / f"{name}.yaml"

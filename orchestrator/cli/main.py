@@ -247,7 +247,13 @@ async def _worker(config: ServerConfig) -> int:
         )
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
-                print(f"{signal.Signals(signum).name}: stopping…", file=sys.stderr, flush=True)
+                print(
+                    f"{signal.Signals(signum).name}: handing runs over and stopping…",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                with trio.move_on_after(config.server.shutdown_timeout):
+                    await node.stop()
                 nursery.cancel_scope.cancel()
                 break
     return 0

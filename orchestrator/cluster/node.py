@@ -55,6 +55,12 @@ class Node:
             name for name, part in (("gateway", self.gateway), ("worker", self.worker)) if part
         )
 
+    async def stop(self) -> None:
+        """Leave gracefully: a worker hands its runs over to the cluster's other workers
+        (`Worker.hand_over`); the caller bounds the wait."""
+        if self.worker is not None:
+            await self.worker.hand_over()
+
     async def _stats_loop(self) -> None:
         while True:
             try:
@@ -103,8 +109,11 @@ async def run_worker(
 ) -> None:
     """`orchestrator worker`: execute the cluster's runs, with no listening socket.
 
-    Runs until cancelled; then the runs it executes end `interrupted` (bounded by
-    `server.shutdown_timeout`) and their leases and queue entries are released.
+    Runs until cancelled. `Node.stop` first (as `orchestrator worker` does on SIGTERM)
+    hands the runs it executes over to the cluster's other workers at once; runs still
+    here when it is cancelled are stopped without journaling an end (bounded by
+    `server.shutdown_timeout`), and another worker takes each over once its lease
+    expires, as after a crash.
     """
     cluster = config.cluster
     if cluster is None or not cluster.worker:
@@ -125,5 +134,5 @@ async def run_worker(
                     trio.CancelScope(shield=True),
                     trio.move_on_after(config.server.shutdown_timeout),
                 ):
-                    await host.interrupt_all()
+                    await host.suspend_all()
                     await journal.writer.flush()

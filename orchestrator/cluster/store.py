@@ -18,6 +18,8 @@ journal's (`<prefix>runs`, `<prefix>run:{<runId>}:ev`, see storage/redis.py):
   (`SET NX`, kept a week): the first answer through any gateway wins.
 - `<prefix>run:{<runId>}:failure` — why the last takeover of the run failed (kept a
   week): the run's `worker_lost` message quotes it.
+- `<prefix>run:{<runId>}:handovers` — how often a worker that stopped gracefully
+  handed the run over (not counted against `max_attempts`).
 
 Fencing: a worker appends a run's events with one script that first compares the
 lease with the worker's own `worker:epoch` token; a worker that lost the lease
@@ -77,6 +79,18 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 
 return 0
 """
 
+# KEYS: lease, handovers, queue. ARGV: token, group, consumer, entry id, idle ms. A
+# worker that stops gracefully lets go of a run it executes, counted apart from its
+# deaths, and marks its request idle for long already (XCLAIM … IDLE) so that the
+# other workers claim it at their next look instead of after `lease_seconds`.
+_HAND_OVER = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('INCR', KEYS[2])
+redis.call('XCLAIM', KEYS[3], ARGV[2], ARGV[3], 0, ARGV[4], 'IDLE', ARGV[5])
+return 1
+"""
+
 # KEYS: lease, queue. ARGV: token, group, entry id. Ends a run's ownership; the
 # request leaves the queue stream (acknowledged entries would otherwise stay for ever).
 _RELEASE = """
@@ -132,6 +146,7 @@ class ClusterStore:
         self._renew = self.client.register_script(_RENEW)
         self._release = self.client.register_script(_RELEASE)
         self._drop = self.client.register_script(_DROP)
+        self._hand_over = self.client.register_script(_HAND_OVER)
 
     # -- keys --------------------------------------------------------------------
 
@@ -280,6 +295,25 @@ class ClusterStore:
         """Let go of the run's lease (if still ours), keeping its request pending: a
         takeover that failed, so that another worker can try at once."""
         await self._drop(keys=[self.lease_key(run_id)], args=[token])
+
+    def _handovers_key(self, run_id: str) -> str:
+        return f"{self.prefix}run:{{{run_id}}}:handovers"
+
+    async def hand_over(
+        self, run_id: str, token: str, entry_id: str, consumer: str, lease: float
+    ) -> None:
+        """Let go of the run's lease (if still ours) because this worker stops: its
+        request stays pending, claimable at once by another worker, and the hand-over
+        is counted apart from deaths (it does not use up one of `max_attempts`)."""
+        await self._hand_over(
+            keys=[self.lease_key(run_id), self._handovers_key(run_id), self.queue],
+            args=[token, GROUP, consumer, entry_id, int(lease * 1000) + 1],
+        )
+
+    async def handovers(self, run_id: str) -> int:
+        """How many times a worker that stopped gracefully handed the run over."""
+        raw = await self.client.get(self._handovers_key(run_id))
+        return 0 if raw is None else int(raw)
 
     def _failure_key(self, run_id: str) -> str:
         return f"{self.prefix}run:{{{run_id}}}:failure"

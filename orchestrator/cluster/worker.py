@@ -89,6 +89,8 @@ class Worker:
         self.takeovers = 0
         self.takeover_failures = 0
         """Runs this worker took the lease of and could not execute (it let them go)."""
+        self.stopping = False
+        """Handing its runs over (`hand_over`): it takes no more."""
         self._changed = trio.lowlevel.ParkingLot()
         """Unparked when a run is taken or let go (slots, control streams)."""
         self._nursery: trio.Nursery | None = None
@@ -122,7 +124,7 @@ class Worker:
 
     async def _take_loop(self) -> None:
         while True:
-            if self.free <= 0:
+            if self.free <= 0 or self.stopping:
                 await self._changed.park()
                 continue
             try:
@@ -138,7 +140,7 @@ class Worker:
         lease = self.config.lease_seconds
         while True:
             await trio.sleep(lease / 2)
-            if self.free <= 0:
+            if self.free <= 0 or self.stopping:
                 continue
             try:
                 entries = await self.store.claim_stale(self.name, lease, self.free)
@@ -187,7 +189,7 @@ class Worker:
             run = await self._start(run_id, owned)
             if run is not None:
                 await run.wait()
-                await self._release(run_id, owned)
+                await self._let_go(run_id, owned)
         except Exception as exc:
             await self._give_up(run_id, owned, exc)
         finally:
@@ -212,8 +214,9 @@ class Worker:
         record = msgspec.structs.replace(
             record, status="running", worker=self.name, attempt=attempt
         )
-        if attempt > self.config.max_attempts:
-            await self._fail_lost(record, owned)
+        handed = await store.handovers(run_id)
+        if attempt - handed > self.config.max_attempts:
+            await self._fail_lost(record, owned, attempt - 1 - handed)
             return None
         self.journal.own(record)
         plan = None
@@ -240,6 +243,9 @@ class Worker:
             )
         if self.owned.get(run_id) is not owned:  # fenced off meanwhile: not ours to run
             return None
+        if self.stopping:  # this worker stops: the next one takes it
+            await self._hand_over(run_id, owned)
+            return None
         resumed = {"attempt": attempt, "worker": self.name, "afterSeq": record.last_seq}
         run = self.host.resume(record, plan=plan, resumed=resumed if plan else None)
         owned.started = True
@@ -265,6 +271,24 @@ class Worker:
         with contextlib.suppress(Exception):  # else it expires after lease_seconds
             await self.store.drop(run_id, owned.token)
 
+    async def _let_go(self, run_id: str, owned: _Owned) -> None:
+        """The run stopped here: once what it published is journaled (flush), release
+        it if it ended (its lease and request go), or hand it over if this worker is
+        stopping and suspended it (its request stays, for another worker at once)."""
+        await self.journal.flush_run(run_id)
+        log = self.journal.get(run_id)
+        if self.owned.get(run_id) is not owned or log.fenced:
+            return
+        if log.finished_status is None:  # suspended by `hand_over`: not ended
+            with contextlib.suppress(Exception):  # else it expires after lease_seconds
+                await self._hand_over(run_id, owned)
+            return
+        await self._release(run_id, owned)
+
+    async def _hand_over(self, run_id: str, owned: _Owned) -> None:
+        lease = self.config.lease_seconds
+        await self.store.hand_over(run_id, owned.token, owned.entry_id, self.name, lease)
+
     async def _release(self, run_id: str, owned: _Owned) -> None:
         """The run's terminal event is journaled (flush): drop its lease and request."""
         await self.journal.flush_run(run_id)
@@ -279,12 +303,23 @@ class Worker:
                     logger.warning("worker %s: releasing run %s: %s", self.name, run_id, exc)
                     await trio.sleep(_RETRY)
 
-    async def _fail_lost(self, record: RunRecord, owned: _Owned) -> None:
+    async def hand_over(self) -> None:
+        """Stop gracefully (SIGTERM, a deploy): take no more runs, stop each run here
+        without journaling its end (as a restart does), and hand it over — its lease
+        let go, its request left pending — so another worker continues it mid-tree
+        right away instead of after `lease_seconds`. A hand-over does not count
+        against the run's `max_attempts`."""
+        self.stopping = True
+        await self.host.suspend_all()
+        while self.owned:  # each run's task hands it over, then leaves `owned`
+            await self._changed.park()
+
+    async def _fail_lost(self, record: RunRecord, owned: _Owned, lost: int) -> None:
         """End a run whose workers kept stopping: AGENT_ERRORs, then RUN_FINISHED `failed`."""
         run_id = record.run_id
         failure = await self.store.failure(run_id)
         message = (
-            f"worker_lost: {record.attempt - 1} worker(s) took the run and stopped before "
+            f"worker_lost: {lost} worker(s) took the run and stopped before "
             f"it ended (cluster.max_attempts is {self.config.max_attempts})"
         )
         if failure is not None:
@@ -391,8 +426,9 @@ class Worker:
 
     def _approval_changed(self, run_id: str, call_id: str, waiting: PendingApproval | None) -> None:
         """A call of a run here starts or stops waiting: queue the change for Redis (not
-        for a run this worker lost: its new owner publishes it)."""
-        if run_id not in self.owned:
+        for a run this worker lost: its new owner publishes it; nor the calls of the
+        runs it hands over: they stay listed, and wait again on the next worker)."""
+        if run_id not in self.owned or (self.stopping and waiting is None):
             return
         info = None
         if waiting is not None:

@@ -139,7 +139,9 @@ class RunningServer:
         return f"ws://{self.host}:{self.port}/ws"
 
     async def shutdown(self) -> None:
-        """Stop accepting, end the runs `interrupted`, flush the journal, close clients (1001).
+        """Stop accepting, stop the runs (suspended for the next start, handed over to
+        the cluster's other workers, or ended `interrupted`), flush the journal, close
+        clients (1001).
 
         Takes at most `server.shutdown_timeout` seconds whatever clients and storage
         do: then every connection is dropped and every task cancelled.
@@ -156,8 +158,11 @@ class RunningServer:
         suspend = (  # the runs are resumed at the next start
             app.config.server.resume_runs and app.journal.storage.durable and app.node is None
         )
+        worker = app.node.worker if app.node is not None else None
         with trio.move_on_after(budget) as graceful:
-            if suspend:
+            if worker is not None:  # its runs go on on the cluster's other workers
+                await worker.hand_over()
+            elif suspend:
                 await app.host.suspend_all()
             else:
                 await app.host.interrupt_all()

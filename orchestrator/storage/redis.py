@@ -243,7 +243,7 @@ class RedisStorage:
         async with self._client.pipeline(transaction=True) as pipe:
             for run_id in run_ids:
                 base = f"{self.prefix}run:{{{run_id}}}:"
-                names = ("ev", "lease", "epoch", "ctl", "ctldone", "failure")
+                names = ("ev", "lease", "epoch", "ctl", "ctldone", "failure", "handovers")
                 pipe.delete([base + name for name in names])
             pipe.hdel(self.prefix + "runs", run_ids)
             pipe.zrem(self.prefix + "runs:index", run_ids)  # cluster mode's `runs` index

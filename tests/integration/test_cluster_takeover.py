@@ -223,3 +223,74 @@ async def test_a_live_worker_takes_every_kind_of_run_over(
         assert await live_leases(redis_url) == []
         failures = [line for line in survivor.lines if "failed" in line and "run-" in line]
         assert not failures, failures
+
+
+@pytest.mark.parametrize("kind", ["worker", "serve"])
+async def test_a_worker_stopped_by_sigterm_hands_its_runs_over(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+    kind: str,
+) -> None:
+    """A graceful stop (a deploy) of an `orchestrator worker`, or of a `serve` that is
+    also a worker, hands the run over at once — no waiting for its lease to expire —
+    without using up one of its attempts (`max_attempts: 1` here), and its waiting call
+    stays listed all along."""
+    (tmp_path / "workspace").mkdir()
+    async with cluster(
+        tmp_path,
+        redis_url,
+        lease_seconds=10,
+        token_delay=0.05,
+        max_attempts=1,
+        extra_agents=agents("ws://127.0.0.1:9/unused"),
+    ) as c:
+        gateway = await c.start("serve")
+        first = await c.start(kind, c.worker_config)
+        async with connect(gateway.url, max_size=None) as ws, connect(gateway.url) as ctl:
+            ack = await request(ws, op="run", id=1, agent="boss", input="handed")
+            run_id = ack["runId"]
+            watcher = Watcher(ws)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watcher.read)
+                await until(lambda: _true(far_enough("approval", watcher.events)))
+                (asked,) = [e for e in watcher.events if e["type"] == "APPROVAL_REQUESTED"]
+                call_id = asked["data"]["toolCallId"]
+
+                async def listed() -> bool:
+                    reply = await request(ctl, op="pending", id="p", runId=run_id)
+                    return [a["toolCallId"] for a in reply["approvals"]] == [call_id]
+
+                await until(listed)
+                second = await c.start("worker")
+                first.process.terminate()
+                stopped_at = trio.current_time()
+                await first.process.wait()
+                assert first.process.returncode == 0
+                assert await listed()  # still answerable while nobody runs it
+                # Taken over at the next look of a claimer (every lease_seconds / 2), not
+                # after the 10 s lease would have expired.
+                await until(
+                    lambda: _true(any(e["type"] == "RUN_RESUMED" for e in watcher.events)),
+                    within=5 + 1.5 - (trio.current_time() - stopped_at),
+                )
+                answer = {"runId": run_id, "toolCallId": call_id, "decision": "approve"}
+                assert (await request(ctl, op="approve", id="a", **answer))["op"] == "ack"
+                await until(lambda: _true(watcher.status is not None), within=60)
+            events = watcher.events
+            assert watcher.status == "completed", events[-1]
+            check_tree(events)
+            (resumed,) = [e for e in events if e["type"] == "RUN_RESUMED"]
+            assert resumed["data"]["worker"] == second.name
+            assert resumed["data"]["afterSeq"] == resumed["seq"] - 1
+            assert (tmp_path / "workspace" / "effects.txt").read_text() == "handed\n"
+            entry = await runs_entry(ctl, run_id)
+            assert (entry["status"], entry["worker"], entry["attempt"]) == (
+                "completed",
+                second.name,
+                2,
+            )
+            assert await live_leases(redis_url) == []
+
+
+async def _true(value: bool) -> bool:
+    return value
