@@ -12,9 +12,10 @@ A steady load of runs: streaming trees (`planner`), a root with a background chi
 task to `effects.txt` once approved). Each run has a watcher that drops its
 connection now and then (no close handshake) and resumes by seq through a random
 gateway; approvals are answered (some denied) through a random gateway. Meanwhile a
-seeded driver SIGKILLs workers and starts new ones, SIGSTOPs a worker past its
-lease and resumes it, kills gateways and starts new ones (`single`: SIGKILL or
-SIGTERM of the server, started again on its port).
+seeded driver SIGKILLs workers and starts new ones, SIGTERMs workers (a deploy:
+they hand their runs over) and starts new ones, SIGSTOPs a worker past its lease
+and resumes it, kills gateways and starts new ones (`single`: SIGKILL or SIGTERM
+of the server, started again on its port).
 
 When it stops, every process is brought back and every run is awaited; then
 `verify` checks that every accepted run ended (completed, or failed `worker_lost`);
@@ -280,7 +281,7 @@ class Chaos:
         if self.mode == "single":
             actions = [self.kill_server, self.kill_server, self.term_server]
         else:
-            actions = [self.kill_worker, self.stop_worker, self.kill_gateway]
+            actions = [self.kill_worker, self.stop_worker, self.kill_gateway, self.term_worker]
         async with trio.open_nursery() as nursery:
             await trio.sleep(self.rng.uniform(2, 4))
             while trio.current_time() < until:
@@ -301,6 +302,23 @@ class Chaos:
             worker.kill()
             await worker.process.wait()
             await trio.sleep(self.rng.uniform(0, 3))
+            self.workers.append(await self.group.start("worker"))
+        finally:
+            self.busy.discard(id(worker))
+
+    async def term_worker(self) -> None:
+        """A deploy: SIGTERM (the worker hands its runs over), then a new one."""
+        worker = self._pick(self.workers)
+        if worker is None:
+            return
+        self.busy.add(id(worker))
+        try:
+            self.report.actions["worker SIGTERM"] += 1
+            worker.process.terminate()
+            with trio.move_on_after(30):
+                await worker.process.wait()
+            worker.kill()  # (a hand-over that took too long)
+            await trio.sleep(self.rng.uniform(0, 2))
             self.workers.append(await self.group.start("worker"))
         finally:
             self.busy.discard(id(worker))
