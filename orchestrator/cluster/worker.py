@@ -218,13 +218,16 @@ class Worker:
         if attempt - handed > self.config.max_attempts:
             await self._fail_lost(record, owned, attempt - 1 - handed)
             return None
+        if self.stopping:  # this worker stops: the next one takes it
+            await self._hand_over(run_id, owned)
+            return None
         self.journal.own(record)
         plan = None
         if record.last_seq > 0:  # it ran elsewhere: continue from its journal
             self.takeovers += 1
             plan = await plan_resume(self.journal, record)
             if plan.finished:  # (its record is written with RUN_FINISHED: not expected)
-                self.journal.end_call_run(run_id, record.status)
+                self.journal.end_call_run(run_id, plan.status or "failed")
                 await self._release(run_id, owned)
                 return None
             logger.warning(

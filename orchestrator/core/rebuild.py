@@ -102,6 +102,8 @@ class ResumePlan:
     """RUN_FINISHED is already journaled: nothing to continue."""
     remote: dict[str, RemoteRef] = field(default_factory=dict)
     """agentKey → the last forwarded event of that agent (its remote run and seq)."""
+    status: str | None = None
+    """The status its RUN_FINISHED says (when `finished`)."""
 
     def remote_cursor(self, agent_key: str) -> RemoteRef | None:
         """Where to follow a remote child's run again: its runId and the last seq of
@@ -197,7 +199,7 @@ def rebuild(events: list[Event]) -> ResumePlan:
     agents: dict[str | None, AgentPlan] = {}
     by_session: dict[str, AgentPlan] = {}
     remote: dict[str, RemoteRef] = {}
-    finished = False
+    finished, status = False, None
     for event in events:
         key = event.source.agent_key if event.source is not None else None
         kind, data = event.type, event.data
@@ -208,7 +210,7 @@ def rebuild(events: list[Event]) -> ResumePlan:
             agents[None].messages.append(UserMessage(text=str(data.get("input", ""))))
             continue
         if kind is EventType.RUN_FINISHED:
-            finished = True
+            finished, status = True, str(data.get("status", "failed"))
             continue
         if kind is EventType.AGENT_STARTED and event.source is not None:
             source = event.source
@@ -274,7 +276,7 @@ def rebuild(events: list[Event]) -> ResumePlan:
         agent._inbox.clear()
     if None not in agents:
         agents[None] = AgentPlan(None, None, "")
-    return ResumePlan(agents, events[-1].seq if events else 0, finished, remote)
+    return ResumePlan(agents, events[-1].seq if events else 0, finished, remote, status)
 
 
 def _start_turn(agent: AgentPlan) -> None:

@@ -374,9 +374,7 @@ class RunHost:
                 continue
             plan = await plan_resume(self.journal, record)
             if plan.finished:  # only its record was behind: it ended
-                last = await self.journal.read(run_id, record.last_seq - 1, 1)
-                status = last[-1].event.data.get("status") if last else None
-                self.journal.end_call_run(run_id, str(status or "failed"))
+                self.journal.end_call_run(run_id, plan.status or "failed")
                 continue
             self.resume(
                 record,
