@@ -18,6 +18,7 @@ from orchestrator.runtime.engine import Orchestrator
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.redis import RedisStorage
+from orchestrator.storage.runlog import UNFINISHED
 from tests.helpers import write_config
 from tests.redis_helpers import redis_url  # noqa: F401  (fixture)
 
@@ -110,7 +111,7 @@ async def _until_finished(store: ClusterStore, *run_ids: str) -> list[RunRecord]
         while True:
             raws = [await store.client.hget(store.runs, i) for i in run_ids]  # (not patched)
             records = [msgspec.json.decode(r, type=RunRecord) for r in raws if r is not None]
-            if len(records) == len(run_ids) and all(r.status != "running" for r in records):
+            if len(records) == len(run_ids) and all(r.status not in UNFINISHED for r in records):
                 return records
             await trio.sleep(0.1)
 
@@ -219,3 +220,35 @@ async def test_a_takeover_that_keeps_failing_ends_the_run_worker_lost(
         assert "the journal cannot be read back" in finished["data"]["error"]
         assert not await store.client.exists([store.lease_key("run-x")])
         assert await store.client.xlen(store.queue) == 0
+
+
+async def test_a_run_its_worker_never_wrote_to_starts_with_its_input(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    """Its worker took the lease and died before its first write: the next worker
+    starts the run (RUN_STARTED with its input), it does not "resume" an empty one."""
+    config = write_config(tmp_path, {"critic": {"description": "d", "instructions": "i"}})
+    cluster = ClusterConfig(name="t", lease_seconds=1, max_runs=4)
+    async with RedisStorage.open(redis_url, durability="relaxed") as storage:
+        store = ClusterStore(storage, "t")
+        await store.ensure_group()
+        await store.submit(_queued("run-quiet"))
+        await store.take("dead-worker", 1, 0.1)
+        assert await store.acquire("run-quiet", "dead-worker", 60) is not None
+        await store.client.delete([store.lease_key("run-quiet")])  # as if it had expired
+        async with (
+            Journal.open(storage, cluster=True) as journal,
+            Orchestrator.open(config) as orch,
+            trio.open_nursery() as nursery,
+        ):
+            host = RunHost(orch, journal, nursery)
+            async with open_node(cluster, journal, host, gateway=False) as node:
+                (record,) = await _until_finished(store, "run-quiet")
+                assert node.worker is not None and node.worker.takeovers == 0
+            nursery.cancel_scope.cancel()
+        assert (record.status, record.attempt) == ("completed", 2)
+        events = [msgspec.json.decode(raw) for raw in await storage.read("run-quiet", 0, 100)]
+        kinds = [e["type"] for e in events]
+        assert kinds[0] == "RUN_STARTED" and "RUN_RESUMED" not in kinds
+        assert events[0]["data"]["input"] == "input of run-quiet"
