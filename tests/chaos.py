@@ -462,7 +462,9 @@ class Chaos:
         elif op == "end":
             watched.status = frame["status"]
         elif op == "error":
-            self.report.problems.append(f"{watched.run_id}: error frame {frame}")
+            problem = f"{watched.run_id}: error frame {frame.get('code')}: {frame.get('message')}"
+            if problem not in self.report.problems:
+                self.report.problems.append(problem)
             raise trio.BrokenResourceError  # reconnect
 
     async def answer(self, watched: Watched, call_id: str) -> None:

@@ -85,6 +85,9 @@ class RunHost:
     ) -> HostedRun:
         """Start a run (streaming: journaled events; else a blocking call with none).
 
+        A streaming run is returned once its RUN_STARTED is journaled (a commit of the
+        journal's writer: a crash after the caller acknowledged it cannot lose it).
+
         Raises:
             UnknownAgent: no such subagent.
             LimitExceeded: `limits.max_concurrent_runs` runs are running, or `owner`
@@ -134,7 +137,14 @@ class RunHost:
         run = Run(
             orch.catalog, agent_id, input, limits=orch.default_limits(), sink=sink, run_id=run_id
         )
-        return self._launch(run)
+        hosted = self._launch(run)
+        if stream:
+            # A run is acknowledged once its start is journaled: a crash right after
+            # the ack finds it at the next start (and resumes it), never loses it.
+            # Bounded: a store that fails for that long fails the run meanwhile.
+            with trio.move_on_after(self.journal.writer.fail_runs_after):
+                await self.journal.wait_durable(run_id, 1)
+        return hosted
 
     def resume(
         self,

@@ -31,10 +31,11 @@ AGENTS = {
         "script": {
             "turns": [
                 {
+                    "sleep": 0.5,  # (the test makes storage fail meanwhile)
                     "calls": [
                         {"name": "read_file", "args": {"path": "in.txt"}},
                         {"name": "write_file", "args": {"path": "out.txt", "content": "once"}},
-                    ]
+                    ],
                 },
                 {"say": "done: {results}"},
             ]
@@ -55,9 +56,9 @@ async def test_a_tool_with_effects_waits_for_its_call_to_be_stored(tmp_path: Pat
         trio.open_nursery() as nursery,
     ):
         assert isinstance(storage, FlakyStorage)
-        storage.failing = True  # nothing the run publishes is stored
         host = RunHost(orch, journal, nursery)
         hosted = await host.start("scribe", "go")
+        storage.failing = True  # nothing the run publishes from now on is stored
         log = journal.get(hosted.run_id)
         # The idempotent read runs; the write waits for the call to be stored.
         await eventually(lambda: _results(log) == 1)
@@ -82,9 +83,9 @@ async def test_a_copy_that_lost_its_run_acts_on_nothing(tmp_path: Path) -> None:
         trio.open_nursery() as nursery,
     ):
         assert isinstance(storage, FlakyStorage)
-        storage.failing = True
         host = RunHost(orch, journal, nursery)
         hosted = await host.start("scribe", "go")
+        storage.failing = True
         log = journal.get(hosted.run_id)
         await eventually(lambda: _results(log) == 1)
         log.fenced = True  # as the cluster writer does when an append is refused
@@ -100,3 +101,30 @@ def _results(log: RunLog) -> int:
     """TOOL_RESULTs the run published (stored or not)."""
     entries = [*log.entries, *log.pending]
     return sum(entry.event.type is EventType.TOOL_RESULT for entry in entries)
+
+
+async def test_a_run_is_acknowledged_once_its_start_is_stored(tmp_path: Path) -> None:
+    """`start` (the `run` op's ack) returns once RUN_STARTED is committed: a crash
+    right after the ack can no longer lose the run (issue 31's chaos found one)."""
+    config = write_config(tmp_path, AGENTS)
+    async with (
+        FlakyStorage.open(tmp_path / "j.db") as storage,
+        Journal.open(storage) as journal,
+        Orchestrator.open(config) as orch,
+        trio.open_nursery() as nursery,
+    ):
+        assert isinstance(storage, FlakyStorage)
+        storage.failing = True
+        host = RunHost(orch, journal, nursery)
+        started: list[str] = []
+
+        async def start() -> None:
+            started.append((await host.start("scribe", "go")).run_id)
+
+        nursery.start_soon(start)
+        await trio.sleep(0.5)
+        assert started == []  # not acknowledged while nothing of it is stored
+        storage.failing = False
+        await eventually(lambda: bool(started))
+        assert journal.get(started[0]).committed >= 1
+        nursery.cancel_scope.cancel()
