@@ -39,6 +39,7 @@ import collections
 import functools
 import json
 import random
+import signal
 import socket
 import sys
 import tempfile
@@ -53,7 +54,7 @@ import yaml
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.trio.client import ClientConnection, connect
 
-from tests.cluster_helpers import REPO, Cluster, Instance
+from tests.cluster_helpers import REPO, Cluster, Instance, reap
 
 LEASE_SECONDS = 3.0
 DOCUMENTED_FAILURES = {
@@ -293,87 +294,54 @@ class Chaos:
         return self.rng.choice(free) if free else None
 
     async def kill_worker(self) -> None:
-        worker = self._pick(self.workers)
-        if worker is None:
-            return
-        self.busy.add(id(worker))
-        try:
-            self.report.actions["worker SIGKILL"] += 1
-            worker.kill()
-            await worker.process.wait()
-            await trio.sleep(self.rng.uniform(0, 3))
-            self.workers.append(await self.group.start("worker"))
-        finally:
-            self.busy.discard(id(worker))
+        await self._shake("worker SIGKILL", self.workers, signal.SIGKILL, "worker", 3)
 
     async def term_worker(self) -> None:
-        """A deploy: SIGTERM (the worker hands its runs over), then a new one."""
-        worker = self._pick(self.workers)
-        if worker is None:
-            return
-        self.busy.add(id(worker))
-        try:
-            self.report.actions["worker SIGTERM"] += 1
-            worker.process.terminate()
-            with trio.move_on_after(30):
-                await worker.process.wait()
-            worker.kill()  # (a hand-over that took too long)
-            await trio.sleep(self.rng.uniform(0, 2))
-            self.workers.append(await self.group.start("worker"))
-        finally:
-            self.busy.discard(id(worker))
+        """A deploy: the worker hands its runs over, then a new one starts."""
+        await self._shake("worker SIGTERM", self.workers, signal.SIGTERM, "worker", 2)
 
     async def stop_worker(self) -> None:
-        worker = self._pick(self.workers)
-        if worker is None:
-            return
-        self.busy.add(id(worker))
-        try:
-            self.report.actions["worker SIGSTOP past its lease"] += 1
-            worker.stop()
-            await trio.sleep(LEASE_SECONDS + self.rng.uniform(0.5, 2.5))
-            worker.cont()
-        finally:
-            self.busy.discard(id(worker))
+        await self._shake("worker SIGSTOP past its lease", self.workers, signal.SIGSTOP)
 
     async def kill_gateway(self) -> None:
-        gateway = self._pick(self.gateways)
-        if gateway is None:
-            return
-        self.busy.add(id(gateway))
-        try:
-            self.report.actions["gateway SIGKILL"] += 1
-            gateway.kill()
-            await gateway.process.wait()
-            await trio.sleep(self.rng.uniform(0, 2))
-            self.gateways.append(await self.group.start("serve"))
-        finally:
-            self.busy.discard(id(gateway))
+        await self._shake("gateway SIGKILL", self.gateways, signal.SIGKILL, "serve", 2)
 
     async def kill_server(self) -> None:
-        await self._restart_server("server SIGKILL", term=False)
+        await self._shake("server SIGKILL", self.gateways, signal.SIGKILL, "serve", 1.5)
 
     async def term_server(self) -> None:
-        await self._restart_server("server SIGTERM", term=True)
+        await self._shake("server SIGTERM", self.gateways, signal.SIGTERM, "serve", 1.5)
 
-    async def _restart_server(self, name: str, *, term: bool) -> None:
-        server = self._pick(self.gateways)
-        if server is None:
+    async def _shake(
+        self,
+        name: str,
+        instances: list[Instance],
+        signum: signal.Signals,
+        again: str | None = None,
+        within: float = 0.0,
+    ) -> None:
+        """Signal one live process of `instances`: SIGSTOP it past its lease and resume
+        it, or stop it and start a new `again` (`serve` on the same port) within
+        `within` seconds."""
+        instance = self._pick(instances)
+        if instance is None:
             return
-        self.busy.add(id(server))
+        self.busy.add(id(instance))
         try:
             self.report.actions[name] += 1
-            if term:
-                server.process.terminate()
-            else:
-                server.kill()
-            with trio.move_on_after(30):
-                await server.process.wait()
-            server.kill()  # (a SIGTERM that took too long)
-            await trio.sleep(self.rng.uniform(0, 1.5))
-            self.gateways.append(await self.group.start("serve", port=self.port))
+            instance.process.send_signal(signum)
+            if signum == signal.SIGSTOP:
+                await trio.sleep(LEASE_SECONDS + self.rng.uniform(0.5, 2.5))
+                instance.cont()
+                return
+            with trio.move_on_after(30):  # (a SIGTERM that takes longer: SIGKILL)
+                await instance.process.wait()
+            instance.kill()
+            await trio.sleep(self.rng.uniform(0, within))
+            assert again is not None
+            instances.append(await self.group.start(again, port=self.port))
         finally:
-            self.busy.discard(id(server))
+            self.busy.discard(id(instance))
 
     # -- load --------------------------------------------------------------------
 
@@ -761,13 +729,7 @@ async def chaos(
             )
             return await shaker.run(drain)
         finally:
-            for instance in group.instances:
-                if instance.process.returncode is None:
-                    instance.cont()
-                    instance.kill()
-            with trio.CancelScope(shield=True), trio.move_on_after(10):
-                for instance in group.instances:
-                    await instance.process.wait()
+            await reap(group.instances)
             nursery.cancel_scope.cancel()
 
 

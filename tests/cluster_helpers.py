@@ -163,14 +163,19 @@ async def cluster(root: Path, redis_url: str, **options: Any) -> AsyncIterator[C
             print(group.logs())
             raise
         finally:
-            for instance in group.instances:
-                if instance.process.returncode is None:
-                    instance.cont()
-                    instance.kill()
-            with trio.CancelScope(shield=True), trio.move_on_after(10):
-                for instance in group.instances:
-                    await instance.process.wait()
+            await reap(group.instances)
             nursery.cancel_scope.cancel()
+
+
+async def reap(instances: list[Instance]) -> None:
+    """Kill every process still running (a stopped one too) and wait for them all."""
+    for instance in instances:
+        if instance.process.returncode is None:
+            instance.cont()
+            instance.kill()
+    with trio.CancelScope(shield=True), trio.move_on_after(10):
+        for instance in instances:
+            await instance.process.wait()
 
 
 # -- reading what the cluster says ------------------------------------------------

@@ -22,6 +22,7 @@ import pytest
 import trio
 from websockets.trio.client import ClientConnection, connect
 
+from tests.chaos import AGENTS as CHAOS_AGENTS
 from tests.cluster_helpers import check_tree, cluster, runs_entry, until
 from tests.integration.test_remote import remote_server
 from tests.integration.test_restart_resume import BACKGROUND
@@ -31,47 +32,27 @@ from tests.server_helpers import request
 pytestmark = pytest.mark.trio
 
 
-def _agent(
-    turns: list[dict[str, Any]], tools: list[str], delay: float = 0.0, **extra: Any
-) -> dict[str, Any]:
-    script = {"turns": turns, "token_delay": delay}
-    return {"description": "d", "instructions": "i", "tools": tools, "script": script, **extra}
-
-
-def _spawn(agent_id: str) -> dict[str, Any]:
-    return {"name": "agent_spawn", "args": {"agent_id": agent_id, "task": "{input}"}}
-
-
 def agents(far_url: str) -> dict[str, dict[str, Any]]:
-    return {
-        **BACKGROUND,
-        # boss → writer (appends its task to effects.txt once a person approves) and a
-        # streamer still talking while the call waits.
-        "boss": _agent(
-            [{"calls": [_spawn("writer"), _spawn("streamer")]}, {"say": "ok"}], ["agent_spawn"]
-        ),
-        "writer": _agent(
-            [
+    """boss → writer (appends its task to effects.txt once approved) and a streamer
+    still talking while the call waits; lead → a slow background child; asker → far
+    (the planner of another server, whose whole tree streams in)."""
+    far = {"description": "the other team", "remote": {"url": far_url, "agent": "planner"}}
+    asker = {
+        "description": "asks the other team",
+        "instructions": "i",
+        "tools": ["agent_spawn"],
+        "script": {
+            "turns": [
                 {
                     "calls": [
-                        {
-                            "name": "write_file",
-                            "args": {"path": "effects.txt", "content": "{input}\n", "append": True},
-                        }
+                        {"name": "agent_spawn", "args": {"agent_id": "far", "task": "{input}"}}
                     ]
                 },
-                {"say": "wrote {input}"},
-            ],
-            ["write_file"],
-            approval=["write_file"],
-        ),
-        "streamer": _agent([{"say": " ".join(f"w{i}" for i in range(80))}], [], delay=0.05),
-        # asker → far (the planner of another server, whose whole tree streams in).
-        "far": {"description": "the other team", "remote": {"url": far_url, "agent": "planner"}},
-        "asker": _agent(
-            [{"calls": [_spawn("far")]}, {"say": "they said: {results}"}], ["agent_spawn"]
-        ),
+                {"say": "they said: {results}"},
+            ]
+        },
     }
+    return {**CHAOS_AGENTS, **BACKGROUND, "far": far, "asker": asker}
 
 
 KINDS = {"tree": "planner", "approval": "boss", "background": "lead", "remote": "asker"}
@@ -105,6 +86,12 @@ class Watcher:
             self.events.extend(frame.get("events", []))
             if frame["op"] == "end":
                 self.status = frame["status"]
+
+
+async def listed(ws: ClientConnection, run_id: str, call_id: str) -> bool:
+    """`pending` lists exactly that call for the run."""
+    reply = await request(ws, op="pending", id="p", runId=run_id)
+    return [a["toolCallId"] for a in reply["approvals"]] == [call_id]
 
 
 async def live_leases(redis_url: str) -> list[str]:  # noqa: F811
@@ -151,11 +138,7 @@ async def test_a_live_worker_takes_every_kind_of_run_over(
         approval = run_ids["approval"]
         (asked,) = [e for e in watchers["approval"].events if e["type"] == "APPROVAL_REQUESTED"]
 
-        async def listed() -> bool:
-            reply = await request(ctl, op="pending", id="p", runId=approval)
-            return [a["toolCallId"] for a in reply["approvals"]] == [asked["data"]["toolCallId"]]
-
-        await until(listed)
+        await until(lambda: listed(ctl, approval, asked["data"]["toolCallId"]))
         for run_id in run_ids.values():
             assert (await runs_entry(ctl, run_id))["worker"] == first.name
         if survivor is None:
@@ -256,17 +239,13 @@ async def test_a_worker_stopped_by_sigterm_hands_its_runs_over(
                 (asked,) = [e for e in watcher.events if e["type"] == "APPROVAL_REQUESTED"]
                 call_id = asked["data"]["toolCallId"]
 
-                async def listed() -> bool:
-                    reply = await request(ctl, op="pending", id="p", runId=run_id)
-                    return [a["toolCallId"] for a in reply["approvals"]] == [call_id]
-
-                await until(listed)
+                await until(lambda: listed(ctl, run_id, call_id))
                 second = await c.start("worker")
                 first.process.terminate()
                 stopped_at = trio.current_time()
                 await first.process.wait()
                 assert first.process.returncode == 0
-                assert await listed()  # still answerable while nobody runs it
+                assert await listed(ctl, run_id, call_id)  # answerable while nobody runs it
                 # Taken over at the next look of a claimer (every lease_seconds / 2), not
                 # after the 10 s lease would have expired.
                 await until(

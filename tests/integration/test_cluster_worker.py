@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgspec
@@ -11,7 +13,8 @@ import trio
 
 from orchestrator.cluster.node import open_node
 from orchestrator.cluster.store import ClusterStore
-from orchestrator.config import ClusterConfig
+from orchestrator.cluster.worker import Worker
+from orchestrator.config import ClusterConfig, ServerConfig
 from orchestrator.core.events import Event, EventType, encode_event
 from orchestrator.runs.host import RunHost
 from orchestrator.runtime.engine import Orchestrator
@@ -23,6 +26,23 @@ from tests.helpers import write_config
 from tests.redis_helpers import redis_url  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.trio
+
+
+@asynccontextmanager
+async def worker_node(
+    storage: RedisStorage, config: ServerConfig, cluster: ClusterConfig
+) -> AsyncIterator[Worker]:
+    """A cluster worker in this process, on `storage`, for the block."""
+    async with (
+        Journal.open(storage, cluster=True) as journal,
+        Orchestrator.open(config) as orch,
+        trio.open_nursery() as nursery,
+    ):
+        host = RunHost(orch, journal, nursery)
+        async with open_node(cluster, journal, host, gateway=False) as node:
+            assert node.worker is not None
+            yield node.worker
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_run_that_ended_just_before_its_worker_died_is_only_released(
@@ -53,20 +73,12 @@ async def test_a_run_that_ended_just_before_its_worker_died_is_only_released(
         ]
         finished = msgspec.structs.replace(record, status="completed", last_seq=3, attempt=1)
         await storage.write([finished], [("run-done", e.seq, encode_event(e)) for e in events])
-        async with (
-            Journal.open(storage, cluster=True) as journal,
-            Orchestrator.open(config) as orch,
-            trio.open_nursery() as nursery,
-        ):
-            host = RunHost(orch, journal, nursery)
-            async with open_node(cluster, journal, host, gateway=False) as node:
-                assert node.worker is not None
-                with trio.fail_after(10):
-                    while await _pending(store):  # noqa: ASYNC110 - Redis state, no signal
-                        await trio.sleep(0.1)
-                assert node.worker.takeovers == 0  # nothing to continue
-                assert not host.active
-            nursery.cancel_scope.cancel()
+        async with worker_node(storage, config, cluster) as worker:
+            with trio.fail_after(10):
+                while await _pending(store):  # noqa: ASYNC110 - Redis state, no signal
+                    await trio.sleep(0.1)
+            assert worker.takeovers == 0  # nothing to continue
+            assert not worker.host.active
         stored = await store.record("run-done")
         assert stored is not None and stored.status == "completed" and stored.attempt == 1
         assert len(await storage.read("run-done", 0, 10)) == 3
@@ -159,20 +171,12 @@ async def test_attempts_count_workers_that_took_the_run_not_claims(
             return await real_record(self, run_id)
 
         monkeypatch.setattr(ClusterStore, "record", flaky_record)
-        async with (
-            Journal.open(storage, cluster=True) as journal,
-            Orchestrator.open(config) as orch,
-            trio.open_nursery() as nursery,
-        ):
-            host = RunHost(orch, journal, nursery)
-            async with open_node(cluster, journal, host, gateway=False) as node:
-                assert node.worker is not None
-                a, b = await _until_finished(store, "run-a", "run-b")
-                assert refusals == 3
-                assert (a.status, a.attempt) == ("completed", 2)
-                assert (b.status, b.attempt) == ("completed", 2)
-                assert node.worker.takeovers == 2 and node.worker.takeover_failures == 0
-            nursery.cancel_scope.cancel()
+        async with worker_node(storage, config, cluster) as worker:
+            a, b = await _until_finished(store, "run-a", "run-b")
+            assert refusals == 3
+            assert (a.status, a.attempt) == ("completed", 2)
+            assert (b.status, b.attempt) == ("completed", 2)
+            assert worker.takeovers == 2 and worker.takeover_failures == 0
         events = [msgspec.json.decode(raw) for raw in await storage.read("run-a", 0, 100)]
         assert [e["type"] for e in events].count("RUN_STARTED") == 1
         (resumed,) = [e for e in events if e["type"] == "RUN_RESUMED"]
@@ -199,18 +203,10 @@ async def test_a_takeover_that_keeps_failing_ends_the_run_worker_lost(
         store = ClusterStore(storage, "t")
         await store.ensure_group()
         await _died_mid_run(store, storage, "run-x")
-        async with (
-            Journal.open(storage, cluster=True) as journal,
-            Orchestrator.open(config) as orch,
-            trio.open_nursery() as nursery,
-        ):
-            host = RunHost(orch, journal, nursery)
-            async with open_node(cluster, journal, host, gateway=False) as node:
-                assert node.worker is not None
-                (record,) = await _until_finished(store, "run-x")
-                assert node.worker.takeover_failures == 2  # attempts 2 and 3
-                assert not node.worker.owned
-            nursery.cancel_scope.cancel()
+        async with worker_node(storage, config, cluster) as worker:
+            (record,) = await _until_finished(store, "run-x")
+            assert worker.takeover_failures == 2  # attempts 2 and 3
+            assert not worker.owned
         assert (record.status, record.attempt) == ("failed", 4)
         events = [msgspec.json.decode(raw) for raw in await storage.read("run-x", 0, 100)]
         finished = events[-1]
@@ -237,16 +233,9 @@ async def test_a_run_its_worker_never_wrote_to_starts_with_its_input(
         await store.take("dead-worker", 1, 0.1)
         assert await store.acquire("run-quiet", "dead-worker", 60) is not None
         await store.client.delete([store.lease_key("run-quiet")])  # as if it had expired
-        async with (
-            Journal.open(storage, cluster=True) as journal,
-            Orchestrator.open(config) as orch,
-            trio.open_nursery() as nursery,
-        ):
-            host = RunHost(orch, journal, nursery)
-            async with open_node(cluster, journal, host, gateway=False) as node:
-                (record,) = await _until_finished(store, "run-quiet")
-                assert node.worker is not None and node.worker.takeovers == 0
-            nursery.cancel_scope.cancel()
+        async with worker_node(storage, config, cluster) as worker:
+            (record,) = await _until_finished(store, "run-quiet")
+            assert worker.takeovers == 0
         assert (record.status, record.attempt) == ("completed", 2)
         events = [msgspec.json.decode(raw) for raw in await storage.read("run-quiet", 0, 100)]
         kinds = [e["type"] for e in events]

@@ -8,6 +8,8 @@ ahead of the journal (issue 31).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -44,7 +46,10 @@ AGENTS = {
 }
 
 
-async def test_a_tool_with_effects_waits_for_its_call_to_be_stored(tmp_path: Path) -> None:
+@asynccontextmanager
+async def scribe_host(tmp_path: Path) -> AsyncIterator[tuple[RunHost, FlakyStorage, Path]]:
+    """A `RunHost` on a SQLite journal whose writes fail while `storage.failing`; the
+    scribe's workspace holds `in.txt`."""
     config = write_config(tmp_path, AGENTS)
     workspace = config.tools_root
     workspace.mkdir()
@@ -56,10 +61,15 @@ async def test_a_tool_with_effects_waits_for_its_call_to_be_stored(tmp_path: Pat
         trio.open_nursery() as nursery,
     ):
         assert isinstance(storage, FlakyStorage)
-        host = RunHost(orch, journal, nursery)
+        yield RunHost(orch, journal, nursery), storage, workspace
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_tool_with_effects_waits_for_its_call_to_be_stored(tmp_path: Path) -> None:
+    async with scribe_host(tmp_path) as (host, storage, workspace):
         hosted = await host.start("scribe", "go")
         storage.failing = True  # nothing the run publishes from now on is stored
-        log = journal.get(hosted.run_id)
+        log = host.journal.get(hosted.run_id)
         # The idempotent read runs; the write waits for the call to be stored.
         await eventually(lambda: _results(log) == 1)
         await trio.sleep(0.5)
@@ -73,20 +83,10 @@ async def test_a_tool_with_effects_waits_for_its_call_to_be_stored(tmp_path: Pat
 
 async def test_a_copy_that_lost_its_run_acts_on_nothing(tmp_path: Path) -> None:
     """Its lease lost (fenced) while the call waits to be stored: the call never runs."""
-    config = write_config(tmp_path, AGENTS)
-    config.tools_root.mkdir()
-    (config.tools_root / "in.txt").write_text("hello")
-    async with (
-        FlakyStorage.open(tmp_path / "j.db") as storage,
-        Journal.open(storage) as journal,
-        Orchestrator.open(config) as orch,
-        trio.open_nursery() as nursery,
-    ):
-        assert isinstance(storage, FlakyStorage)
-        host = RunHost(orch, journal, nursery)
+    async with scribe_host(tmp_path) as (host, storage, workspace):
         hosted = await host.start("scribe", "go")
         storage.failing = True
-        log = journal.get(hosted.run_id)
+        log = host.journal.get(hosted.run_id)
         await eventually(lambda: _results(log) == 1)
         log.fenced = True  # as the cluster writer does when an append is refused
         log.pending.clear()
@@ -94,7 +94,7 @@ async def test_a_copy_that_lost_its_run_acts_on_nothing(tmp_path: Path) -> None:
         storage.failing = False
         with trio.fail_after(30):
             await hosted.wait()
-        assert not (config.tools_root / "out.txt").exists()
+        assert not (workspace / "out.txt").exists()
 
 
 def _results(log: RunLog) -> int:
@@ -106,25 +106,17 @@ def _results(log: RunLog) -> int:
 async def test_a_run_is_acknowledged_once_its_start_is_stored(tmp_path: Path) -> None:
     """`start` (the `run` op's ack) returns once RUN_STARTED is committed: a crash
     right after the ack can no longer lose the run (issue 31's chaos found one)."""
-    config = write_config(tmp_path, AGENTS)
-    async with (
-        FlakyStorage.open(tmp_path / "j.db") as storage,
-        Journal.open(storage) as journal,
-        Orchestrator.open(config) as orch,
-        trio.open_nursery() as nursery,
-    ):
-        assert isinstance(storage, FlakyStorage)
+    async with scribe_host(tmp_path) as (host, storage, _):
         storage.failing = True
-        host = RunHost(orch, journal, nursery)
         started: list[str] = []
 
         async def start() -> None:
             started.append((await host.start("scribe", "go")).run_id)
 
-        nursery.start_soon(start)
-        await trio.sleep(0.5)
-        assert started == []  # not acknowledged while nothing of it is stored
-        storage.failing = False
-        await eventually(lambda: bool(started))
-        assert journal.get(started[0]).committed >= 1
-        nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(start)
+            await trio.sleep(0.5)
+            assert started == []  # not acknowledged while nothing of it is stored
+            storage.failing = False
+            await eventually(lambda: bool(started))
+        assert host.journal.get(started[0]).committed >= 1
