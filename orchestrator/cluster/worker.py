@@ -195,8 +195,8 @@ class Worker:
         finally:
             if self.owned.get(run_id) is owned:
                 del self.owned[run_id]
-            else:  # fenced off: our copy has stopped, the log follows the new owner
-                self.journal.mirror(run_id)
+            elif run_id not in self.owned:  # fenced off: our copy has stopped, the log
+                self.journal.mirror(run_id)  # follows the new owner (unless it is us again)
             self._changed.unpark_all()
 
     async def _start(self, run_id: str, owned: _Owned) -> HostedRun | None:
