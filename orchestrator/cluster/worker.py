@@ -268,7 +268,8 @@ class Worker:
             reason,
             exc_info=exc,
         )
-        self.journal.mirror(run_id)
+        if self.owned.get(run_id) in (owned, None):  # (not a newer copy's log)
+            self.journal.mirror(run_id)
         with contextlib.suppress(Exception):
             await self.store.note_failure(run_id, reason)
         with contextlib.suppress(Exception):  # else it expires after lease_seconds
