@@ -226,6 +226,11 @@ class Chaos:
         self.root = root
         self.mode = mode
         self.rng = random.Random(seed)
+        """The load's choices (runs, drops, answers)."""
+        self.schedule = random.Random(seed)
+        """When and which action: the schedule does not depend on timing."""
+        self.shaker = random.Random(seed + 1)
+        """Which process an action picks, and for how long."""
         self.seconds = seconds
         self.concurrency = concurrency
         self.redis_url = redis_url
@@ -284,14 +289,14 @@ class Chaos:
         else:
             actions = [self.kill_worker, self.stop_worker, self.kill_gateway, self.term_worker]
         async with trio.open_nursery() as nursery:
-            await trio.sleep(self.rng.uniform(2, 4))
+            await trio.sleep(self.schedule.uniform(2, 4))
             while trio.current_time() < until:
-                nursery.start_soon(self.rng.choice(actions))
-                await trio.sleep(self.rng.uniform(*self.every))
+                nursery.start_soon(self.schedule.choice(actions))
+                await trio.sleep(self.schedule.uniform(*self.every))
 
     def _pick(self, instances: list[Instance]) -> Instance | None:
         free = [i for i in instances if i.process.returncode is None and id(i) not in self.busy]
-        return self.rng.choice(free) if free else None
+        return self.shaker.choice(free) if free else None
 
     async def kill_worker(self) -> None:
         await self._shake("worker SIGKILL", self.workers, signal.SIGKILL, "worker", 3)
@@ -331,13 +336,13 @@ class Chaos:
             self.report.actions[name] += 1
             instance.process.send_signal(signum)
             if signum == signal.SIGSTOP:
-                await trio.sleep(LEASE_SECONDS + self.rng.uniform(0.5, 2.5))
+                await trio.sleep(LEASE_SECONDS + self.shaker.uniform(0.5, 2.5))
                 instance.cont()
                 return
             with trio.move_on_after(30):  # (a SIGTERM that takes longer: SIGKILL)
                 await instance.process.wait()
             instance.kill()
-            await trio.sleep(self.rng.uniform(0, within))
+            await trio.sleep(self.shaker.uniform(0, within))
             assert again is not None
             instances.append(await self.group.start(again, port=self.port))
         finally:
