@@ -95,6 +95,7 @@ def write(root: Path, store: str, calls: int) -> Path:
         "storage": {"url": store, "durability": "relaxed"} if store.startswith("redis") else store,
         "models": {"default": {"provider": "scripted"}},
         "subagents_dir": "subagents",
+        "limits": {"max_concurrent_runs": 1000},
     }
     (root / "server.yaml").write_text(yaml.safe_dump(data))
     return root / "server.yaml"
