@@ -346,17 +346,16 @@ class Run:
             return
         skip = self.context.continued | self._orphaned
         # A remote child followed again brings its subtree's ends from its server.
-        followed = [
+        followed = tuple(
             child.source.path + "/"
             for key in self.context.continued
             if (child := plan.agents.get(key)) is not None and child.source is not None
-        ]
+        )
         for agent in plan.agents.values():
             if agent.key is None or agent.ended or agent.key in skip:
                 continue
-            if agent.key in plan.remote and agent.source is not None:
-                if any(agent.source.path.startswith(top) for top in followed):
-                    continue
+            if agent.key in plan.remote and agent.source and agent.source.path.startswith(followed):
+                continue
             Bus(bus.sink, agent.source).emit_nowait(
                 EventType.AGENT_ERROR,
                 {
