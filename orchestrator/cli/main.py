@@ -36,7 +36,7 @@ from orchestrator.runtime.engine import (
     UnknownAgent,
     builtin_tool_names,
 )
-from orchestrator.server.app import serve
+from orchestrator.server.app import CannotListen, serve
 from orchestrator.server.heap import settle_heap
 from orchestrator.storage.base import StorageError
 
@@ -313,7 +313,7 @@ def _watch(args: argparse.Namespace) -> int:
     )
 
 
-_USAGE_ERRORS = (ConfigError, SpecError, StorageError, UnknownAgent)
+_USAGE_ERRORS = (CannotListen, ConfigError, SpecError, StorageError, UnknownAgent)
 
 
 def _usage_error(exc: BaseException) -> BaseException | None:

@@ -71,6 +71,7 @@ class RunHost:
         self._done: dict[str, trio.Event] = {}
         self.max_concurrent = orchestrator.config.limits.max_concurrent_runs
         journal.writer.on_stalled = self.fail_unstorable
+        journal.writer.on_fenced = self._taken_over  # (a cluster worker sets its own)
 
     # -- starting ------------------------------------------------------------------
 
@@ -143,7 +144,11 @@ class RunHost:
             # the ack finds it at the next start (and resumes it), never loses it.
             # Bounded: a store that fails for that long fails the run meanwhile.
             with trio.move_on_after(self.journal.writer.fail_runs_after):
-                await self.journal.wait_durable(run_id, 1)
+                if not await self.journal.wait_durable(run_id, 1):
+                    raise StorageUnavailable(
+                        "this server's journal was taken over by another server: "
+                        "nothing it starts is stored"
+                    )
         return hosted
 
     def resume(
@@ -335,6 +340,15 @@ class RunHost:
             if run is not None:
                 logger.error("failing run %s: its events cannot be stored (%s)", run_id, reason)
                 run.fail(f"storage_unavailable: events could not be stored ({reason})")
+
+    def _taken_over(self, run_ids: list[str]) -> None:
+        """Another server took this server's journal over (storage/owner.py): what these
+        runs publish is no longer written; stop them (they act on nothing meanwhile)."""
+        for run_id in run_ids:
+            run = self.active.get(run_id)
+            if run is not None:
+                logger.error("stopping run %s: its journal is another server's now", run_id)
+                run.cancel()
 
     async def interrupt_all(self) -> None:
         """Shutdown: end every run `interrupted` and wait for them."""

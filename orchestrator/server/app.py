@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -37,6 +38,7 @@ from orchestrator.server.http import Routes
 from orchestrator.server.metrics import AppCollector
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.open import open_journal
+from orchestrator.storage.owner import this_server
 from orchestrator.telemetry import traced
 
 if TYPE_CHECKING:
@@ -198,6 +200,10 @@ async def _join_cluster(
         await trio.sleep_forever()
 
 
+class CannotListen(Exception):
+    """The server's address cannot be bound (one line naming it and why)."""
+
+
 async def serve(
     config: ServerConfig,
     *,
@@ -207,29 +213,56 @@ async def serve(
 ) -> None:
     """Run the server until cancelled or `shutdown()`; `task_status` gets a RunningServer.
 
+    The address is bound first, then the journal owned (storage/owner.py), and only
+    then is anything read, resumed or written: a start that cannot listen, or finds
+    its journal owned by a live server, changes nothing.
+
     Raises:
+        CannotListen: the address cannot be bound.
+        JournalInUse: another live server owns the journal.
         StorageError: the storage cannot be opened (one line naming it and why).
-        OSError: the address cannot be bound.
     """
-    async with open_journal(config) as journal:
-        if journal.interrupted:
-            logger.warning(
-                "ending %d runs left running by the last server: interrupted",
-                len(journal.interrupted),
-            )
-        if config.server.resume_runs and not journal.storage.durable and config.cluster is None:
-            logger.warning(
-                "server.resume_runs: the memory storage keeps nothing over a restart, so runs "
-                "still running when this server stops cannot be resumed (use sqlite:// or redis://)"
-            )
-        await _serve(config, journal, host, port, task_status)
+    host = config.server.host if host is None else host
+    port = config.server.port if port is None else port
+    listeners = await listen(host, port)
+    bound = listeners[0].socket.getsockname()
+    try:
+        async with open_journal(config, holder=this_server(f"{host}:{bound[1]}")) as journal:
+            if journal.interrupted:
+                logger.warning(
+                    "ending %d runs left running by the last server: interrupted",
+                    len(journal.interrupted),
+                )
+            if config.server.resume_runs and not journal.storage.durable and config.cluster is None:
+                logger.warning(
+                    "server.resume_runs: the memory storage keeps nothing over a restart, so "
+                    "runs still running when this server stops cannot be resumed (use "
+                    "sqlite:// or redis://)"
+                )
+            await _serve(config, journal, listeners, task_status)
+    finally:
+        for listener in listeners:
+            with contextlib.suppress(OSError):
+                await listener.aclose()
+
+
+async def listen(host: str, port: int) -> list[trio.SocketListener]:
+    """Bind the server's address.
+
+    Raises:
+        CannotListen: `cannot listen on HOST:PORT: <why>`.
+    """
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        why = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise CannotListen(f"cannot listen on {host}:{port}: {why}") from None
 
 
 async def _serve(
     config: ServerConfig,
     journal: Journal,
-    host: str | None,
-    port: int | None,
+    listeners: list[trio.SocketListener],
     task_status: trio.TaskStatus[RunningServer],
 ) -> None:
     with trio.CancelScope() as stop:
@@ -248,8 +281,6 @@ async def _serve(
                 node = await nursery.start(_join_cluster, config.cluster, journal, runs)
             app = ServerApp(config, orch, journal, runs, node)
             app.telemetry = telemetry
-            port = config.server.port if port is None else port
-            host = config.server.host if host is None else host
             ws_options: dict[str, Any] = {
                 "process_request": app.routes.process_request,
                 "max_size": config.server.max_frame_bytes,
@@ -258,10 +289,10 @@ async def _serve(
                 "compression": "deflate" if config.server.compression else None,
             }
             if config.server.mcp or config.server.ag_ui or config.server.a2a:
-                await _serve_with_front_door(app, stop, host, port, ws_options, task_status)
+                await _serve_with_front_door(app, stop, listeners, ws_options, task_status)
                 return
             ws_server: Server = await nursery.start(
-                functools.partial(ws_serve, app.handler, port, host=host, **ws_options)
+                functools.partial(ws_serve, app.handler, listeners=listeners, **ws_options)
             )
             task_status.started(RunningServer(app, ws_server, stop))
             await trio.sleep_forever()
@@ -270,14 +301,12 @@ async def _serve(
 async def _serve_with_front_door(
     app: ServerApp,
     stop: trio.CancelScope,
-    host: str,
-    port: int,
+    listeners: list[trio.SocketListener],
     ws_options: dict[str, Any],
     task_status: trio.TaskStatus[RunningServer],
 ) -> None:
     """`/ws` and the streaming HTTP endpoints on one port: the front door routes each
     connection (front.py)."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
     to_ws, from_front = trio.open_memory_channel[trio.SocketStream](0)
     routes: list[Route] = []
     async with contextlib.AsyncExitStack() as stack:

@@ -1,23 +1,28 @@
 """Open what `storage:` in server.yaml names: the backend, and the journal over it.
 
-Used by everything that journals runs: `orchestrator serve` and `orchestrator worker`.
+Used by everything that journals runs: `orchestrator serve` and `orchestrator worker`
+(no other command opens a journal: `watch`, `pending`, `runs`, … ask the server).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from orchestrator.config import ConfigError, ServerConfig
-from orchestrator.storage.base import Storage
+from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.memory import MemoryStorage
+from orchestrator.storage.owner import Holder, Ownership, own
 from orchestrator.storage.redis import RedisStorage
 from orchestrator.storage.retention import RetentionPolicy
 from orchestrator.storage.sqlite import SqliteStorage
 
-__all__ = ["open_journal", "open_storage"]
+__all__ = ["journal_name", "open_journal", "open_storage"]
 
 
 def open_storage(config: ServerConfig) -> AbstractAsyncContextManager[Storage]:
@@ -38,21 +43,62 @@ def open_storage(config: ServerConfig) -> AbstractAsyncContextManager[Storage]:
 
 
 @asynccontextmanager
-async def open_journal(config: ServerConfig) -> AsyncIterator[Journal]:
-    """The configured storage and the journal over it, with the configured bounds."""
+async def open_journal(
+    config: ServerConfig, *, holder: Holder | None = None
+) -> AsyncIterator[Journal]:
+    """The configured storage and the journal over it, with the configured bounds.
+
+    `holder`: this process serves the journal alone (not in cluster mode) — it owns it
+    first, before anything is read or written, or refuses (storage/owner.py).
+
+    Raises:
+        JournalInUse: another live server owns the journal.
+    """
     retention = config.storage.effective_retention
-    async with (
-        open_storage(config) as storage,
-        Journal.open(
-            storage,
-            max_pending=config.storage.max_pending_events,
-            max_event_bytes=config.limits.max_event_bytes,
-            fail_runs_after=config.storage.fail_runs_after_seconds,
-            retention=RetentionPolicy(
-                retention.max_age_seconds, retention.max_runs, retention.max_run_events
-            ),
-            cluster=config.cluster is not None,
-            resume=config.server.resume_runs,
-        ) as journal,
-    ):
+    alone = holder is not None and config.cluster is None
+    async with open_storage(config) as storage, contextlib.AsyncExitStack() as stack:
+        ownership = Ownership()
+        if alone:
+            assert holder is not None
+            name = journal_name(storage, config.storage.url)
+            ownership = await stack.enter_async_context(own(storage, holder, journal=name))
+        journal = await stack.enter_async_context(
+            Journal.open(
+                storage,
+                max_pending=config.storage.max_pending_events,
+                max_event_bytes=config.limits.max_event_bytes,
+                fail_runs_after=config.storage.fail_runs_after_seconds,
+                retention=RetentionPolicy(
+                    retention.max_age_seconds, retention.max_runs, retention.max_run_events
+                ),
+                cluster=config.cluster is not None,
+                resume=config.server.resume_runs,
+            )
+        )
+        if ownership.key is not None and isinstance(storage, RedisStorage):
+            journal.writer.fenced_write = functools.partial(_owned_write, storage, ownership)
         yield journal
+
+
+async def _owned_write(
+    storage: RedisStorage,
+    ownership: Ownership,
+    records: list[RunRecord],
+    rows: list[tuple[str, int, bytes]],
+) -> set[str]:
+    """A single server's writes to Redis, each run's behind the server's claim."""
+    runs = {record.run_id for record in records} | {run_id for run_id, _, _ in rows}
+    tokens = dict.fromkeys(runs, ownership.token)
+    return await storage.append(records, rows, tokens, lease_key=ownership.key)
+
+
+def journal_name(storage: Storage, url: str) -> str:
+    """How messages name the journal: the file a person can open, or the Redis server
+    and key prefix (never a password)."""
+    if isinstance(storage, SqliteStorage):
+        return str(storage.path.resolve())
+    if isinstance(storage, RedisStorage):
+        parts = urlsplit(storage.url)
+        where = f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path}"
+        return f"{where} (key prefix {storage.prefix!r})"
+    return url

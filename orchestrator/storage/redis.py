@@ -183,8 +183,12 @@ class RedisStorage:
         tokens: Mapping[str, str],
         *,
         fenced: bool = True,
+        lease_key: str | None = None,
     ) -> set[str]:
         """Append each run's events and record; with `fenced`, behind its lease token.
+
+        `lease_key`: one lease for every run (a single server's ownership of the whole
+        journal, storage/owner.py) instead of each run's own (cluster mode).
 
         Returns the runs refused (fenced: no token here, or the lease is not it).
         """
@@ -204,7 +208,11 @@ class RedisStorage:
         async with self._client.pipeline(transaction=False) as pipe:
             requests: list[Awaitable[object]] = [
                 script(
-                    keys=[self._lease_key(run_id), self._events_key(run_id), self.prefix + "runs"],
+                    keys=[
+                        lease_key or self._lease_key(run_id),
+                        self._events_key(run_id),
+                        self.prefix + "runs",
+                    ],
                     args=[
                         tokens.get(run_id, "") if fenced else "",
                         run_id,
