@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import pydantic
 
+from agents.redact import quoted
+
 __all__ = ["describe_validation_error", "load_yaml_model", "read_yaml_mapping"]
 
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -38,7 +40,10 @@ def load_yaml_model(path: Path, model: type[M], *, reserved: dict[str, str] | No
 
 
 def describe_validation_error(path: Path | str, exc: pydantic.ValidationError) -> str:
-    """One line naming the file and every bad key: `f.yaml: limits.max_depth: …`."""
+    """One line naming the file and every bad key: `f.yaml: limits.max_depth: …`.
+
+    The refused values are quoted only as `agents.redact.quoted` allows: never a whole
+    section, never a secret."""
     problems = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -47,7 +52,7 @@ def describe_validation_error(path: Path | str, exc: pydantic.ValidationError) -
         elif err["type"] == "missing":
             problems.append(f"{loc}: required key is missing")
         else:
-            problems.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+            problems.append(f"{loc}: {err['msg']}{quoted(err['loc'], err.get('input'))}")
     return f"{path}: " + "; ".join(problems)
 
 

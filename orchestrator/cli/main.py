@@ -39,6 +39,7 @@ from orchestrator.runtime.engine import (
 from orchestrator.server.app import CannotListen, serve
 from orchestrator.server.heap import settle_heap
 from orchestrator.storage.base import StorageError
+from orchestrator.storage.open import journal_name
 
 __all__ = ["main"]
 
@@ -242,7 +243,7 @@ async def _worker(config: ServerConfig) -> int:
         assert node.worker is not None
         print(
             f"orchestrator worker {node.worker.name} in cluster {node.config.name!r} "
-            f"(storage: {config.storage.url})",
+            f"(storage: {journal_name(node.store.storage, config.storage.url)})",
             flush=True,
         )
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -263,7 +264,8 @@ async def _serve(config: ServerConfig, host: str | None, port: int | None) -> in
     async with trio.open_nursery() as nursery:
         server = await nursery.start(functools.partial(serve, config, host=host, port=port))
         settle_heap()
-        print(f"orchestrator listening on {server.url} (storage: {config.storage.url})", flush=True)
+        storage = journal_name(server.app.journal.storage, config.storage.url)
+        print(f"orchestrator listening on {server.url} (storage: {storage})", flush=True)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 print(f"{signal.Signals(signum).name}: shutting down…", file=sys.stderr, flush=True)

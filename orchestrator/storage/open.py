@@ -11,7 +11,6 @@ import functools
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from orchestrator.config import ConfigError, ServerConfig
 from orchestrator.storage.base import RunRecord, Storage
@@ -98,7 +97,5 @@ def journal_name(storage: Storage, url: str) -> str:
     if isinstance(storage, SqliteStorage):
         return str(storage.path.resolve())
     if isinstance(storage, RedisStorage):
-        parts = urlsplit(storage.url)
-        where = f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path}"
-        return f"{where} (key prefix {storage.prefix!r})"
+        return f"{storage.shown} (key prefix {storage.prefix!r})"
     return url

@@ -33,6 +33,7 @@ import msgspec
 import trio
 from coredis.tokens import PureToken
 
+from agents import redact
 from orchestrator.storage.base import RunRecord, StorageError
 
 __all__ = ["RedisStorage", "check_persistence"]
@@ -90,6 +91,8 @@ class RedisStorage:
     def __init__(self, url: str, *, durability: Durability = "strict") -> None:
         parts = urlsplit(url)
         self.url = parts._replace(query="").geturl()
+        self.shown = redact.url(self.url)
+        """The URL as messages show it (no password)."""
         self.prefix = parse_qs(parts.query).get("prefix", ["aor:"])[0]
         self.durability = durability
         self._client: coredis.Redis[bytes] | None = None
@@ -111,7 +114,7 @@ class RedisStorage:
                 stream = await trio.open_tcp_stream(host, port)
         except (OSError, trio.TooSlowError) as exc:
             why = "timed out" if isinstance(exc, trio.TooSlowError) else exc.strerror or exc
-            raise StorageError(f"redis storage {self.url}: cannot connect: {why}") from None
+            raise StorageError(f"redis storage {self.shown}: cannot connect: {why}") from None
         await stream.aclose()
 
     @classmethod
@@ -145,7 +148,9 @@ class RedisStorage:
             if isinstance(leaf, StorageError):
                 raise leaf from None
             if isinstance(leaf, (coredis.exceptions.RedisError, OSError)):
-                raise StorageError(f"redis storage {storage.url}: cannot connect: {leaf}") from None
+                raise StorageError(
+                    f"redis storage {storage.shown}: cannot connect: {redact.url(str(leaf))}"
+                ) from None
             raise
 
     async def load(self) -> list[RunRecord]:
@@ -166,10 +171,10 @@ class RedisStorage:
             return
         if self.durability == "strict":
             raise StorageError(
-                f"redis storage {self.url}: {problem}; or accept the risk with "
+                f"redis storage {self.shown}: {problem}; or accept the risk with "
                 "`storage: {url: …, durability: relaxed}`"
             )
-        logger.warning("redis storage %s: %s (durability: relaxed)", self.url, problem)
+        logger.warning("redis storage %s: %s (durability: relaxed)", self.shown, problem)
 
     async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
         """One append script per run (`APPEND_SCRIPT`), pipelined in one round trip."""

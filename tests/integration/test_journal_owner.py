@@ -180,7 +180,7 @@ async def test_a_redis_journal_has_one_server_too(
         running_server(loaded) as server,
         coredis.Redis.from_url(redis_url.split("?", 1)[0]) as client,
     ):
-        holder = json.loads(await client.get(f"{prefix}owner"))
+        holder = json.loads(await client.get(f"{prefix}owner") or b"{}")
         assert holder["pid"] == os.getpid()
         await client.set(f"{prefix}owner", msgspec.json.encode({**holder, "token": "x"}))
         async with connect(server.url, max_size=None) as ws:
