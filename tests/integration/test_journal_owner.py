@@ -8,11 +8,13 @@ server in this process where a process boundary adds nothing.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import socket
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -189,3 +191,30 @@ async def test_a_redis_journal_has_one_server_too(
         run_ids = await client.hkeys(f"{prefix}runs")
         assert not run_ids  # nothing of it was written
         await client.delete([f"{prefix}owner"])
+
+
+async def test_serve_says_where_its_journal_is(tmp_path: Path) -> None:
+    """The start line names the file a person can open (it said `sqlite:///journal.db`
+    while the file was next to the config)."""
+    config = tmp_path / "server.yaml"
+    demo_config(tmp_path, storage="sqlite:///data/journal.db")
+    command = [sys.executable, "-m", "orchestrator", "serve", "--config", str(config)]
+    async with trio.open_nursery() as nursery:
+        proc: trio.Process = await nursery.start(
+            functools.partial(
+                trio.run_process,
+                [*command, "--port", "0"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+                check=False,
+            )
+        )
+        assert proc.stdout is not None
+        line = b""
+        with trio.fail_after(20):
+            while b"\n" not in line:
+                line += await proc.stdout.receive_some(1000)
+        proc.send_signal(signal.SIGTERM)
+    path = (tmp_path / "data" / "journal.db").resolve()
+    assert line.decode().strip().endswith(f"(storage: {path})")
