@@ -105,6 +105,11 @@ class ServerSection(BaseModel):
     allowed_origins: list[str] | None = None
     """`Origin` values accepted on the upgrade besides the server's own; None: same
     origin only. Clients that send no Origin (non-browsers) are always accepted."""
+    allowed_hosts: list[str] | None = None
+    """`Host` names the server is reachable by besides its own (`localhost`,
+    `127.0.0.1`, `[::1]` with its port; on a non-loopback bind, any IP address): a
+    name (any port) or `name:port`, for a DNS name or a proxy in front. Any other
+    Host is refused (DNS rebinding)."""
     max_frame_bytes: int = Field(default=1024 * 1024, ge=1024)
     """Largest client frame accepted; a bigger one closes the connection with 1009."""
     max_subscriptions: int = Field(default=32, ge=1)

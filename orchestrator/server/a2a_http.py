@@ -63,7 +63,7 @@ class A2aEndpoint:
 
     async def serve(self, stream: trio.SocketStream) -> None:
         """Serve one connection routed to `/a2a`."""
-        await serve_connection(stream, self._asgi)
+        await serve_connection(stream, self._asgi, self.app.auth)
 
     async def _asgi(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         path: str = scope["path"]

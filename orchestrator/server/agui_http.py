@@ -43,7 +43,7 @@ class AguiEndpoint:
 
     async def serve(self, stream: trio.SocketStream) -> None:
         """Serve one connection routed to `/ag-ui`."""
-        await serve_connection(stream, self._asgi)
+        await serve_connection(stream, self._asgi, self.app.auth)
 
     async def _asgi(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["method"] != "POST":

@@ -62,6 +62,7 @@ class ServerApp:
         journal: Journal,
         host: RunHost,
         node: Node | None = None,
+        port: int | None = None,
     ) -> None:
         self.config = config
         self.orchestrator = orchestrator
@@ -72,7 +73,8 @@ class ServerApp:
         """Cluster mode: this instance's part of the cluster (runs are queued there)."""
         self.runs: RunService = node.gateway if node is not None and node.gateway else host
         """Where clients' runs start, and are cancelled, messaged and listed."""
-        self.auth = Auth(config)
+        self.auth = Auth(config, port)
+        """Tokens, Origins and Hosts (`port`: the bound one, which Hosts must name)."""
         self.connections: set[Connection] = set()
         self.subscriptions: Counter[str | None] = Counter()
         """Live subscriptions per token name (kept by the connections: O(1) limit checks)."""
@@ -279,7 +281,8 @@ async def _serve(
             node = None
             if config.cluster is not None:
                 node = await nursery.start(_join_cluster, config.cluster, journal, runs)
-            app = ServerApp(config, orch, journal, runs, node)
+            port = listeners[0].socket.getsockname()[1]
+            app = ServerApp(config, orch, journal, runs, node, port)
             app.telemetry = telemetry
             ws_options: dict[str, Any] = {
                 "process_request": app.routes.process_request,

@@ -7,16 +7,25 @@ user cannot even learn they exist); a `viewer` sees every run and controls none
 configured tokens there is no auth and every client is an anonymous admin. Tokens
 are compared in constant time and are never logged: only their names are.
 
-Browsers send `Origin` on every WebSocket upgrade, and a page on any site may try
-to open one, so the default is same-origin: an Origin whose host:port is the
-`Host` the request was sent to (the console served at `/`), plus whatever
-`server.allowed_origins` lists. Clients that send no Origin (the CLI, scripts,
+DNS rebinding: a page on evil.example can make its own name resolve to 127.0.0.1
+and then talk to a server on loopback as "same-origin". So every request's `Host`
+must be a name the server is reachable by (`host_allowed`): on a loopback bind,
+`localhost`, `127.0.0.1` and `[::1]` with the server's port; on any other bind also
+any IP address (rebinding needs a name); plus `server.allowed_hosts` (a name: any
+port; `name:port`: that port). A request with another Host is refused (403).
+
+Browsers send `Origin` on every WebSocket upgrade and cross-site request, and a page
+on any site may try one, so an Origin is accepted only when its host is one of
+those same names (the console served at `/`), or listed in
+`server.allowed_origins` — never just because it equals the request's own `Host`,
+which a rebinding page controls. Clients that send no Origin (the CLI, scripts,
 other servers) are not browsers and are let through; the token still applies.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import re
 from urllib.parse import parse_qs, urlsplit
@@ -83,14 +92,59 @@ def _matches(offered: str, secret: str) -> bool:
     return hmac.compare_digest(offered.encode(), secret.encode())
 
 
-class Auth:
-    """Resolves requests to principals; checks origins and the metrics token."""
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
-    def __init__(self, config: ServerConfig) -> None:
+
+def split_host(value: str) -> tuple[str, int | None] | None:
+    """`name[:port]` or `[v6][:port]` → (lower-case name, port); None: not a host."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name, bracket, rest = value[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None
+        port_text = rest[1:] if rest else None
+    else:
+        name, colon, port_text_or = value.partition(":")
+        port_text = port_text_or if colon else None
+    if not name or (port_text is not None and not port_text.isdigit()):
+        return None
+    return name, int(port_text) if port_text is not None else None
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class Auth:
+    """Resolves requests to principals; checks hosts, origins and the metrics token."""
+
+    def __init__(self, config: ServerConfig, port: int | None = None) -> None:
         server = config.server
         self._tokens = server.tokens
         self._metrics_token = server.metrics_token
         self._origins = {o.rstrip("/").lower() for o in server.allowed_origins or ()}
+        self.port = server.port if port is None else port
+        """The port the server listens on (the bound one, for `port: 0`)."""
+        bind = server.host.strip("[]").lower()
+        self._any_ip = not (
+            bind in LOOPBACK_NAMES or (_is_ip(bind) and ipaddress.ip_address(bind).is_loopback)
+        )
+        """Bound beyond loopback: a Host that is an IP address is one of ours too."""
+        self._names: set[str] = set()
+        self._pairs: set[tuple[str, int]] = set()
+        for entry in server.allowed_hosts or ():
+            found = split_host(entry)
+            if found is None:
+                continue
+            name, entry_port = found
+            if entry_port is None:
+                self._names.add(name)
+            else:
+                self._pairs.add((name, entry_port))
         per_connection = server.max_subscriptions
         self._anonymous = Principal(
             name=None,
@@ -137,14 +191,30 @@ class Auth:
             _matches(t, secret) for t in offered_tokens(headers, query)
         )
 
+    def host_allowed(self, host: str | None) -> bool:
+        """A `Host` the server is reachable by (module doc): not a rebinding page's."""
+        found = split_host(host) if host else None
+        if found is None:
+            return False
+        name, port = found
+        if name in self._names or (port is not None and (name, port) in self._pairs):
+            return True
+        own_name = name in LOOPBACK_NAMES or (self._any_ip and _is_ip(name))
+        return own_name and (port == self.port or (port is None and self.port in (80, 443)))
+
     def origin_allowed(self, headers: Headers) -> bool:
-        """No Origin (not a browser), the server's own origin, or a listed one."""
+        """No Origin (not a browser), a listed one, or a page served from one of the
+        names `host_allowed` accepts (never merely the request's own Host)."""
         origin = headers.get("Origin")
         if origin is None:
             return True
         origin = origin.rstrip("/").lower()
         if origin in self._origins:
             return True
-        host = headers.get("Host", "").lower()
         parts = urlsplit(origin)
-        return bool(host) and parts.scheme in ("http", "https") and parts.netloc == host
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return False
+        netloc = parts.netloc
+        if parts.port is None:  # a default port: say it, as the Host check wants one
+            netloc += ":443" if parts.scheme == "https" else ":80"
+        return self.host_allowed(netloc)

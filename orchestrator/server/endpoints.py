@@ -4,6 +4,7 @@ before a request is served, and plain JSON refusals."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
@@ -13,12 +14,22 @@ from websockets.datastructures import Headers
 from orchestrator.runs.service import LimitExceeded, StartedRun, StorageUnavailable
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.server.asgi import ASGIApp, Message, serve_http
-from orchestrator.server.auth import Principal
+from orchestrator.server.auth import Auth, Principal
 
 if TYPE_CHECKING:
     from orchestrator.server.app import ServerApp
 
-__all__ = ["Refused", "authorize", "refuse", "serve_connection", "start_run"]
+__all__ = [
+    "HOST_REFUSED",
+    "Refused",
+    "authorize",
+    "refuse",
+    "refused_host",
+    "serve_connection",
+    "start_run",
+]
+
+logger = logging.getLogger(__name__)
 
 
 class Refused(Exception):
@@ -58,14 +69,35 @@ async def start_run(app: ServerApp, principal: Principal, agent_id: str, task: s
         raise Refused(503, str(exc)) from None
 
 
-async def serve_connection(stream: trio.SocketStream, app: ASGIApp) -> None:
-    """Serve one connection the front door routed to an endpoint, as HTTP/1.1 to `app`."""
+async def serve_connection(stream: trio.SocketStream, app: ASGIApp, auth: Auth) -> None:
+    """Serve one connection the front door routed to an endpoint, as HTTP/1.1 to `app`;
+    each request's `Host` is checked first (`Auth.host_allowed`: DNS rebinding)."""
     try:
         server, client = stream.socket.getsockname(), stream.socket.getpeername()
     except OSError:  # it is gone already
         await trio.aclose_forcefully(stream)
         return
-    await serve_http(stream, app, server=server[:2], client=client[:2])
+
+    async def checked(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
+        if not auth.host_allowed(host):
+            refused_host(host, scope.get("path", "?"))
+            await refuse(send, 403, HOST_REFUSED)
+            return
+        await app(scope, receive, send)
+
+    await serve_http(stream, checked, server=server[:2], client=client[:2])
+
+
+HOST_REFUSED = (
+    "forbidden: this server is not reachable by that Host name (DNS rebinding?); "
+    "add it to server.allowed_hosts"
+)
+
+
+def refused_host(host: str | None, path: str) -> None:
+    """One log line for a refused Host (bounded: it is the client's text)."""
+    logger.warning("refused a request for %.100s with Host %.100r", path, host)
 
 
 async def authorize(

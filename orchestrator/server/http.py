@@ -18,6 +18,8 @@ from prometheus_client import generate_latest
 from websockets.http11 import Request, Response
 from websockets.trio.server import ServerConnection
 
+from orchestrator.server.endpoints import HOST_REFUSED, refused_host
+
 if TYPE_CHECKING:
     from orchestrator.server.app import ServerApp
 
@@ -43,6 +45,10 @@ class Routes:
         """Plain HTTP routes; origin, token and connection-count checks on the upgrade."""
         app = self.app
         url = urlsplit(request.path)
+        host = request.headers.get("Host")
+        if not app.auth.host_allowed(host):
+            refused_host(host, url.path)
+            return conn.respond(HTTPStatus.FORBIDDEN, HOST_REFUSED + "\n")
         if url.path in ("/", "/index.html"):
             return _respond(conn, HTTPStatus.OK, _static("index.html"), "text/html; charset=utf-8")
         if url.path.startswith("/static/"):

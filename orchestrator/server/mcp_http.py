@@ -60,7 +60,7 @@ class McpEndpoint:
 
     async def serve(self, stream: trio.SocketStream) -> None:
         """Serve one connection routed to `/mcp`."""
-        await serve_connection(stream, self._asgi)
+        await serve_connection(stream, self._asgi, self.app.auth)
 
     async def _asgi(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         principal = await authorize(self.app, scope, send, writes=True)

@@ -748,3 +748,14 @@ def test_the_page_files_are_served_and_nothing_else(server: Server) -> None:
             urllib.request.urlopen(server.url + name, timeout=5)
     with urllib.request.urlopen(server.url + "auth", timeout=5) as response:
         assert json.loads(response.read())["authorized"] is True
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1", "localhost"])
+def test_the_console_works_on_each_loopback_name(
+    browser: Browser, server: Server, name: str
+) -> None:
+    """The Host and Origin checks (DNS rebinding) let the console in by either name."""
+    page, errors = open_page(browser, f"http://{name}:{server.port}/")
+    start_run(page, "critic", f"reached as {name}")
+    page.wait_for_selector("#run-status.completed", timeout=30_000)
+    assert errors == []
