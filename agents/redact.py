@@ -9,6 +9,9 @@ value or a password in a URL is never echoed to a terminal or a log:
   tokens), nothing but `…(redacted)` of a value at a secret-bearing key (`token`,
   `*_token`, `password`, `secret`, `authorization`, `api_key`, `headers.*`, `env.*`),
   else its `repr`, cut to 80 characters;
+- `without(text, headers)`: `text` with every credential the request carried in
+  its headers (an `Authorization` value, an API key) replaced: a provider's error
+  body that echoes the key back (some do) reaches no event and no log;
 - `url(text)`: the URL with the password of its user part, and the values of
   `token`/`key`/`password` query parameters, replaced (a refused value that is a URL
   is quoted this way too).
@@ -17,10 +20,10 @@ value or a password in a URL is never echoed to a terminal or a log:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-__all__ = ["REDACTED", "quoted", "secret_key", "url"]
+__all__ = ["REDACTED", "quoted", "secret_key", "url", "without"]
 
 REDACTED = "…(redacted)"
 _SECRET_KEY = re.compile(
@@ -65,3 +68,24 @@ def url(text: str) -> str:
         port = f":{parts.port}" if parts.port is not None else ""
         shown = parts._replace(netloc=f"{user}:{REDACTED}@{host}{port}").geturl()
     return _SECRET_QUERY.sub(lambda m: m.group(1) + REDACTED, shown)
+
+
+_MIN_SECRET = 8
+"""Shorter header values are not looked for (they would blank ordinary words)."""
+
+
+def without(text: str, headers: Mapping[str, str]) -> str:
+    """`text` with the credentials among `headers` (`Authorization`, `*key*`,
+    `*token*`, `*secret*`, `cookie`) replaced by `…(redacted)`."""
+    for name, value in headers.items():
+        lowered = name.lower()
+        if not (
+            lowered in ("authorization", "proxy-authorization", "cookie")
+            or any(word in lowered for word in ("key", "token", "secret"))
+        ):
+            continue
+        scheme, _, credential = value.partition(" ")
+        for secret in (value, credential if scheme.lower() in ("bearer", "basic") else ""):
+            if len(secret) >= _MIN_SECRET:
+                text = text.replace(secret, REDACTED)
+    return text

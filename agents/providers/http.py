@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from agents import redact
 from agents.core.sse import SseDecoder, SseError, SseEvent
 from agents.errors import ProviderError
 
@@ -116,9 +117,11 @@ async def post_sse(
         ) as response:
             if response.status_code != 200:
                 error_body, _ = await read_body(response, ERROR_BODY_BYTES)
-                detail = error_body[:500].decode("utf-8", "replace")
+                detail = redact.without(  # (what was sent: httpx adds Basic auth of a URL)
+                    error_body[:500].decode("utf-8", "replace"), response.request.headers
+                )
                 raise ProviderError(
-                    f"{provider}: HTTP {response.status_code} from {url}: {detail}",
+                    f"{provider}: HTTP {response.status_code} from {redact.url(url)}: {detail}",
                     provider=provider,
                     status=response.status_code,
                     error_type=error_type_of(error_body),
@@ -132,14 +135,15 @@ async def post_sse(
         decoder.close()
     except httpx.TimeoutException as exc:
         raise ProviderError(
-            f"{provider}: timed out talking to {url} ({type(exc).__name__})",
+            f"{provider}: timed out talking to {redact.url(url)} ({type(exc).__name__})",
             provider=provider,
             error_type="timeout",
             retryable=True,
         ) from exc
     except httpx.TransportError as exc:
         raise ProviderError(
-            f"{provider}: connection to {url} failed: {exc}",
+            f"{provider}: connection to {redact.url(url)} failed: "
+            f"{redact.without(redact.url(str(exc)), headers)}",
             provider=provider,
             error_type="connection",
             retryable=True,

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import trio
 
+from orchestrator.config import ServerConfig
 from tests.server_helpers import demo_config, running_server
 
 UPGRADE = (
@@ -37,7 +38,7 @@ async def upgrade_status(port: int, host: str, origin: str | None = None) -> int
     return int(parts[1]) if len(parts) > 1 else 0  # 0: closed without an answer
 
 
-def full_server(tmp_path: Path, **server: object) -> object:
+def full_server(tmp_path: Path, **server: object) -> ServerConfig:
     return demo_config(
         tmp_path,
         server={"mcp": True, "ag_ui": True, "a2a": True, **server},
@@ -46,7 +47,7 @@ def full_server(tmp_path: Path, **server: object) -> object:
 
 
 async def test_every_door_refuses_a_foreign_host(tmp_path: Path) -> None:
-    async with running_server(full_server(tmp_path)) as server:  # type: ignore[arg-type]
+    async with running_server(full_server(tmp_path)) as server:
         port = server.port
         evil = f"evil.example.com:{port}"
         # The WebSocket: a rebinding page's upgrade, and its same-"origin" Origin.
@@ -82,7 +83,7 @@ async def test_every_door_refuses_a_foreign_host(tmp_path: Path) -> None:
 
 async def test_allowed_hosts_name_a_server_behind_a_dns_name_or_proxy(tmp_path: Path) -> None:
     config = full_server(tmp_path, allowed_hosts=["orch.example.com", "proxy.example.com:443"])
-    async with running_server(config) as server:  # type: ignore[arg-type]
+    async with running_server(config) as server:
         port = server.port
         assert await upgrade_status(port, f"orch.example.com:{port}") == 101
         assert await upgrade_status(port, "orch.example.com", "https://proxy.example.com") == 101
@@ -93,7 +94,7 @@ async def test_allowed_hosts_name_a_server_behind_a_dns_name_or_proxy(tmp_path: 
 async def test_a_refused_host_is_one_log_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with running_server(full_server(tmp_path)) as server:  # type: ignore[arg-type]
+    async with running_server(full_server(tmp_path)) as server:
         assert await upgrade_status(server.port, "evil.example.com" + "x" * 500) == 403
     lines = [r.getMessage() for r in caplog.records if "refused a request" in r.getMessage()]
     assert len(lines) == 1
@@ -104,7 +105,7 @@ def test_a_non_loopback_bind_takes_ip_hosts_but_no_unknown_names(tmp_path: Path)
     from orchestrator.server.auth import Auth
 
     config = demo_config(tmp_path, server={"host": "0.0.0.0", "port": 8765})
-    auth = Auth(config)  # type: ignore[arg-type]
+    auth = Auth(config)
     assert auth.host_allowed("192.0.2.7:8765") and auth.host_allowed("[2001:db8::1]:8765")
     assert not auth.host_allowed("192.0.2.7:9999")
     assert not auth.host_allowed("evil.example.com:8765")

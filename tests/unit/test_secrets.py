@@ -9,7 +9,9 @@ included, and storage URLs were printed with their password.
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +113,37 @@ def test_urls_lose_their_passwords_and_secret_query_values() -> None:
     assert redact.quoted(["server", "port"], "x" * 200).endswith("…)")
     assert redact.quoted(["server", "tokens", 0, "token"], "abc") == " (got …(redacted))"
     assert redact.quoted([], {"a": 1}) == ""
+
+
+async def test_a_provider_that_echoes_the_key_does_not_put_it_in_an_error() -> None:
+    """Some providers quote the key they refused; the AGENT_ERROR and the log quote
+    the error body: the key is blanked there, and a base URL's password too."""
+    import httpx
+
+    from agents.errors import ProviderError
+    from agents.providers.http import post_sse
+
+    class Body(httpx.AsyncByteStream):
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield self.data
+
+    def echo(request: httpx.Request) -> httpx.Response:
+        said = request.headers.get("authorization", "")
+        body = json.dumps({"error": {"message": f"Incorrect API key: {said}"}}).encode()
+        return httpx.Response(401, stream=Body(body))
+
+    headers = {"Authorization": f"Bearer {SECRET}", "x-api-key": f"{SECRET}-x"}
+    for url in [
+        "https://api.example/v1/chat/completions",  # (Bearer)
+        f"https://user:{SECRET}-pw@api.example/v1/chat/completions",  # (httpx: Basic)
+    ]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(echo)) as client:
+            with pytest.raises(ProviderError) as failed:
+                async for _ in post_sse(client, url, {}, headers, httpx.Timeout(5), provider="p"):
+                    pass
+        message = str(failed.value)
+        assert SECRET not in message and "dXNlcj" not in message, message
+        assert "HTTP 401" in message and "Incorrect API key: …(redacted)" in message
