@@ -147,7 +147,8 @@ async def server(
     nursery: trio.Nursery, procs: list[trio.Process], root: Path, agents: dict[str, Any]
 ) -> str:
     await trio.Path(root).mkdir()
-    demo_config(root, extra_agents=agents)
+    # (B is reached through the Cutter's port: a proxy in front, named as one)
+    demo_config(root, extra_agents=agents, server={"allowed_hosts": ["127.0.0.1"]})
     proc, url = await start_serve_process(nursery, root / "server.yaml")
     procs.append(proc)
     return url
