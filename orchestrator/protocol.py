@@ -332,10 +332,15 @@ def parse(text: str | bytes) -> ClientOp:
     msg_id = obj.get("id")
     if not isinstance(msg_id, (str, int)) or isinstance(msg_id, bool):
         msg_id = None
-    op = obj.get("op")
-    if op is None:
+    if "op" not in obj:
         raise ProtocolError("bad_request", "missing field `op`", msg_id)
-    cls = OPS.get(op) if isinstance(op, str) else None
+    op = obj["op"]
+    if not isinstance(op, str):
+        got = "null" if op is None else type(op).__name__
+        raise ProtocolError(
+            "bad_request", f"`op` must be a string naming an op, got {got}", msg_id
+        )
+    cls = OPS.get(op)
     if cls is None:
         raise ProtocolError("unknown_op", f"unknown op {op!r} (known: {', '.join(OPS)})", msg_id)
     try:
