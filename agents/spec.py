@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents.errors import SpecError
 from agents.yaml_loader import load_yaml_model
@@ -167,14 +167,22 @@ class AgentSpec(BaseModel):
     script: ScriptSpec | None = None
     """Turns for the `scripted` provider (ignored by real providers)."""
     approval: list[str] | None = None
-    """Tools whose calls wait for a person's decision (`"*"`: every tool, `agent_spawn`
-    included); None: the server config's `approval` list; `[]`: none."""
+    """Tools whose calls wait for a person's decision (`"*"`, alone or in the list:
+    every tool, `agent_spawn` included); None: the server config's `approval` list;
+    `[]`: none."""
     approval_edit: bool = False
     """The approver may change a waiting call's arguments."""
     approval_timeout_seconds: float | None = Field(default=None, gt=0)
     """Seconds a call waits for its decision (default: `limits.approval_timeout_seconds`)."""
     compaction: CompactionSpec | None = None
     """How this agent compacts a long conversation; None: the server config's `compaction`."""
+
+    @field_validator("approval", mode="before")
+    @classmethod
+    def _every_tool(cls, value: object) -> object:
+        """`approval: "*"` (as the docs write it) is `["*"]`."""
+        return ["*"] if value == "*" else value
+
     remote: RemoteSpec | None = None
     """Run this subagent on another orchestrator server; its subtree streams into this
     tree live (docs/remote.md)."""

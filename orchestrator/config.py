@@ -373,6 +373,13 @@ class ServerConfig(BaseModel):
     approval: list[str] = Field(default_factory=list)
     """Tools whose calls wait for a person's decision, for every subagent whose YAML
     has no `approval` key (`"*"`: every tool)."""
+
+    @field_validator("approval", mode="before")
+    @classmethod
+    def _every_tool(cls, value: object) -> object:
+        """`approval: "*"` (as the docs write it) is `["*"]`."""
+        return ["*"] if value == "*" else value
+
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     """MCP servers whose tools subagents may list as `<name>__<tool>` (docs/mcp.md)."""
     telemetry: TelemetryConfig | None = None

@@ -337,9 +337,7 @@ def parse(text: str | bytes) -> ClientOp:
     op = obj["op"]
     if not isinstance(op, str):
         got = "null" if op is None else type(op).__name__
-        raise ProtocolError(
-            "bad_request", f"`op` must be a string naming an op, got {got}", msg_id
-        )
+        raise ProtocolError("bad_request", f"`op` must be a string naming an op, got {got}", msg_id)
     cls = OPS.get(op)
     if cls is None:
         raise ProtocolError("unknown_op", f"unknown op {op!r} (known: {', '.join(OPS)})", msg_id)

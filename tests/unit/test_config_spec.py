@@ -151,3 +151,13 @@ def test_invalid_config_names_file_and_key(tmp_path: Path, text: str, message: s
 def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "none.yaml")
+
+
+def test_approval_star_as_the_docs_write_it(tmp_path: Path) -> None:
+    """`approval: "*"` (docs/configuration.md) is every tool, in server.yaml and in a
+    subagent (it was refused: `Input should be a valid list`)."""
+    config = load_config(write(tmp_path / "server.yaml", 'approval: "*"\n'))
+    assert config.approval == ["*"]
+    write(tmp_path / "agents" / "a.yaml", 'description: d\ninstructions: i\napproval: "*"\n')
+    specs = load_specs(tmp_path / "agents", models=config.models, tools=["agent_spawn"])
+    assert specs["a"].approval == ["*"]
