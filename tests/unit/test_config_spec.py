@@ -27,6 +27,14 @@ def test_shipped_config_and_demo_agents_load() -> None:
     assert config.models["default"].provider == "scripted"
 
 
+def test_the_shipped_cluster_example_loads() -> None:
+    """configs/cluster.yaml, which the README and docs/cluster.md name."""
+    config = load_config(REPO / "configs" / "cluster.yaml")
+    assert config.cluster is not None and config.cluster.worker
+    assert config.storage.url.startswith("redis://") and config.storage.durability == "strict"
+    assert config.subagents_path == (REPO / "configs" / "subagents").resolve()
+
+
 def test_spec_id_is_file_stem_and_defaults(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path / "researcher.yaml", "description: d\ninstructions: i\n"))
     assert spec.id == "researcher" and spec.display_name == "researcher"
