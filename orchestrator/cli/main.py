@@ -45,6 +45,12 @@ __all__ = ["main"]
 
 DEFAULT_CONFIG = Path("configs/server.yaml")
 EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 1, 2, 130
+ACCESS_LOGGERS = (
+    "orchestrator.server.websockets",  # each connection, handshake and HTTP response
+    "mcp.server.streamable_http",  # each /mcp session
+    "mcp.server.streamable_http_manager",
+)
+"""Loggers that speak once per request: quiet (WARNING) unless `serve --access-log`."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path, default=None, help="server config (YAML)")
     serve.add_argument("--host", default=None, help="override server.host")
     serve.add_argument("--port", type=int, default=None, help="override server.port")
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log every connection and HTTP response (off: only warnings and errors of them)",
+    )
 
     worker = sub.add_parser(
         "worker", help="execute the runs of a cluster (no listening socket; needs `cluster:`)"
@@ -407,6 +418,9 @@ def _main(args: argparse.Namespace) -> int:
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
         logging.getLogger("coredis").setLevel(logging.WARNING)  # one line per retry
+        if not getattr(args, "access_log", False):  # per request: an access log, off
+            for name in ACCESS_LOGGERS:
+                logging.getLogger(name).setLevel(logging.WARNING)
         if args.command == "worker":
             return trio.run(_worker, config)
         return trio.run(_serve, config, args.host, args.port)

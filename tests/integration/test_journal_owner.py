@@ -218,3 +218,40 @@ async def test_serve_says_where_its_journal_is(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
     path = (tmp_path / "data" / "journal.db").resolve()
     assert line.decode().strip().endswith(f"(storage: {path})")
+
+
+@pytest.mark.parametrize("flag", [[], ["--access-log"]])
+async def test_requests_are_not_logged_one_by_one_unless_asked(
+    tmp_path: Path, flag: list[str]
+) -> None:
+    """Every HTTP request was a log line at INFO; an access log is off by default."""
+    config = tmp_path / "server.yaml"
+    demo_config(tmp_path)
+    command = [sys.executable, "-m", "orchestrator", "serve", "--config", str(config)]
+    async with trio.open_nursery() as nursery:
+        proc: trio.Process = await nursery.start(
+            functools.partial(
+                trio.run_process,
+                [*command, "--port", "0", *flag],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+                check=False,
+            )
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        line = b""
+        with trio.fail_after(20):
+            while b"\n" not in line:
+                line += await proc.stdout.receive_some(1000)
+        url = line.decode().split()[3].replace("ws://", "http://").removesuffix("/ws")
+        async with httpx.AsyncClient() as http:
+            for _ in range(3):
+                assert (await http.get(f"{url}/healthz")).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        err = b""
+        with trio.fail_after(20):
+            async for chunk in proc.stderr:
+                err += chunk
+    logged = err.decode().count("HTTP response sent")
+    assert logged == (3 if flag else 0), err.decode()
