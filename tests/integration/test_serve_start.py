@@ -1,6 +1,7 @@
-"""One journal, one owner (issue 32): a second server on a journal a live process owns
-refuses at once and changes nothing; a holder that died never blocks the next start;
-the port is bound before anything is resumed.
+"""How `orchestrator serve` starts (issue 32): one journal, one owner — a second
+server on a journal a live process owns refuses at once and changes nothing, a
+holder that died never blocks the next start, the port is bound before anything is
+resumed — the line it prints, and its access log, off by default.
 
 Real `orchestrator serve` processes (SQLite, and Redis without `cluster:`), and a
 server in this process where a process boundary adds nothing.
