@@ -111,11 +111,11 @@ class RemoteSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    url: str | None = Field(default=None, min_length=1)
-    """That server's WebSocket URL (`ws://HOST:PORT/ws`)."""
+    url: str | None = Field(default=None, min_length=1, pattern=r"^wss?://[^/?#\s]+")
+    """That server's WebSocket URL (`ws://HOST:PORT/ws`, or `wss://`)."""
     agent: str | None = Field(default=None, min_length=1)
     """The agentId to run there."""
-    a2a: str | None = Field(default=None, min_length=1)
+    a2a: str | None = Field(default=None, min_length=1, pattern=r"^https?://[^/?#\s]+")
     """Instead of `url` and `agent`: the base URL of an A2A agent (any A2A server; its
     agent card is read from `<a2a>/.well-known/agent-card.json`)."""
     token_env: str | None = None
@@ -276,6 +276,12 @@ def load_specs(
     for path in files:
         spec = specs[path.stem]
         summarizer = spec.compaction.summarizer if spec.compaction is not None else None
+        if summarizer == spec.id:
+            raise SpecError(
+                f"{path}: compaction.summarizer: {summarizer!r} is this agent itself: its "
+                "summaries would compact themselves, child after child (name another agent, "
+                "or leave it out for the agent's own model)"
+            )
         if summarizer is not None and summarizer not in specs:
             raise SpecError(
                 f"{path}: compaction.summarizer: unknown agent {summarizer!r} "

@@ -70,7 +70,7 @@ class TelemetryConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    otlp_endpoint: str = Field(min_length=1)
+    otlp_endpoint: str = Field(min_length=1, pattern=r"^https?://[^/?#\s]+")
     """The collector's OTLP/HTTP address (`http://HOST:4318`; `/v1/traces` is added
     unless the address ends with it)."""
     headers: dict[str, str] = Field(default_factory=dict)

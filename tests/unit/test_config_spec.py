@@ -169,3 +169,36 @@ def test_approval_star_as_the_docs_write_it(tmp_path: Path) -> None:
     write(tmp_path / "agents" / "a.yaml", 'description: d\ninstructions: i\napproval: "*"\n')
     specs = load_specs(tmp_path / "agents", models=config.models, tools=["agent_spawn"])
     assert specs["a"].approval == ["*"]
+
+
+@pytest.mark.parametrize(
+    ("agent", "message"),
+    [
+        (
+            "description: d\nremote: {url: 'http://127.0.0.1:8765/ws', agent: planner}\n",
+            "remote.url: String should match pattern '^wss?://",
+        ),
+        (
+            "description: d\nremote: {a2a: 'ws://127.0.0.1:9999'}\n",
+            "remote.a2a: String should match pattern '^https?://",
+        ),
+        (
+            "description: d\ninstructions: i\ncompaction: {summarizer: a}\n",
+            "compaction.summarizer: 'a' is this agent itself",
+        ),
+    ],
+)
+def test_remote_urls_and_summarizers_are_checked_at_load(
+    tmp_path: Path, agent: str, message: str
+) -> None:
+    """Refused when the files are read, not at the first run that uses them."""
+    write(tmp_path / "agents" / "a.yaml", agent)
+    with pytest.raises(SpecError) as refused:
+        load_specs(tmp_path / "agents", models=["default"], tools=["agent_spawn"])
+    assert message in str(refused.value)
+
+
+def test_an_otlp_endpoint_must_be_http(tmp_path: Path) -> None:
+    path = write(tmp_path / "server.yaml", "telemetry: {otlp_endpoint: 'grpc://127.0.0.1:4317'}\n")
+    with pytest.raises(ConfigError, match=r"telemetry\.otlp_endpoint: String should match"):
+        load_config(path)
