@@ -16,6 +16,7 @@ from websockets.trio.client import connect
 
 import orchestrator.server.app as app_module
 import orchestrator.storage.open as storage_open
+from orchestrator.cli.main import ACCESS_LOGGERS
 from orchestrator.config import ServerConfig
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.memory import MemoryStorage
@@ -189,6 +190,8 @@ async def test_cross_site_pages_metrics_and_tokens_in_logs(
         tmp_path, server={"tokens": [*tokens, "root-secret-456"], "metrics_token": "scrape-789"}
     )
     caplog.set_level(logging.DEBUG)
+    for name in ACCESS_LOGGERS:  # as `serve --access-log` does; an earlier CLI test may quiet them
+        caplog.set_level(logging.DEBUG, logger=name)
     async with running_server(config) as server:
         # A page on another site cannot drive the server, even with a token.
         with pytest.raises(InvalidStatus) as info:
