@@ -19,7 +19,6 @@ __all__ = [
     "Event",
     "EventType",
     "RemoteRef",
-    "RemoteSource",
     "RunStatus",
     "Source",
     "Usage",
@@ -30,6 +29,13 @@ __all__ = [
 RunStatus = Literal["running", "completed", "failed", "cancelled", "interrupted"]
 """A run's status (contract §1); `RUN_FINISHED.data.status` is one of the last four."""
 RUN_STATUSES: tuple[RunStatus, ...] = ("running", "completed", "failed", "cancelled", "interrupted")
+
+
+class RemoteRef(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
+    """Where a forwarded event came from: its run and seq on the remote server."""
+
+    run_id: str
+    seq: int
 
 
 class Source(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
@@ -57,23 +63,10 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False
     """`task-<hex>` for background spawns, else None."""
     parent_tool_call_id: str | None = None
     """The id of the parent's `agent_spawn` call that created this instance."""
-
-
-class RemoteRef(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
-    """Where a forwarded event came from: its run and seq on the remote server."""
-
-    run_id: str
-    seq: int
-
-
-class RemoteSource(Source, frozen=True, kw_only=True, rename="camel", gc=False):
-    """The Source of an event forwarded from a remote subagent's run (docs/remote.md).
-
-    A subclass, so local events keep their encoding (and their cost): only forwarded
-    events carry `remote`. Decoders that read a plain `Source` ignore the field.
-    """
-
-    remote: RemoteRef
+    remote: RemoteRef | msgspec.UnsetType = msgspec.UNSET
+    """Only on an event forwarded from a remote subagent's run (docs/remote.md): its
+    run and seq there. Unset, it is not encoded at all, so local events keep their
+    encoding; every decoder of `Event` (journal, client, `watch --json`) keeps it."""
 
 
 class Event(msgspec.Struct, frozen=True, rename="camel", gc=False):

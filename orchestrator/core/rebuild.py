@@ -31,7 +31,7 @@ parent (no USER_MESSAGE from its taskId) reports its journaled result.
 
 Forwarded events (a remote subagent's run, docs/remote.md) rebuild their agents like
 local ones; `remote` keeps, per agentKey, the last remote event seen (the remote run
-and seq to follow again from), when the events carry it (`RemoteSource`).
+and seq to follow again from), when the events carry it (`Source.remote`).
 
 Not rebuilt (docs/cluster.md): thinking blocks (the journal keeps no signatures),
 token budgets spent before the takeover, idle children for `agent_send`.
@@ -52,7 +52,7 @@ from agents.core.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from orchestrator.core.events import Event, EventType, RemoteRef, RemoteSource, Source
+from orchestrator.core.events import Event, EventType, RemoteRef, Source
 
 __all__ = ["AgentPlan", "ResumePlan", "rebuild"]
 
@@ -203,7 +203,7 @@ def rebuild(events: list[Event]) -> ResumePlan:
     for event in events:
         key = event.source.agent_key if event.source is not None else None
         kind, data = event.type, event.data
-        if isinstance(event.source, RemoteSource):
+        if event.source is not None and isinstance(event.source.remote, RemoteRef):
             remote[event.source.agent_key] = event.source.remote
         if kind is EventType.RUN_STARTED:
             agents[None] = AgentPlan(None, None, str(data.get("agentId", "")))

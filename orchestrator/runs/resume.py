@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import time
 
-import msgspec
-
-from orchestrator.core.events import Event, EventType, RemoteSource
+from orchestrator.core.events import Event, EventType
 from orchestrator.core.rebuild import ResumePlan, rebuild
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
-from orchestrator.storage.runlog import Entry
 
 __all__ = ["end_unresumable", "plan_resume"]
 
@@ -28,26 +25,7 @@ __all__ = ["end_unresumable", "plan_resume"]
 async def plan_resume(journal: Journal, record: RunRecord) -> ResumePlan:
     """The run's agents as its journal left them (events up to `record.last_seq`)."""
     entries = await journal.read_all(record.run_id, record.last_seq)
-    return rebuild([_with_remote(entry) for entry in entries])
-
-
-class _Forwarded(Event, frozen=True, rename="camel", gc=False):
-    """An event forwarded from a remote run, read with its `remote` reference (which
-    the journal's `Event` decoder skips)."""
-
-    source: RemoteSource | None
-
-
-_decode_forwarded = msgspec.json.Decoder(_Forwarded).decode
-
-
-def _with_remote(entry: Entry) -> Event:
-    if b'"remote":{"runId"' not in entry.raw:  # (only at a resume: a scan, no decode)
-        return entry.event
-    try:
-        return _decode_forwarded(entry.raw)
-    except msgspec.ValidationError:  # those bytes were in its data, not its source
-        return entry.event
+    return rebuild([entry.event for entry in entries])
 
 
 async def end_unresumable(

@@ -6,7 +6,7 @@ client and follows it (resumed by seq if the connection drops). Each of its even
 is published into this run's sink, tagged as if it ran here (`RemoteTagger`): the
 remote root becomes the spawned child (its Source), its descendants keep their
 agentKeys and sessions with depth and path continuing below the child, and every
-forwarded event's Source is a `RemoteSource` carrying `remote: {runId, seq}` (the
+forwarded event's Source carries `remote: {runId, seq}` (the
 event's place on the remote server). The local seq stays gap-free: this run's sink
 numbers them.
 
@@ -37,7 +37,7 @@ from agents.runner import Cancellation
 from agents.spec import AgentSpec
 from orchestrator.client import Client, ClientError
 from orchestrator.core.bus import AnyBus, Bus
-from orchestrator.core.events import Event, EventType, RemoteRef, RemoteSource, Source
+from orchestrator.core.events import Event, EventType, RemoteRef, Source
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError, PendingApproval
 
 __all__ = ["RemoteLink", "RemoteRefused", "RemoteTagger", "Resumed", "run_remote"]
@@ -244,19 +244,19 @@ class RemoteTagger:
         self._fields: dict[str | None, dict[str, Any]] = {}
         """Their agentKey (None: their root) → the Source fields it gets here."""
 
-    def source_of(self, event: Event) -> RemoteSource:
+    def source_of(self, event: Event) -> Source:
         """The Source `event` (of the remote run) gets here."""
         theirs = event.source
         key = theirs.agent_key if theirs is not None else None
         fields = self._fields.get(key)
         if fields is None:
             fields = self._fields[key] = self._place(theirs)
-        return RemoteSource(**fields, remote=RemoteRef(run_id=self.remote_run_id, seq=event.seq))
+        return Source(**fields, remote=RemoteRef(run_id=self.remote_run_id, seq=event.seq))
 
     def _place(self, theirs: Source | None) -> dict[str, Any]:
         child = self.child
-        if theirs is None:  # the remote root: the child itself
-            return msgspec.structs.asdict(child)
+        if theirs is None:  # the remote root: the child itself (its own `remote` is unset)
+            return {k: v for k, v in msgspec.structs.asdict(child).items() if k != "remote"}
         below = theirs.path.split("/", 1)[1] if "/" in theirs.path else theirs.agent_id
         return {
             "agent_key": theirs.agent_key,
@@ -422,7 +422,7 @@ class _Forward:
         start): its events go nowhere now, and its run there must go on."""
         return self.bus is not None and self.bus.sink.dropped
 
-    def publish(self, source: RemoteSource, event: Event) -> None:
+    def publish(self, source: Source, event: Event) -> None:
         bus = self.bus
         if bus is None or bus.sink.closed:
             return

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from orchestrator import protocol
-from orchestrator.core.events import Event, EventType, encode_event
+from orchestrator.core.events import Event, EventType, RemoteRef, Source, decode_event, encode_event
 
 
 @pytest.mark.parametrize(
@@ -88,3 +89,30 @@ def test_an_error_message_keeps_its_quotes() -> None:
     frame = protocol.decode_server_frame(raw)
     assert isinstance(frame, protocol.ErrorFrame)
     assert frame.message.endswith("run 'run-1'")
+
+
+def test_a_forwarded_events_remote_reference_survives_every_reader() -> None:
+    """Regression: `watch --json` and the typed client decoded `source` as a plain
+    Source and dropped `remote {runId, seq}`, which a raw `subscribe` showed."""
+    here = Source(
+        agent_key="agent:far:1",
+        agent_id="far",
+        agent_name="far",
+        session_id="sub-1",
+        parent_session_id="root-1",
+        depth=1,
+        path="root-1/far",
+    )
+    local = Event(run_id="run-1", seq=3, ts=1.0, type=EventType.REASONING, source=here)
+    assert "remote" not in json.loads(encode_event(local))["source"]  # local: unchanged
+    forwarded = msgspec.structs.replace(
+        local, source=msgspec.structs.replace(here, remote=RemoteRef(run_id="run-9", seq=7))
+    )
+    wire = json.loads(encode_event(forwarded))
+    assert wire["source"]["remote"] == {"runId": "run-9", "seq": 7}
+    frame = protocol.decode_server_frame(protocol.events_frame("s1", [encode_event(forwarded)]))
+    assert isinstance(frame, protocol.Events)
+    (event,) = frame.events
+    assert event.source is not None and event.source.remote == RemoteRef(run_id="run-9", seq=7)
+    assert json.loads(encode_event(event)) == wire  # what `watch --json` prints
+    assert decode_event(encode_event(local)).source == here

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from agents.core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
-from orchestrator.core.events import Event, EventType, RemoteRef, RemoteSource, Source
+from orchestrator.core.events import Event, EventType, RemoteRef, Source
 from orchestrator.core.rebuild import rebuild
 
 ROOT_SESSION = "sess-root"
@@ -193,12 +193,12 @@ def test_a_call_whose_arguments_were_not_json_keeps_its_raw_text() -> None:
     assert pending.arguments == '{"path": "a'
 
 
-def forwarded(source: Source, run: str, seq: int) -> RemoteSource:
-    return RemoteSource(**msgspec.structs.asdict(source), remote=RemoteRef(run_id=run, seq=seq))
+def forwarded(source: Source, run: str, seq: int) -> Source:
+    return msgspec.structs.replace(source, remote=RemoteRef(run_id=run, seq=seq))
 
 
 def test_a_remote_subtree_is_followed_again_not_cut_off_or_orphaned() -> None:
-    """A remote child's forwarded agents (`RemoteSource`) keep going on their server:
+    """A remote child's forwarded agents (`Source.remote`) keep going on their server:
     the plan says where to follow its run again, and none of them is cut off or
     orphaned here — unless the child itself ended."""
     j = Journal()

@@ -12,7 +12,7 @@ import trio
 
 from agents.approval import ApprovalRequest, Decision
 from orchestrator.client import ClientError
-from orchestrator.core.events import Event, EventType, RemoteSource, Source
+from orchestrator.core.events import Event, EventType, RemoteRef, Source
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError
 from orchestrator.runtime.remote import RemoteLink, RemoteRefused, RemoteTagger
 
@@ -46,7 +46,7 @@ def event(seq: int, kind: EventType, source: Source | None, **data: Any) -> Even
 def test_the_remote_root_is_the_child_and_its_descendants_continue_below_it() -> None:
     tagger = RemoteTagger(CHILD, "run-there")
     root = tagger.source_of(event(2, EventType.REASONING, None))
-    assert isinstance(root, RemoteSource) and root.remote.seq == 2
+    assert isinstance(root.remote, RemoteRef) and root.remote.seq == 2
     assert (root.agent_key, root.depth, root.path) == (CHILD.agent_key, 2, CHILD.path)
     one = tagger.source_of(event(3, EventType.REASONING, theirs("agent:a:1", 1, "root-there/a")))
     assert (one.depth, one.path, one.parent_session_id) == (3, CHILD.path + "/a", "sub-child")
