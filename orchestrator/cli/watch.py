@@ -106,14 +106,22 @@ async def watch_main(
         result = await follow(url, run_id, print_events, **common)
     else:
         view = TreeView()
-        with Live(render_tree(view, console.width), console=console, refresh_per_second=12) as live:
+        live: Live | None = None  # drawn from the first events: none for an unknown run
 
-            def draw(events: list[Event]) -> None:
-                for event in events:
-                    view.apply(event)
-                live.update(render_tree(view, console.width))
+        def draw(events: list[Event]) -> None:
+            nonlocal live
+            for event in events:
+                view.apply(event)
+            if live is None:
+                live = Live(console=console, refresh_per_second=12)
+                live.start()
+            live.update(render_tree(view, console.width))
 
+        try:
             result = await follow(url, run_id, draw, **common)
+        finally:
+            if live is not None:
+                live.stop()
         if result.status is not None and view.result:
             console.print()
             console.print(view.result, markup=False, highlight=False)

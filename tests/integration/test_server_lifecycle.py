@@ -171,6 +171,7 @@ async def test_watch_command_prints_json_lines(tmp_path: Path) -> None:
         )
         assert missing.returncode == 2
         assert b"not_found: unknown run 'run-nope'" in missing.stderr
+        assert missing.stdout == b""  # no tree drawn for a run that is not there
 
 
 async def test_stalled_client_is_closed_and_the_server_forgets_it(tmp_path: Path) -> None:
