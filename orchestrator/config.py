@@ -257,7 +257,8 @@ class McpServerConfig(BaseModel):
     env_from: dict[str, str] = Field(default_factory=dict)
     """Environment of the process taken from the server's: `{NAME: SERVER_VARIABLE}`."""
     cwd: str | None = None
-    """Working directory (relative: the config file's directory)."""
+    """Working directory (default, and what a relative one is relative to: the config
+    file's directory, so relative `args` are found there)."""
     url: str | None = Field(default=None, pattern=r"^https?://")
     """The server's streamable-HTTP endpoint."""
     headers: dict[str, str] = Field(default_factory=dict)

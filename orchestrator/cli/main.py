@@ -231,7 +231,12 @@ def _approval_mode(args: argparse.Namespace) -> Mode:
 
 
 def _agents(config: ServerConfig) -> int:
-    specs = load_specs(config.subagents_path, models=config.models, tools=builtin_tool_names())
+    specs = load_specs(
+        config.subagents_path,
+        models=config.models,
+        tools=builtin_tool_names(),
+        mcp_servers=config.mcp_servers,  # as `run` and `serve` accept them
+    )
     table = Table(title=f"subagents in {config.subagents_path}")
     for column in ("id", "name", "model", "tools", "description"):
         table.add_column(column)

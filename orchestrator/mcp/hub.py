@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -122,12 +123,8 @@ class _Session:
                 env[key] = value
             if "PATH" not in env and "PATH" in os.environ:
                 env["PATH"] = os.environ["PATH"]
-            cwd = None
-            if config.cwd is not None:
-                cwd = (self.base_dir / config.cwd).resolve()
-            return StdioServerParameters(
-                command=config.command, args=list(config.args), env=env, cwd=cwd
-            )
+            command, cwd = stdio_command(config, self.base_dir)
+            return StdioServerParameters(command=command, args=list(config.args), env=env, cwd=cwd)
         return _http_transport(self.name, config)
 
     async def _list(self, client: Any) -> dict[str, ToolInfo]:
@@ -251,6 +248,22 @@ class McpHub:
                 "again for the next call"
             )
         return list(result.content), result.structured_content, bool(result.is_error)
+
+
+def stdio_command(config: McpServerConfig, base_dir: Path) -> tuple[str, Path]:
+    """The program and working directory of a stdio server, as the config file means
+    them wherever the orchestrator was started: relative paths (`cwd`, a `command`
+    with a `/`, and so the `args` run in that `cwd`) are the config file's directory's;
+    a bare `python`/`python3` is the interpreter running the orchestrator (the one
+    with the `mcp` package), not whichever one PATH finds first."""
+    assert config.command is not None
+    cwd = (base_dir / config.cwd).resolve() if config.cwd is not None else base_dir.resolve()
+    command = config.command
+    if command in ("python", "python3"):
+        command = sys.executable
+    elif "/" in command and not Path(command).is_absolute():
+        command = str((base_dir / command).resolve())
+    return command, cwd
 
 
 @asynccontextmanager
