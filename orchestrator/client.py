@@ -1,6 +1,6 @@
 """A typed async (trio) client for the WebSocket protocol of `orchestrator serve`.
 
-    async with Client.connect("ws://127.0.0.1:8765/ws", token="…") as client:
+    async with Client.connect("ws://127.0.0.1:8765/ws", token=os.environ.get("ORCHESTRATOR_TOKEN")) as client:
         run_id = await client.start("planner", "compare trio and asyncio")
         async with client.follow(run_id, filter={"maxDepth": 1}) as events:
             async for event in events:
@@ -59,7 +59,7 @@ from orchestrator.protocol import (
     decode_server_frame,
 )
 
-__all__ = ["Client", "ClientError", "FollowEnded", "RunsPage"]
+__all__ = ["Client", "ClientError", "FollowEnded", "RunsPage", "auth_headers"]
 
 Reconnect = Callable[[int, BaseException, bool], None]
 """`on_reconnect(attempt, error, ever_connected)`: told of each retry (`ever_connected`:
@@ -74,6 +74,28 @@ class ClientError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+def auth_headers(token: str | None, origin: str | None = None) -> dict[str, str] | None:
+    """The headers that carry `token` (as `Authorization: Bearer …`) and `origin`.
+
+    Raises:
+        ClientError: `bad_token`, for a token an HTTP header cannot carry (a character
+            outside visible ASCII: often a copied placeholder such as `…`). The message
+            never repeats the token.
+    """
+    headers: dict[str, str] = {}
+    if token:
+        if not all("!" <= c <= "~" for c in token):
+            raise ClientError(
+                "bad_token",
+                f"the token ({len(token)} characters) has a character an Authorization "
+                "header cannot carry (only visible ASCII, no spaces): is it a placeholder?",
+            )
+        headers["Authorization"] = f"Bearer {token}"
+    if origin:
+        headers["Origin"] = origin
+    return headers or None
 
 
 class FollowEnded(msgspec.Struct):
@@ -91,7 +113,11 @@ class RunsPage(msgspec.Struct):
 
 
 class Client:
-    """One server, as a token sees it."""
+    """One server, as a token sees it.
+
+    Raises:
+        ClientError: `bad_token` (see `auth_headers`), at once.
+    """
 
     def __init__(
         self,
@@ -102,10 +128,7 @@ class Client:
         give_up_after: float = 60.0,
     ) -> None:
         self.url = url
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        if origin:
-            headers["Origin"] = origin
-        self._headers = headers or None
+        self._headers = auth_headers(token, origin)
         self.give_up_after = give_up_after
         self._ids = 0
         self.ended: FollowEnded | None = None

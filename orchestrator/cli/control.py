@@ -11,6 +11,7 @@ import trio
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.trio.client import connect
 
+from orchestrator.client import ClientError, auth_headers
 from orchestrator.protocol import (
     Ack,
     Approve,
@@ -109,12 +110,10 @@ async def _ask(
     answer_within: float,
 ) -> ServerFrame | None:
     """Send one op and return the reply to it (None: no server, reported on stderr)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    if origin:
-        headers["Origin"] = origin
     try:
+        headers = auth_headers(token, origin)
         with trio.fail_after(answer_within):
-            async with connect(url, additional_headers=headers or None, max_size=None) as ws:
+            async with connect(url, additional_headers=headers, max_size=None) as ws:
                 await ws.send(msgspec.json.encode(request).decode())
                 while True:
                     frame = decode_server_frame(await ws.recv())
@@ -123,6 +122,8 @@ async def _ask(
                         return frame
                     if getattr(frame, "id", None) == _ID:
                         return frame
+    except ClientError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
     except InvalidStatus as exc:
         print(f"error: HTTP {exc.response.status_code} from {url}", file=sys.stderr)
     except (OSError, InvalidHandshake, InvalidURI, ConnectionClosed) as exc:

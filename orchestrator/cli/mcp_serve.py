@@ -19,6 +19,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from websockets.trio.client import connect
 
+from orchestrator.client import auth_headers
 from orchestrator.mcp.expose import TreeProgress, subagent_server
 
 __all__ = ["mcp_main"]
@@ -29,10 +30,7 @@ class _Server:
 
     def __init__(self, url: str, token: str | None, origin: str | None) -> None:
         self.url = url
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        if origin:
-            headers["Origin"] = origin
-        self.headers = headers or None
+        self.headers = auth_headers(token, origin)
 
     async def agents(self) -> list[dict[str, Any]]:
         async with connect(self.url, additional_headers=self.headers) as ws:

@@ -52,15 +52,16 @@ async def follow(
     """Follow a run with the typed client (`orchestrator.client`), feeding its events to
     `on_events` until its `end`; a dropped connection is resumed by seq, and after
     `give_up_after` seconds without one it gives up."""
-    client = Client(url, token=token, origin=origin, give_up_after=give_up_after)
     try:
+        client = Client(url, token=token, origin=origin, give_up_after=give_up_after)
         async with client.follow_batches(
             run_id, filter=filter, after_seq=after_seq, on_reconnect=on_reconnect
         ) as batches:
             async for batch in batches:
                 on_events(batch)
     except ClientError as exc:
-        error = exc.message if exc.code == "unreachable" else f"{exc.code}: {exc.message}"
+        plain = exc.code in ("unreachable", "bad_token")  # (the message says it all)
+        error = exc.message if plain else f"{exc.code}: {exc.message}"
         if exc.message.startswith("HTTP"):
             error = exc.message.replace("a valid token", "a valid --token")
         return WatchResult(error=error)

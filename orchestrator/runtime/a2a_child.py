@@ -23,6 +23,7 @@ from a2a.types import a2a_pb2 as pb
 from agents.errors import ToolError
 from agents.spec import AgentSpec
 from orchestrator.a2a.mapping import ChildEvent, TaskFollower
+from orchestrator.client import ClientError, auth_headers
 from orchestrator.core.bus import AnyBus, Bus
 from orchestrator.core.events import EventType
 from orchestrator.runtime.remote import RemoteLink
@@ -44,7 +45,10 @@ async def run_a2a(spec: AgentSpec, task: str, bus: AnyBus, link: RemoteLink) -> 
     assert remote is not None and remote.a2a is not None
     where = link.where = f"remote agent {spec.id!r} ({remote.where})"
     token = os.environ.get(remote.token_env) if remote.token_env else None
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        headers = auth_headers(token) or {}
+    except ClientError as exc:
+        raise ToolError(f"{where}: ${remote.token_env}: {exc.message}") from None
     follower = TaskFollower()
     out = bus if isinstance(bus, Bus) else None
     timeout = httpx.Timeout(remote.timeout_seconds)

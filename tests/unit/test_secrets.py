@@ -20,6 +20,7 @@ import yaml
 
 from agents import redact
 from orchestrator.cli.main import main
+from orchestrator.client import Client, ClientError
 from orchestrator.config import ConfigError, load_config
 
 SECRET = f"s3cret-{uuid.uuid4().hex}"
@@ -147,3 +148,21 @@ async def test_a_provider_that_echoes_the_key_does_not_put_it_in_an_error() -> N
         message = str(failed.value)
         assert SECRET not in message and "dXNlcj" not in message, message
         assert "HTTP 401" in message and "Incorrect API key: …(redacted)" in message
+
+
+@pytest.mark.parametrize("command", ["watch", "pending", "cancel"])
+def test_a_token_no_header_can_carry_is_named_not_sent_nor_echoed(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: the docs' client example with `token="…"` failed with `unreachable:
+    … invalid Authorization header: Bearer …` — a wrong diagnosis, and the token in it."""
+    token = f"{SECRET}…"  # a copied placeholder: not visible ASCII
+    with pytest.raises(ClientError) as info:
+        Client("ws://127.0.0.1:9/ws", token=token)
+    assert info.value.code == "bad_token" and "placeholder" in info.value.message
+    assert SECRET not in str(info.value)
+    args = {"watch": ["run-x", "--give-up-after", "1"], "pending": [], "cancel": ["run-x"]}
+    code = main([command, *args[command], "--url", "ws://127.0.0.1:9/ws", "--token", token])
+    err = capsys.readouterr().err
+    assert code == 2 and SECRET not in err
+    assert err.startswith("error: the token (") and err.count("\n") == 1, err
