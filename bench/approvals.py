@@ -114,10 +114,15 @@ async def bench(runs: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     result = trio.run(bench, args.runs)
     for key, value in result.items():
         print(f"{key}: {value}")

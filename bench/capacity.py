@@ -420,10 +420,8 @@ def step(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--provider-process":
-        provider_main(float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
-        return
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, nargs="+", default=[250, 500, 1000])
     parser.add_argument("--children", type=int, default=4)
@@ -440,7 +438,14 @@ def main() -> None:
         default=0,
         help="cluster mode: a gateway and this many workers on the --storage Redis",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--provider-process":
+        provider_main(float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        return
+    args = parser().parse_args()
     print(
         f"provider {args.provider}, storage {args.storage}, children {args.children}, "
         f"{args.pace:g} words/s each for {args.seconds:g} s"

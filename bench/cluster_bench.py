@@ -220,13 +220,18 @@ async def main(args: argparse.Namespace) -> None:
         )
 
 
-if __name__ == "__main__":
-    import logging
-
-    logging.getLogger("orchestrator.storage.redis").setLevel(logging.ERROR)  # relaxed: known
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deltas", type=int, default=20_000)
     parser.add_argument("--paced", type=int, default=2000)
     parser.add_argument("--delay", type=float, default=0.002)
     parser.add_argument("--repeat", type=int, default=3)
-    trio.run(main, parser.parse_args())
+    return parser
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.getLogger("orchestrator.storage.redis").setLevel(logging.ERROR)  # relaxed: known
+    trio.run(main, parser().parse_args())

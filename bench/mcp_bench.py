@@ -194,11 +194,16 @@ async def endpoint_rate(root: Path, calls: int, parallel: int) -> float:
     return per * parallel / elapsed
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--starts", type=int, default=5)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     logging.disable(logging.INFO)  # the HTTP clients and the MCP SDK log every request
     for key, value in trio.run(bench, args.calls, args.starts).items():
         print(f"{key}: {value}")

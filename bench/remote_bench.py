@@ -182,13 +182,18 @@ def run_case(deltas: int, delay: float, rounds: int) -> dict[str, list[dict[str,
                 proc.wait(10)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deltas", type=int, default=20_000, help="unpaced deltas")
     parser.add_argument("--paced", type=int, default=1_000, help="paced deltas")
     parser.add_argument("--rate", type=float, default=200.0, help="paced deltas per second")
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     cases = [
         (f"{args.deltas:,} deltas, unpaced", args.deltas, 0.0),
         (f"{args.paced:,} deltas at {args.rate:g}/s", args.paced, 1.0 / args.rate),

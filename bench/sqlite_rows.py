@@ -56,12 +56,17 @@ def measure(
     return elapsed / (runs * per * commits) * 1e6, elapsed / commits * 1e3, worst * 1e3
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=250)
     parser.add_argument("--per-commit", type=int, default=8, help="events per run per commit")
     parser.add_argument("--commits", type=int, default=200)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     layouts: list[tuple[str, str, Callable[[int], object]]] = [
         ("(run_id TEXT, seq) index", _TABLE.format(kind="TEXT") + _INDEX, _run_id),
         ("(run INTEGER, seq) index", _TABLE.format(kind="INTEGER") + _INDEX, int),

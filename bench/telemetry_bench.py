@@ -109,13 +109,18 @@ async def _telemetry(
         await trio.sleep_forever()
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fanout", type=int, default=4)
     parser.add_argument("--depth", type=int, default=2)
     parser.add_argument("--deltas", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     for mode in ("off", "on", "dead collector", "off", "on"):
         runs = [
             trio.run(one_run, args.fanout, args.depth, args.deltas, mode)

@@ -290,7 +290,8 @@ async def main(args: argparse.Namespace) -> None:
     )
 
 
-if __name__ == "__main__":
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fanout", type=int, default=2)
     parser.add_argument("--depth", type=int, default=None)
@@ -299,4 +300,8 @@ if __name__ == "__main__":
     parser.add_argument("--capacity", type=int, default=4096)
     parser.add_argument("--baseline", type=int, default=200_000)
     parser.add_argument("--yielding", action="store_true", help="every delta yields")
-    trio.run(main, parser.parse_args())
+    return parser
+
+
+if __name__ == "__main__":
+    trio.run(main, parser().parse_args())

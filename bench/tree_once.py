@@ -18,13 +18,18 @@ import trio
 from bench.tree_bench import run_tree
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fanout", type=int, default=4)
     parser.add_argument("--depth", type=int, default=2)
     parser.add_argument("--deltas", type=int, default=5000, help="text deltas per agent")
     parser.add_argument("--yielding", action="store_true", help="a checkpoint per delta")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     result = trio.run(
         functools.partial(
             run_tree, args.fanout, args.depth, args.deltas, 4096, yielding=args.yielding

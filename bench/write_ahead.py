@@ -107,12 +107,17 @@ def row(name: str, values: list[float]) -> str:
     return f"| {name} | {len(ms)} | {statistics.median(ms):.2f} | {p99:.2f} |"
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--busy", type=int, default=50, help="other runs streaming meanwhile")
     parser.add_argument("--store", default="sqlite:///journal.db")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     print("| write_file call to its result | calls | p50 ms | p99 ms |")
     print("|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:

@@ -379,7 +379,8 @@ async def main(args: argparse.Namespace) -> None:
     )
 
 
-if __name__ == "__main__":
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deltas", type=int, default=100_000)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 100])
@@ -393,7 +394,11 @@ if __name__ == "__main__":
     )
     parser.add_argument("--client-url", help=argparse.SUPPRESS)
     parser.add_argument("--client-count", type=int, help=argparse.SUPPRESS)
-    parsed = parser.parse_args()
+    return parser
+
+
+if __name__ == "__main__":
+    parsed = parser().parse_args()
     if parsed.client_url:
         clients_main(parsed.client_url, parsed.client_count)
     else:

@@ -744,7 +744,8 @@ HEADER = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of `python -m tests.chaos` (docs/reliability.md)."""
     parser = argparse.ArgumentParser(
         prog="python -m tests.chaos", description=__doc__.split("\n")[0]
     )
@@ -757,7 +758,11 @@ def main(argv: list[str] | None = None) -> int:
         "--every", default="3,7", help="seconds between two actions: MIN,MAX (random)"
     )
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
     low, high = (float(x) for x in args.every.split(","))
     every = (low, high)

@@ -1,0 +1,113 @@
+"""The docs' examples that a user runs, run here as the docs write them (read from the
+docs: tests/doc_examples.py). What the docs say they print is what they print."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+import yaml
+
+from tests.doc_examples import Example, examples, shell_lines
+from tests.helpers import REPO
+from tests.server_helpers import demo_config, running_server
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def one(language: str, doc: str, containing: str) -> Example:
+    (found,) = [e for e in examples(language) if e.doc == doc and containing in e.text]
+    return found
+
+
+async def python(code: str, cwd: Path, **env: str) -> str:
+    """Run `code` as a user's script; its output (the test fails on a non-zero exit)."""
+    done = await trio.run_process(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env={**ENV, **env},
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
+
+
+async def orchestrator(command: str, cwd: Path) -> str:
+    """Run a doc's `orchestrator …` line; its output (fails on a non-zero exit)."""
+    words = shlex.split(command)
+    assert words[0] == "orchestrator", command
+    done = await trio.run_process(
+        [sys.executable, "-m", "orchestrator", *words[1:]],
+        cwd=cwd,
+        env=ENV,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
+
+
+def fast_configs(root: Path) -> None:
+    """The shipped configs/ under `root`, their scripted agents without pauses."""
+    shutil.copytree(REPO / "configs", root / "configs", ignore=shutil.ignore_patterns("data"))
+    for path in (root / "configs" / "subagents").glob("*.yaml"):
+        spec = yaml.safe_load(path.read_text())
+        spec["script"]["token_delay"] = 0
+        path.write_text(yaml.safe_dump(spec))
+
+
+async def test_the_readme_python_example(tmp_path: Path) -> None:
+    fast_configs(tmp_path)
+    code = one("python", "README.md", "Orchestrator.open").text
+    out = (await python(code, tmp_path)).splitlines()
+    assert out[0].startswith("1 RUN_STARTED root")
+    assert any(" AGENT_RESULT " in line and "/researcher " in line for line in out)
+    finished = [i for i, line in enumerate(out) if " RUN_FINISHED root " in line]
+    assert finished and out[finished[0] + 1].startswith("completed ")  # then `orch.call`
+
+
+async def test_the_typed_client_example(tmp_path: Path) -> None:
+    """Regression: it passed `token="…"`, which no header can carry."""
+    example = one("python", "docs/integrations.md", "Client.connect")
+    config = demo_config(tmp_path, server={"tokens": [{"name": "ann", "token": "ann-1"}]})
+    async with running_server(config) as server:
+        code = example.text.replace("ws://127.0.0.1:8765/ws", server.url)
+        out = await python(code, tmp_path, ORCHESTRATOR_TOKEN="ann-1")
+    lines = out.splitlines()
+    assert lines[0] == str(["critic", "planner", "researcher"])
+    promised = re.search(r"# (FollowEnded\(.*\))", example.text)
+    assert promised is not None and lines[-1] == promised.group(1)
+
+
+async def test_the_mcp_example_runs_as_written_from_anywhere(tmp_path: Path) -> None:
+    """Regression: `command: python` was whichever python PATH found (not the one with
+    the `mcp` package), and `args` were the cwd's, not the config's directory's."""
+    pytest.importorskip("mcp", reason="needs the `mcp` extra: pip install -e '.[dev]'")
+    example = one("sh", "docs/mcp.md", "notetaker")
+    (command,) = shell_lines(example)
+    printed = "Groceries:\n- buy milk\n"
+    assert "`Groceries:` and `- buy milk`" in (REPO / example.doc).read_text()
+    assert await orchestrator(command, REPO) == printed
+    elsewhere = command.replace("examples/", f"{REPO}/examples/")
+    assert await orchestrator(elsewhere, tmp_path) == printed
+    listed = await orchestrator(
+        f"orchestrator agents --config {REPO}/examples/mcp/server.yaml", tmp_path
+    )
+    assert "notetaker" in listed and "notes__*" in listed
+
+
+async def test_the_readme_agents_command(tmp_path: Path) -> None:
+    readme = one("sh", "README.md", "orchestrator agents")
+    (command,) = [c for c in shell_lines(readme) if c == "orchestrator agents"]
+    listed = await orchestrator(command, REPO)
+    for agent in ("critic", "planner", "researcher"):
+        assert agent in listed
