@@ -1,6 +1,7 @@
 """A typed async (trio) client for the WebSocket protocol of `orchestrator serve`.
 
-    async with Client.connect("ws://127.0.0.1:8765/ws", token=os.environ.get("ORCHESTRATOR_TOKEN")) as client:
+    token = os.environ.get("ORCHESTRATOR_TOKEN")
+    async with Client.connect("ws://127.0.0.1:8765/ws", token=token) as client:
         run_id = await client.start("planner", "compare trio and asyncio")
         async with client.follow(run_id, filter={"maxDepth": 1}) as events:
             async for event in events:

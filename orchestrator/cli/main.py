@@ -25,7 +25,7 @@ from agents.spec import load_specs
 from orchestrator.cli.approver import Mode, TerminalApprover
 from orchestrator.cli.control import approve_main, cancel_main, pending_main
 from orchestrator.cli.render import render_tree
-from orchestrator.cli.watch import check_url, watch_main
+from orchestrator.cli.watch import check_url, start_main, watch_main
 from orchestrator.cluster.node import run_worker
 from orchestrator.config import ConfigError, ServerConfig, load_config
 from orchestrator.core.events import encode_event
@@ -94,6 +94,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--config", type=Path, default=None, help="server config (YAML)")
 
+    start = sub.add_parser("start", help="start a run on a server; print its runId (or follow it)")
+    start.add_argument("agent", help="agentId of the root agent")
+    start.add_argument("input", help="the task for the root agent")
+    start.add_argument(
+        "--follow", action="store_true", help="then follow it, as `watch` does, to its end"
+    )
+    start.add_argument("--json", action="store_true", help="with --follow: JSON lines")
+    _server_options(start)
+    start.add_argument(
+        "--give-up-after",
+        type=float,
+        default=60.0,
+        help="seconds without a working connection before giving up (default 60)",
+    )
+
     watch = sub.add_parser("watch", help="follow a run on a server, live")
     watch.add_argument("run_id", help="the run to follow")
     _server_options(watch)
@@ -139,7 +154,10 @@ def _parser() -> argparse.ArgumentParser:
 def _server_options(command: argparse.ArgumentParser) -> None:
     """How a client command reaches a server: --url, --config, --token, --origin."""
     command.add_argument(
-        "--url", default=None, help="the server's /ws URL (default: server.host/port of --config)"
+        "--url",
+        default=None,
+        help="the server's /ws URL (default: $ORCHESTRATOR_URL, else server.host/port of "
+        "--config or configs/server.yaml)",
     )
     command.add_argument("--config", type=Path, default=None, help="server config (YAML)")
     command.add_argument(
@@ -291,20 +309,31 @@ async def _serve(config: ServerConfig, host: str | None, port: int | None) -> in
 
 
 def _watch_url(args: argparse.Namespace) -> str:
-    """`--url`, else the server address of the config (when there is one)."""
-    if args.url is not None:
-        problem = check_url(args.url)
-        if problem is not None:
-            raise ConfigError(problem)
-        return str(args.url)
+    """Where a client command connects: `--url`, else `$ORCHESTRATOR_URL`, else the
+    server address of `--config`, else of configs/server.yaml, else the default. Told
+    on stderr when nothing named it (`--url`, `$ORCHESTRATOR_URL`, `--config`)."""
+    for given, name in ((args.url, "--url"), (os.environ.get("ORCHESTRATOR_URL"), None)):
+        if given:
+            problem = check_url(given)
+            if problem is not None:
+                raise ConfigError(problem if name else "$ORCHESTRATOR_URL: " + problem[6:])
+            return str(given)
     path = args.config or DEFAULT_CONFIG
     if args.config is None and not path.exists():
-        return "ws://127.0.0.1:8765/ws"
-    server = _load(args.config).server
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(server.host, server.host)
-    if ":" in host:
-        host = f"[{host}]"
-    return f"ws://{host}:{server.port}/ws"
+        url, origin = "ws://127.0.0.1:8765/ws", "the default"
+    else:
+        server = _load(args.config).server
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(server.host, server.host)
+        if ":" in host:
+            host = f"[{host}]"
+        url, origin = f"ws://{host}:{server.port}/ws", f"server.host/port of {path}"
+    if args.config is None:
+        print(
+            f"connecting to {url} ({origin}; --url or $ORCHESTRATOR_URL to choose)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return url
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -376,6 +405,22 @@ def _control(
     return trio.run(functools.partial(command, url, *a, token=token, origin=options.origin, **kw))
 
 
+def _start(args: argparse.Namespace) -> int:
+    if args.give_up_after <= 0:
+        raise ConfigError("--give-up-after must be more than 0")
+    if args.json and not args.follow:
+        raise ConfigError("--json goes with --follow")
+    return _control(
+        args,
+        start_main,
+        args.agent,
+        args.input,
+        follow=args.follow,
+        json_lines=args.json,
+        give_up_after=args.give_up_after,
+    )
+
+
 def _cancel(args: argparse.Namespace) -> int:
     return _control(args, cancel_main, args.run_id, agent_key=args.agent, reason=args.reason)
 
@@ -407,6 +452,8 @@ def _pending(args: argparse.Namespace) -> int:
 def _main(args: argparse.Namespace) -> int:
     if args.command == "watch":
         return _watch(args)
+    if args.command == "start":
+        return _start(args)
     if args.command == "cancel":
         return _cancel(args)
     if args.command == "approve":
@@ -414,8 +461,14 @@ def _main(args: argparse.Namespace) -> int:
     if args.command == "pending":
         return _pending(args)
     if args.command == "mcp":
-        from orchestrator.cli.mcp_serve import mcp_main  # the `mcp` extra, only here
-
+        try:
+            from orchestrator.cli.mcp_serve import mcp_main  # the `mcp` extra, only here
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.split(".")[0] != "mcp":
+                raise
+            raise ConfigError(
+                "`orchestrator mcp` needs the mcp extra: pip install 'agent-orchestrator[mcp]'"
+            ) from None
         return _control(args, mcp_main)
     config = _load(args.config)
     if args.command in ("serve", "worker"):

@@ -12,14 +12,14 @@ MCP progress notifications. Cancelling the MCP call cancels the run.
 from __future__ import annotations
 
 import json
-from typing import Any
+import sys
 
 import trio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from websockets.trio.client import connect
 
-from orchestrator.client import auth_headers
+from orchestrator.client import Client, ClientError, auth_headers
 from orchestrator.mcp.expose import TreeProgress, subagent_server
 
 __all__ = ["mcp_main"]
@@ -31,15 +31,6 @@ class _Server:
     def __init__(self, url: str, token: str | None, origin: str | None) -> None:
         self.url = url
         self.headers = auth_headers(token, origin)
-
-    async def agents(self) -> list[dict[str, Any]]:
-        async with connect(self.url, additional_headers=self.headers) as ws:
-            await ws.send(json.dumps({"op": "agents", "id": 1}))
-            reply = json.loads(await ws.recv())
-        if reply.get("op") != "agents":
-            raise RuntimeError(f"{self.url}: {reply.get('code')}: {reply.get('message')}")
-        agents: list[dict[str, Any]] = reply["agents"]
-        return agents
 
     async def run(self, agent_id: str, task: str, ctx: Context) -> str:
         """Run `agent_id` on `task` to its end; its final answer (or a ToolError)."""
@@ -82,7 +73,14 @@ class _Server:
 
 async def mcp_main(url: str, *, token: str | None, origin: str | None = None) -> int:
     """Serve the subagents of the server at `url` over stdio until stdin closes."""
+    try:  # one line naming the cause, before any MCP client is answered
+        listed = await Client(url, token=token, origin=origin, give_up_after=10).agents()
+    except ClientError as exc:
+        message = exc.message.replace("a valid token", "a valid --token or $ORCHESTRATOR_TOKEN")
+        plain = exc.code in ("unreachable", "bad_token", "unauthorized", "forbidden")
+        print(f"error: {message if plain else f'{exc.code}: {message}'}", file=sys.stderr)
+        return 2
     server = _Server(url, token, origin)
-    agents = [(str(a["id"]), str(a["description"])) for a in await server.agents()]
+    agents = [(agent.id, agent.description) for agent in listed]
     await subagent_server(agents, server.run).run_stdio_async()
     return 0

@@ -15,7 +15,7 @@ from orchestrator.client import Client, ClientError
 from orchestrator.core.events import Event, encode_event
 from orchestrator.core.tree import TreeView
 
-__all__ = ["WatchResult", "check_url", "follow", "watch_main"]
+__all__ = ["WatchResult", "check_url", "follow", "start_main", "watch_main"]
 
 
 class WatchResult(msgspec.Struct):
@@ -130,3 +130,42 @@ async def watch_main(
         print(f"error: {result.error}", file=sys.stderr)
         return 2
     return {"completed": 0, "cancelled": 130}.get(result.status or "", 1)
+
+
+async def start_main(
+    url: str,
+    agent: str,
+    task: str,
+    *,
+    token: str | None,
+    origin: str | None = None,
+    follow: bool = False,
+    json_lines: bool = False,
+    give_up_after: float = 60.0,
+) -> int:
+    """The `start` command: start a run on the server. Without `follow`, print its runId
+    (stdout holds nothing else, for `RUN=$(orchestrator start …)`); with it, say the
+    runId on stderr and follow the run as `watch` does, exiting by its status."""
+    try:
+        client = Client(url, token=token, origin=origin, give_up_after=give_up_after)
+        run_id = await client.start(agent, task)
+    except ClientError as exc:
+        plain = exc.code in ("unreachable", "bad_token")
+        message = exc.message.replace("a valid token", "a valid --token")
+        print(f"error: {message if plain else f'{exc.code}: {message}'}", file=sys.stderr)
+        refused = not plain and not message.startswith("HTTP")
+        return 1 if refused else 2
+    if not follow:
+        print(run_id, flush=True)
+        return 0
+    print(f"started {run_id}", file=sys.stderr, flush=True)
+    return await watch_main(
+        url,
+        run_id,
+        token=token,
+        filter=None,
+        after_seq=0,
+        json_lines=json_lines,
+        origin=origin,
+        give_up_after=give_up_after,
+    )

@@ -68,3 +68,35 @@ async def test_cancelling_the_mcp_call_cancels_the_run(tmp_path: Path) -> None:
             while not (listed := await runs(server.url)) or listed[0]["status"] == "running":  # noqa: ASYNC110
                 await trio.sleep(0.1)
         assert listed[0]["status"] == "cancelled"
+
+
+async def bridge_alone(*argv: str, hide_mcp: bool = False) -> tuple[int, str]:
+    """`orchestrator mcp …` with its stdin closed: its exit code and stderr."""
+    start = "import sys; sys.modules['mcp'] = None; " if hide_mcp else "import sys; "
+    code = start + "from orchestrator.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    done = await trio.run_process(
+        [sys.executable, "-c", code, "mcp", *argv],
+        stdin=b"",
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    return done.returncode, done.stderr.decode()
+
+
+async def test_a_bridge_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
+    """Regression: a missing extra, a dead URL and a wrong token each ended in a
+    traceback (exit 1); the MCP client saw only "Connection closed"."""
+    code, err = await bridge_alone("--url", "ws://127.0.0.1:9/ws", hide_mcp=True)
+    assert (code, err) == (
+        2,
+        "error: `orchestrator mcp` needs the mcp extra: pip install 'agent-orchestrator[mcp]'\n",
+    )
+    code, err = await bridge_alone("--url", "ws://127.0.0.1:9/ws")
+    assert code == 2 and err.startswith("error: ws://127.0.0.1:9/ws: ") and err.count("\n") == 1
+    config = demo_config(tmp_path, server={"tokens": [{"name": "ann", "token": "ann-1"}]})
+    async with running_server(config) as server:
+        code, err = await bridge_alone("--url", server.url, "--token", "wrong-1")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "HTTP 401" in err and "--token or $ORCHESTRATOR_TOKEN" in err and "wrong-1" not in err

@@ -286,3 +286,48 @@ async def test_kill_9_loses_none_of_the_events_a_client_saw(
 async def _runs(url: str) -> dict[str, Any]:
     async with connect(url) as ws:
         return await request(ws, op="runs")
+
+
+async def cli(*argv: str, cwd: Path = REPO, **env: str) -> trio.CompletedProcess[bytes]:
+    return await trio.run_process(
+        [sys.executable, "-m", "orchestrator", *argv],
+        cwd=cwd,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+    )
+
+
+async def test_start_command_starts_a_run_on_a_server_and_follows_it(tmp_path: Path) -> None:
+    """Regression: no CLI command started a run on a running server."""
+    async with running_server(demo_config(tmp_path, token_delay=0.001)) as server:
+        started = await cli("start", "planner", "q", "--url", server.url)
+        assert started.returncode == 0, started.stderr
+        (run_id,) = started.stdout.decode().split()
+        assert run_id.startswith("run-") and started.stderr == b""
+        replayed = await replay(server.url, run_id)
+        assert replayed[0]["data"]["input"] == "q"
+        followed = await cli(
+            "start", "critic", "d", "--follow", "--json", ORCHESTRATOR_URL=server.url
+        )
+        assert followed.returncode == 0, followed.stderr
+        events = [json.loads(line) for line in followed.stdout.decode().splitlines()]
+        assert events[-1]["data"]["status"] == "completed"
+        assert followed.stderr.decode() == f"started {events[0]['runId']}\n"
+        unknown = await cli("start", "nope", "x", "--url", server.url)
+        assert unknown.returncode == 1 and b"not_found: unknown agent 'nope'" in unknown.stderr
+
+
+async def test_a_client_command_says_where_it_connects_unless_told(tmp_path: Path) -> None:
+    """Regression: without --url, every control command silently tried 127.0.0.1:8765."""
+    nowhere = await cli("pending", cwd=tmp_path)  # no configs/server.yaml here
+    err = nowhere.stderr.decode()
+    assert nowhere.returncode == 2
+    assert err.startswith(
+        "connecting to ws://127.0.0.1:8765/ws (the default; --url or $ORCHESTRATOR_URL to choose)\n"
+    )
+    told = await cli("pending", "--url", "ws://127.0.0.1:9/ws", cwd=tmp_path)
+    assert not told.stderr.decode().startswith("connecting")
+    bad = await cli("pending", cwd=tmp_path, ORCHESTRATOR_URL="http://127.0.0.1:9/ws")
+    assert bad.stderr.decode().startswith("error: $ORCHESTRATOR_URL: must be a WebSocket URL")
