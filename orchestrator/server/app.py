@@ -133,7 +133,7 @@ class RunningServer:
         self.ws_server = ws_server
         self._stop = stop
         self._front = front
-        """With `server.mcp`: the front door's accepting (front.py)."""
+        """The front door's accepting (front.py): stopped first at shutdown."""
         sock = ws_server.listeners[0].socket
         self.host, self.port = sock.getsockname()[:2]
 
@@ -291,14 +291,7 @@ async def _serve(
                 "logger": ws_logger,
                 "compression": "deflate" if config.server.compression else None,
             }
-            if config.server.mcp or config.server.ag_ui or config.server.a2a:
-                await _serve_with_front_door(app, stop, listeners, ws_options, task_status)
-                return
-            ws_server: Server = await nursery.start(
-                functools.partial(ws_serve, app.handler, listeners=listeners, **ws_options)
-            )
-            task_status.started(RunningServer(app, ws_server, stop))
-            await trio.sleep_forever()
+            await _serve_with_front_door(app, stop, listeners, ws_options, task_status)
 
 
 async def _serve_with_front_door(

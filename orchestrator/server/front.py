@@ -1,12 +1,14 @@
-"""One port for `/ws` and the streaming HTTP endpoints (`/mcp`, `/ag-ui`): route each
-connection by its request line.
+"""One port for `/ws` and the streaming HTTP endpoints (`/mcp`, `/ag-ui`, `/a2a`):
+route each connection by its request line.
 
-Only when one of those endpoints is on (otherwise websockets' server listens on the
-port itself and nothing here runs). The front door accepts a connection, *peeks* at
+The front door accepts every connection, *peeks* at
 its request line (`MSG_PEEK`: nothing is consumed, so the socket stays a plain
 `trio.SocketStream` for websockets and its direct-send path), and hands it on: a
 request for an endpoint's path (or below it) to that endpoint, anything else to
 websockets' server, which accepts from a `HandoffListener` instead of the socket.
+A request websockets would drop without a word — any method but GET, such as a POST
+to an endpoint that is off — is answered here: 404, saying which setting turns the
+endpoint on.
 """
 
 from __future__ import annotations
@@ -73,6 +75,28 @@ class HandoffListener(trio.abc.Listener[trio.abc.Stream]):
         await self._streams.aclose()
 
 
+ENDPOINT_SETTINGS = {b"/mcp": "server.mcp", b"/ag-ui": "server.ag_ui", b"/a2a": "server.a2a"}
+"""The streaming endpoints and the setting that turns each on."""
+
+
+def not_routed(method: bytes, path: bytes) -> bytes:
+    """The 404 for a request that is not a GET and goes to no endpoint that is on."""
+    where = path.decode("ascii", "replace")[:200]
+    first = path.split(b"/", 2)[1] if path.startswith(b"/") else b""
+    setting = ENDPOINT_SETTINGS.get(b"/" + first)
+    why = (
+        f"{where} is off ({setting}: true turns it on)"
+        if setting
+        else f"{method.decode('ascii', 'replace')[:16]} {where}: use GET /, /ws, /auth, "
+        "/healthz or /metrics"
+    )
+    text = f"not found: {why}\n".encode()
+    return (
+        b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text)
+    )
+
+
 _BUSY_TEXT = b"too many connections (server.max_connections)\n"
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
@@ -87,6 +111,7 @@ async def _route(
     http_slots: trio.CapacityLimiter,
 ) -> None:
     path: bytes | None = None
+    peeked = b""
     with trio.move_on_after(PEEK_SECONDS):
         while True:
             try:
@@ -98,6 +123,11 @@ async def _route(
                 break
             await trio.sleep(_PEEK_PAUSE)  # part of a line: wait for the rest
     serve = _serve_of(path, routes) if path else None
+    if serve is None and path and not peeked.startswith(b"GET "):
+        with trio.move_on_after(PEEK_SECONDS):  # (websockets would close it unanswered)
+            await stream.send_all(not_routed(peeked.partition(b" ")[0], path))
+        await trio.aclose_forcefully(stream)
+        return
     if serve is not None:
         try:
             http_slots.acquire_on_behalf_of_nowait(stream)

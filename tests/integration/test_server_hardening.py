@@ -420,3 +420,20 @@ async def test_many_clients_and_never_reading_ones(tmp_path: Path) -> None:
             with trio.fail_after(30):
                 assert await replay(server.url, talk_id) == talk_events
             nursery.cancel_scope.cancel()
+
+
+async def test_a_post_to_an_endpoint_that_is_off_is_a_404_that_says_so(tmp_path: Path) -> None:
+    """Regression: websockets' server dropped any non-GET request unanswered (curl exit
+    52), so a POST to /ag-ui or /mcp while off got an empty reply, not the 404 the docs
+    promise."""
+    async with running_server(demo_config(tmp_path)) as server, httpx.AsyncClient() as http:
+        base = f"http://127.0.0.1:{server.port}"
+        for path, setting in (("/ag-ui/planner", "ag_ui"), ("/mcp", "mcp"), ("/a2a/x", "a2a")):
+            reply = await http.post(base + path, json={})
+            assert reply.status_code == 404
+            assert reply.text == f"not found: {path} is off (server.{setting}: true turns it on)\n"
+        other = await http.delete(base + "/runs")
+        assert other.status_code == 404 and other.text.startswith("not found: DELETE /runs")
+        assert (await http.get(base + "/healthz")).status_code == 200
+        async with connect(server.url) as ws:  # /ws still goes to websockets
+            assert (await request(ws, op="ping"))["op"] == "pong"
