@@ -15,12 +15,13 @@ from typing import Literal
 
 import msgspec
 import trio
+from rich.live import Live
 
 from orchestrator.core.events import Event, EventType
 from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.runtime.engine import RunStream
 
-__all__ = ["NO_TERMINAL", "TerminalApprover", "ask_terminal"]
+__all__ = ["NO_TERMINAL", "TerminalApprover", "ask_terminal", "pausing"]
 
 Mode = Literal["ask", "approve", "deny", "no-terminal"]
 NO_TERMINAL = (
@@ -35,6 +36,22 @@ async def ask_terminal(question: str) -> str:
     print(question, end="", file=sys.stderr, flush=True)
     line: str = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
     return line
+
+
+def pausing(live: Live) -> Callable[[bool], None]:
+    """The `pause` for a live tree: before a question the tree is erased (not left on
+    screen above the question), after the answer it is drawn again below it — so the
+    terminal shows each question with its answer, and one tree."""
+
+    def pause(asking: bool) -> None:
+        if asking:
+            live.transient = True  # stop() erases what it drew
+            live.stop()
+            live.transient = False  # the tree left at the end of the run stays
+        else:
+            live.start(refresh=True)
+
+    return pause
 
 
 class TerminalApprover:
@@ -106,5 +123,5 @@ def _question(event: Event) -> str:
         args = args[:500] + "…"
     return (
         f"\n{who} wants to run {data.get('name')}({args}).\n"
-        "Approve? [y = yes; n or a reason = no]: "
+        "Approve? [y = yes; Enter, n or a reason = no]: "
     )

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from agents.errors import SpecError
 from agents.spec import load_specs
-from orchestrator.cli.approver import Mode, TerminalApprover
+from orchestrator.cli.approver import Mode, TerminalApprover, pausing
 from orchestrator.cli.control import approve_main, cancel_main, pending_main
 from orchestrator.cli.render import render_tree
 from orchestrator.cli.watch import check_url, start_main, watch_main
@@ -221,7 +221,7 @@ async def _run(args: argparse.Namespace, config: ServerConfig) -> int:
                         refresh_per_second=12,
                         transient=False,
                     ) as live:
-                        approver.pause = lambda asking: live.stop() if asking else live.start()
+                        approver.pause = pausing(live)
                         async for batch in stream.batches():
                             for event in batch:
                                 view.apply(event)

@@ -10,6 +10,7 @@ import pty
 import sys
 from pathlib import Path
 
+import pyte
 import trio
 from websockets.trio.client import connect
 
@@ -118,9 +119,23 @@ async def test_run_asks_on_a_terminal(tmp_path: Path) -> None:
         )
         assert code == 0, out
         assert "wants to run write_file" in out and "Approve?" in out
+        assert "[y = yes; Enter, n or a reason = no]" in out  # Enter denies: it says so
         assert (tmp_path / "ws" / "x.txt").exists() is written
+        screen = on_screen(out)
+        # One tree on the screen: the question and its answer, then the tree as it ended
+        # (regression: the tree drawn before the question stayed above it).
+        tree = next(line for line in screen if "writer" in line and "wants" not in line)
+        assert tree.startswith("✓")
+        assert not any("waiting for approval" in line for line in screen)
         if not written:
             assert "denied by client: too risky" in out
+
+
+def on_screen(output: str) -> list[str]:
+    """The non-empty lines a terminal shows after `output` (escape codes applied)."""
+    screen = pyte.Screen(200, 60)
+    pyte.Stream(screen).feed(output)
+    return [line.rstrip() for line in screen.display if line.strip()]
 
 
 async def run_on_a_pty(command: list[str], answer: bytes) -> tuple[str, int]:
