@@ -48,7 +48,8 @@ class _Server:
                         break
                     for event in frame.get("events", ()):
                         source = event["source"]
-                        progress.see(event["type"], source["path"] if source else None)
+                        path = source["path"] if source else None
+                        progress.see(event["type"], path, event["data"])
                         if event["type"] == "RUN_FINISHED":
                             final = event["data"]
                     if frame.get("events"):

@@ -8,7 +8,7 @@ through a `TreeProgress`. Imported only where the `mcp` extra is installed.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import trio
@@ -25,22 +25,47 @@ Call = Callable[[str, str, Context], Awaitable[str]]
 
 class TreeProgress:
     """A run's agents counted from its events, told as MCP progress (at most every
-    `PROGRESS_EVERY` seconds): `finished / started`, and where the newest event came from."""
+    `PROGRESS_EVERY` seconds, and at once when a call starts or stops waiting for a
+    person): `finished / started`, then what the run waits for, or where the newest
+    event came from."""
 
     def __init__(self, ctx: Context, root: str) -> None:
         self.ctx = ctx
         self.started, self.finished = 1, 0
         self.where = root
+        self.waiting: dict[tuple[str | None, str], str] = {}
+        """Calls that wait for approval: (path, toolCallId) → the tool's name."""
         self._next = 0.0
 
-    def see(self, kind: str, path: str | None) -> None:
-        """Count one event of the run (`path`: its source's, None for the run's own)."""
+    def see(self, kind: str, path: str | None, data: Mapping[str, Any] | None = None) -> None:
+        """Count one event of the run (`path`: its source's, None for the run's own;
+        `data`: its data, read for approvals)."""
         if kind == "AGENT_STARTED":
             self.started += 1
         elif kind in ("AGENT_RESULT", "AGENT_ERROR"):
             self.finished += 1
+        elif kind in ("APPROVAL_REQUESTED", "APPROVAL_RESOLVED") and data is not None:
+            call = (path, str(data.get("toolCallId", "")))
+            if kind == "APPROVAL_REQUESTED":
+                self.waiting[call] = str(data.get("name", "a tool"))
+            else:
+                self.waiting.pop(call, None)
+            self._next = 0.0  # said at once: this is what a person needs to know
         if path is not None:
             self.where = path
+
+    def message(self) -> str:
+        """What the progress notification says."""
+        done = f"{self.finished}/{self.started} agents done"
+        if not self.waiting:
+            return f"{done} · {self.where}"
+        (path, _), name = next(iter(self.waiting.items()))
+        who = path or "the root agent"
+        more = f" (and {len(self.waiting) - 1} more)" if len(self.waiting) > 1 else ""
+        return (
+            f"{done} · waiting for a person to approve {name} by {who}{more} "
+            "(orchestrator pending / approve)"
+        )
 
     async def report(self) -> None:
         """Send a progress notification, unless one went out too recently."""
@@ -48,8 +73,7 @@ class TreeProgress:
         if now < self._next:
             return
         self._next = now + PROGRESS_EVERY
-        message = f"{self.finished}/{self.started} agents done · {self.where}"
-        await self.ctx.report_progress(self.finished, self.started, message)
+        await self.ctx.report_progress(self.finished, self.started, self.message())
 
 
 def subagent_server(agents: Iterable[tuple[str, str]], call: Call) -> MCPServer:

@@ -95,5 +95,6 @@ class McpEndpoint:
         async for entries in follow_run(self.app.journal, run_id):
             for entry in entries:
                 source = entry.event.source
-                progress.see(entry.event.type, source.path if source is not None else None)
+                path = source.path if source is not None else None
+                progress.see(entry.event.type, path, entry.event.data)
             await progress.report()

@@ -126,3 +126,40 @@ def test_traces_and_ag_ui_without_their_extras_are_clear_errors(
         ServerConfig.model_validate({"telemetry": {"otlp_endpoint": "http://c:4318"}})
     with pytest.raises(ValidationError, match=r"server.ag_ui: AG-UI needs the `agui` extra"):
         ServerConfig.model_validate({"server": {"ag_ui": True}})
+
+
+class Progress:
+    """A stand-in MCP `Context` that records the progress it is told."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[float, float | None, str | None]] = []
+
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        self.told.append((progress, total, message))
+
+
+async def test_progress_says_when_the_run_waits_for_a_person(autojump_clock: object) -> None:
+    """Regression: a call waiting for approval showed only "0/1 agents done"."""
+    pytest.importorskip("mcp", reason="needs the `mcp` extra: pip install -e '.[dev]'")
+    from orchestrator.mcp.expose import TreeProgress
+
+    ctx = Progress()
+    progress = TreeProgress(ctx, "boss")  # type: ignore[arg-type]
+    progress.see("AGENT_STARTED", "s/writer")
+    await progress.report()
+    assert ctx.told[-1] == (0, 2, "0/2 agents done · s/writer")
+    request = {"toolCallId": "call_0", "name": "write_file", "args": {}}
+    progress.see("APPROVAL_REQUESTED", "s/writer", request)
+    await progress.report()  # at once, however recent the last one
+    assert ctx.told[-1][2] == (
+        "0/2 agents done · waiting for a person to approve write_file by s/writer "
+        "(orchestrator pending / approve)"
+    )
+    progress.see("APPROVAL_REQUESTED", None, {"toolCallId": "call_0", "name": "send_mail"})
+    assert progress.message().endswith("by s/writer (and 1 more) (orchestrator pending / approve)")
+    progress.see("APPROVAL_RESOLVED", "s/writer", {"toolCallId": "call_0", "decision": "approve"})
+    progress.see("APPROVAL_RESOLVED", None, {"toolCallId": "call_0", "decision": "deny"})
+    await progress.report()
+    assert ctx.told[-1][2] == "0/2 agents done · s/writer"
