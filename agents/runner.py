@@ -541,9 +541,9 @@ class AgentRunner:
                 error_type="compaction_failed",
             )
         kept = messages[cut.at :]
+        old = list(messages)
         messages[:] = [messages[0], summary_message(summary, cut.turns), *kept]
-        self._meter.forget()
-        after = self._meter.size(messages)
+        after = self._meter.rewritten(old, messages)
         full = self.bus.offer(  # put now: the conversation and its journal change together
             EventType.COMPACTION_FINISHED,
             {

@@ -122,9 +122,17 @@ class ContextMeter:
         length once that turn's message was added."""
         self._base, self._base_len = input_tokens + output_tokens, length
 
-    def forget(self) -> None:
-        """The conversation was rewritten (compacted): estimate it all from now on."""
-        self._base = None
+    def rewritten(self, before: list[Message], after: list[Message]) -> int:
+        """The conversation `before` became `after` (a compaction): the size of `after`
+        in the scale `before` was measured in — the provider's count when there is one,
+        scaled by how much the estimate shrank, so "after" is never more than "before"
+        merely because two ways of counting met — which later sizes build on."""
+        measured = self.size(before)
+        estimated_before = self._fixed + estimate_messages(before)
+        estimated_after = self._fixed + estimate_messages(after)
+        tokens = math.ceil(measured * estimated_after / max(estimated_before, 1))
+        self._base, self._base_len = tokens, len(after)
+        return tokens
 
     def size(self, messages: list[Message]) -> int:
         """Tokens the next request will hold."""

@@ -302,7 +302,10 @@ async def test_a_prompt_too_long_error_compacts_and_retries_in_every_format(
     assert model.refused >= 1
     started = of_type(events, EventType.COMPACTION_STARTED)
     assert started and {e.data["reason"] for e in started} == {"prompt_too_long"}
-    assert len(of_type(events, EventType.COMPACTION_FINISHED)) == len(started)
+    finished = of_type(events, EventType.COMPACTION_FINISHED)
+    assert len(finished) == len(started)
+    for begun, done in zip(started, finished, strict=True):  # one scale for both
+        assert 0 < done.data["afterTokens"] < begun.data["beforeTokens"], (begun.data, done.data)
     assert root_result(events).data["text"] == "I read " + " ".join(f"PAGE-{n}" for n in range(4))
     assert not of_type(events, EventType.AGENT_ERROR)
 
@@ -527,3 +530,32 @@ async def test_a_turn_whose_background_child_still_runs_is_never_summarized(
     assert all(e.seq > slow_done for e in finished)
     started = of_type(events, EventType.COMPACTION_STARTED)
     assert all(e.seq > slow_done for e in started)
+
+
+async def test_the_scripted_models_word_counts_and_the_estimate_agree_on_shrinking(
+    tmp_path: Path,
+) -> None:
+    """Regression: with the scripted model (which counts words), a `prompt_too_long`
+    compaction reported `afterTokens` 367 > `beforeTokens` 231."""
+    words = " ".join(f"lengthyword{i}" for i in range(60))
+    reading = {"say": words, "calls": [{"name": "read_file", "args": {"path": "none.txt"}}]}
+    spec = {
+        "description": "d",
+        "instructions": "i",
+        "tools": ["read_file"],
+        "compaction": {"keep_last_turns": 1},
+        "script": {
+            "context_window": 200,
+            "summary": "short summary",
+            "turns": [reading] * 5 + [{"say": "done"}],
+        },
+    }
+    config = write_config(tmp_path, {"reader": spec})
+    async with Orchestrator.open(config) as orch:
+        events = await collect(orch, "reader", "go")
+    assert events[-1].data["status"] == "completed"
+    started = of_type(events, EventType.COMPACTION_STARTED)
+    finished = of_type(events, EventType.COMPACTION_FINISHED)
+    assert started and len(started) == len(finished)
+    for begun, done in zip(started, finished, strict=True):
+        assert 0 < done.data["afterTokens"] < begun.data["beforeTokens"]

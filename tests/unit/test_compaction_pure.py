@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from agents.core.compaction import (
@@ -111,8 +111,34 @@ def test_sizes_use_the_providers_count_and_estimate_the_rest() -> None:
     meter.turn_ended(input_tokens=1000, output_tokens=50, length=len(messages))
     messages.append(UserMessage(text="x" * 400))
     assert meter.size(messages) == 1050 + 4 + 100
-    meter.forget()  # compacted: estimated again from scratch
-    assert meter.size(messages) == 100 + estimate_messages(messages)
+
+
+
+@given(
+    counted=st.integers(min_value=1, max_value=100_000),
+    turns=st.integers(min_value=2, max_value=8),
+    keep=st.integers(min_value=0, max_value=2),
+    summary=st.text(max_size=400),
+)
+def test_a_compaction_is_measured_in_the_scale_it_started_in(
+    counted: int, turns: int, keep: int, summary: str
+) -> None:
+    """Regression: `afterTokens` (an estimate) came out above `beforeTokens` (the
+    provider's count, in words for the scripted model): 454 > 270."""
+    messages = conversation(turns)
+    meter = ContextMeter(fixed=100)
+    meter.turn_ended(input_tokens=counted, output_tokens=0, length=len(messages))
+    before = meter.size(messages)
+    cut = plan_cut(messages, keep)
+    assume(cut is not None)
+    assert cut is not None
+    after_messages = [messages[0], summary_message(summary, cut.turns), *messages[cut.at :]]
+    shrank = estimate_messages(after_messages) <= estimate_messages(messages)
+    after = meter.rewritten(messages, after_messages)
+    assert after >= 1 and (after <= before or not shrank)
+    assert meter.size(after_messages) == after  # later sizes build on it
+    more = [*after_messages, UserMessage(text="x" * 400)]
+    assert meter.size(more) == after + estimate_messages(more[-1:])
 
 
 def test_the_transcript_says_who_said_what_and_is_bounded() -> None:
