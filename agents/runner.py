@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import aclosing
@@ -200,6 +201,9 @@ class AgentRunner:
         """Tool call id → background work it started that is still running (a
         compaction never summarizes such a call away)."""
         self.usage_node = usage or UsageNode(budget=spec.budget_tokens)
+        self.usage_estimated = False
+        """A turn of this agent was cut off before its usage was reported: an estimate
+        of it is in `usage` (said in the agent's AGENT_ERROR as `usageEstimated`)."""
         self.usage_node.on_trip = self._budget_tripped
         self.state = InstanceState()
         self.inbox: list[tuple[str, str]] = []
@@ -730,6 +734,8 @@ class AgentRunner:
                 data["reason"] = self.cancelled.reason
         data["usage"] = self.usage.to_dict()
         data["subtreeUsage"] = self.subtree_usage.to_dict()
+        if self.usage_estimated:
+            data["usageEstimated"] = True
         self.bus.emit_nowait(EventType.AGENT_ERROR, data, last=True)
 
     async def _finish(self, text: str) -> AgentOutcome:
@@ -759,11 +765,8 @@ class AgentRunner:
         async with trio.open_nursery() as tools:
             turn.tools = tools
             tools.start_soon(self._read_turn, turn)
-        # The nursery has waited for the stream and for every tool call the turn started.
-        if turn.usage is not None:
-            self.usage_node.charge(
-                Usage(input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens)
-            )
+        # The nursery has waited for the stream and for every tool call the turn started
+        # (the turn's usage was charged when its stream ended: `_charge`).
         if turn.failure is not None:
             raise turn.failure
         message = turn.message
@@ -774,6 +777,28 @@ class AgentRunner:
             )
         reason = turn.assembler.finish_reason or "unknown"
         return message, [turn.results[call.id] for call in message.tool_calls], reason
+
+    def _charge(self, turn: _Turn) -> None:
+        """Charge a turn's tokens the moment its stream is over — before its tool calls
+        end, so an agent cancelled while they run (its children, say) still counts
+        them, as do its ancestors' subtrees and budgets. A stream cut off before the
+        provider reported usage is charged an estimate (the request's size as
+        compaction measures it, and what streamed at characters ÷ 4), and its agent's
+        terminal event says `usageEstimated`; one that failed before any part arrived
+        (a refused request) is charged nothing."""
+        if turn.usage is not None:
+            used = Usage(
+                input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens
+            )
+        elif turn.streamed:
+            used = Usage(
+                input_tokens=self._meter.size(self.messages),
+                output_tokens=math.ceil(turn.assembler.output_chars() / CHARS_PER_TOKEN),
+            )
+            self.usage_estimated = True
+        else:
+            return
+        self.usage_node.charge(used)
 
     async def _read_turn(self, turn: _Turn) -> None:
         """Ask the model and assemble its message, in a task of its own beside the
@@ -786,7 +811,10 @@ class AgentRunner:
         (not as a group), and cancels the tool calls already started.
         """
         try:
-            await self._ask_model(turn)
+            try:
+                await self._ask_model(turn)
+            finally:
+                self._charge(turn)  # whole or cut off (a cancel): its tokens were spent
             turn.message = await self._assemble(turn)
         except Exception as exc:
             turn.failure = exc
@@ -815,6 +843,7 @@ class AgentRunner:
         with trio.CancelScope(relative_deadline=limits.timeout) as deadline:
             async with aclosing(self.provider.stream(request)) as batches:
                 async for batch in batches:
+                    turn.streamed = True
                     parts_seen += len(batch)
                     if parts_seen >= check_at:  # every 256 parts: cheap per delta
                         check_at = parts_seen + _CHECK_EVERY
@@ -1102,7 +1131,16 @@ class _Progress:
 class _Turn:
     """One model turn in progress: what the stream assembled, and its tool calls."""
 
-    __slots__ = ("assembler", "failure", "message", "readers", "results", "tools", "usage")
+    __slots__ = (
+        "assembler",
+        "failure",
+        "message",
+        "readers",
+        "results",
+        "streamed",
+        "tools",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self.assembler = TurnAssembler()
@@ -1111,6 +1149,8 @@ class _Turn:
         self.readers: dict[int, PartialJson] = {}
         """Streaming-argument readers of calls whose tool has `stream_paths`."""
         self.usage: UsageReport | None = None
+        self.streamed = False
+        """A part of the answer arrived (the model was at work: its tokens count)."""
         self.tools: trio.Nursery
         """Where the turn's stream is read and its tool calls run (the turn waits for them)."""
         self.message: AssistantMessage | None = None

@@ -103,6 +103,9 @@ async def test_cancelling_one_subtree_stops_it_and_the_run_goes_on(tmp_path: Pat
     async with running_server(config) as server, connect(server.url, max_size=None) as ws:
         ack, events = await boss_until_leaf(ws)
         (slow,), (leaf,) = started(events, "slow"), started(events, "leaf")
+        await events_until(  # the leaf has streamed a word or two
+            ws, events, lambda ev: any(e["type"] == "REASONING" and key_of(e) == leaf for e in ev)
+        )
         await ws.send(
             f'{{"op":"cancel","id":2,"runId":"{ack["runId"]}","agentKey":"{slow}",'
             '"reason":"enough of that"}'
@@ -127,6 +130,17 @@ async def test_cancelling_one_subtree_stops_it_and_the_run_goes_on(tmp_path: Pat
     leaf_error = next(e["seq"] for e in events if e["type"] == "AGENT_ERROR" and key_of(e) == leaf)
     assert not [e for e in events if key_of(e) == leaf and e["seq"] > leaf_error]
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    # Their tokens were spent, so they count (regression: both reported 0/0 and the
+    # run's usage left them out): slow's reported turn, and an estimate of the leaf's
+    # cut-off one, said to be one.
+    spent = {k: d["usage"]["inputTokens"] + d["usage"]["outputTokens"] for k, d in errors.items()}
+    assert spent[slow] > 0 and "usageEstimated" not in errors[slow]
+    assert spent[leaf] > 0 and errors[leaf]["usageEstimated"] is True
+    subtree = errors[slow]["subtreeUsage"]
+    assert subtree["inputTokens"] + subtree["outputTokens"] == spent[slow] + spent[leaf]
+    run = events[-1]["data"]["usage"]
+    assert run["inputTokens"] >= subtree["inputTokens"]
+    assert run["outputTokens"] >= subtree["outputTokens"]
 
 
 async def test_an_idle_child_ends_cancelled_and_takes_no_more_messages(tmp_path: Path) -> None:
