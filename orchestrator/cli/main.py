@@ -181,8 +181,16 @@ async def _watch_signals(stream: RunStream) -> None:
             stream.cancel()
 
 
+TELEMETRY_NOT_FROM_RUN = (
+    "note: `telemetry:` is set, but `orchestrator run` exports no traces (serve and worker "
+    "do): to trace this run, start it on a server (orchestrator start AGENT INPUT --follow)"
+)
+
+
 async def _run(args: argparse.Namespace, config: ServerConfig) -> int:
     console = Console(stderr=False)
+    if config.telemetry is not None:  # said, not silently skipped
+        print(TELEMETRY_NOT_FROM_RUN, file=sys.stderr, flush=True)
     async with Orchestrator.open(config) as orch:
         if args.no_stream:
             called = await orch.call(args.agent, args.input, max_depth=args.max_depth)

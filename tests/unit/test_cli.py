@@ -152,3 +152,18 @@ def test_watch_urls_and_unreachable_servers(
     err = capsys.readouterr().err
     assert f"error: could not connect: ws://127.0.0.1:{port}/ws" in err  # from the config
     assert "connection lost" not in err
+
+
+def test_run_says_it_exports_no_traces(
+    _fast_demo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: `run` with a `telemetry:` section exported nothing, silently."""
+    pytest.importorskip(
+        "opentelemetry.sdk", reason="needs the `otel` extra: pip install -e '.[dev]'"
+    )
+    config = _fast_demo / "server.yaml"
+    config.write_text(config.read_text() + "telemetry: {otlp_endpoint: http://127.0.0.1:9}\n")
+    assert main(["run", "planner", "trio", "--no-stream"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("note: `telemetry:` is set, but `orchestrator run` exports no traces")
+    assert "orchestrator start AGENT INPUT --follow" in err

@@ -113,7 +113,6 @@ def test_sizes_use_the_providers_count_and_estimate_the_rest() -> None:
     assert meter.size(messages) == 1050 + 4 + 100
 
 
-
 @given(
     counted=st.integers(min_value=1, max_value=100_000),
     turns=st.integers(min_value=2, max_value=8),
