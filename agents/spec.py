@@ -152,6 +152,9 @@ class AgentSpec(BaseModel):
     """Display name; defaults to the agentId."""
     description: str = Field(min_length=1)
     """Shown to parent models in the `agent_spawn` tool."""
+    example: str | None = Field(default=None, min_length=1, max_length=2000)
+    """A sample task, for people: the console fills it in for this agent (and
+    preselects the first agent that has one); never shown to a model."""
     instructions: str = ""
     """The system prompt (required, except for a `remote` subagent)."""
     model: str = "default"

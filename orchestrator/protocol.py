@@ -269,6 +269,8 @@ class AgentInfo(msgspec.Struct, kw_only=True):
     description: str
     model: str = ""
     """The `models:` entry the agent uses."""
+    example: str | None = None
+    """A sample task (the subagent's `example`), or None."""
 
 
 class AgentsReply(_Frame, tag="agents"):

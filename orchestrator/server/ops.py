@@ -194,7 +194,13 @@ async def runs(conn: Connection, op: protocol.Runs) -> None:
 
 async def agents(conn: Connection, op: protocol.Agents) -> None:
     infos = [
-        protocol.AgentInfo(id=s.id, name=s.display_name, description=s.description, model=s.model)
+        protocol.AgentInfo(
+            id=s.id,
+            name=s.display_name,
+            description=s.description,
+            model=s.model,
+            example=s.example,
+        )
         for s in conn.app.orchestrator.specs.values()
     ]
     await conn.reply(protocol.encode(protocol.AgentsReply(agents=infos, id=op.id)))

@@ -159,6 +159,7 @@ def test_a_run_started_with_enter_streams_to_completion_with_every_detail(
     browser: Browser, server: Server
 ) -> None:
     page, errors = open_page(browser, server.url)
+    page.fill("#input", "")
     page.press("#input", "Enter")  # empty: refused, nothing starts
     assert "task" in page.inner_text("#notice")
     assert page.evaluate("window.__console.state.run") is None
@@ -202,6 +203,32 @@ def test_a_run_started_with_enter_streams_to_completion_with_every_detail(
     assert page.evaluate("window.__console.state.selected") == "root"
     page.keyboard.press("ArrowLeft")
     assert page.locator(".node.collapsed").count() == 1
+    assert errors == []
+
+
+def test_on_a_fresh_page_run_starts_what_the_readme_promises(
+    browser: Browser, server: Server
+) -> None:
+    """Regression: a fresh browser preselected `critic` with an empty task, so the
+    README's "press Run to watch a planner spawn two researchers" said only "write a
+    task first"."""
+    readme = (REPO / "README.md").read_text()
+    assert "press **Run** to watch a planner spawn two researchers" in readme
+    page, errors = open_page(browser, server.url)  # a new context: a fresh profile
+    assert page.input_value("#agent") == "planner"
+    example = yaml.safe_load((REPO / "configs" / "subagents" / "planner.yaml").read_text())
+    assert page.input_value("#input") == example["example"]
+    page.click("#go")
+    page.wait_for_selector("#run-status.completed", timeout=30_000)
+    researchers = page.locator(".node > .row .name", has_text="Researcher")
+    assert researchers.count() == 2 and page.locator(".node").count() == 5
+    # Another agent's example (none for the critic) replaces the sample task, but
+    # never a task the person wrote.
+    page.select_option("#agent", "critic")
+    assert page.input_value("#input") == ""
+    page.fill("#input", "my own task")
+    page.select_option("#agent", "planner")
+    assert page.input_value("#input") == "my own task"
     assert errors == []
 
 

@@ -21,6 +21,7 @@ const state = {
   runs: [],
   waitingRuns: new Map(),   // runId -> open approvals (the `pending` op, every 3 s)
   specs: [],
+  example: "",        // the sample task the input shows (the chosen agent's `example`)
   starting: false,
   frame: 0,
   filter: {},
@@ -185,6 +186,9 @@ async function subscribe(runId, model) {
 
 // -- starting and controlling runs -----------------------------------------------------
 
+// The first time, the first agent with a sample task (its YAML `example`) is chosen and
+// its task filled in, so Run works on a fresh page; picking another agent swaps in its
+// example, unless the person has written a task of their own.
 function fillAgents() {
   const select = $("agent");
   const current = select.value;
@@ -194,10 +198,20 @@ function fillAgents() {
     option.title = s.description || "";
     return option;
   }));
-  if (current) select.value = current;
-  select.title = (state.specs.find((s) => s.id === select.value) || {}).description || "";
+  const first = state.specs.find((s) => s.example) || state.specs[0];
+  select.value = current && state.specs.some((s) => s.id === current) ? current : (first ? first.id : "");
+  showAgent();
 }
-$("agent").onchange = () => fillAgents();
+
+function showAgent() {
+  const select = $("agent"), input = $("input");
+  const spec = state.specs.find((s) => s.id === select.value) || {};
+  select.title = spec.description || "";
+  const shown = input.value.trim();
+  if (!shown || shown === state.example) input.value = spec.example || "";
+  state.example = spec.example || "";
+}
+$("agent").onchange = () => showAgent();
 
 $("start").onsubmit = async (event) => {
   event.preventDefault();
