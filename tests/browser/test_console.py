@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -206,14 +207,49 @@ def test_a_run_started_with_enter_streams_to_completion_with_every_detail(
     assert errors == []
 
 
+class ShippedServer(Server):
+    """`orchestrator serve` as the README starts it: no arguments, in a directory that
+    holds the repository's configs/ as a fresh clone has it (on a free port)."""
+
+    def __init__(self, root: Path) -> None:
+        shutil.copytree(REPO / "configs", root / "configs", ignore=shutil.ignore_patterns("data"))
+        self.root, self.path = root, root / "configs" / "server.yaml"
+        self.proc, self.url, self.port = None, "", 0
+
+    def start(self) -> None:
+        args = [sys.executable, "-m", "orchestrator", "serve", "--port", "0"]
+        self.proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=self.root,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)},
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        assert line.startswith("orchestrator listening on "), line
+        self.port = int(line.split()[3].rsplit(":", 1)[1].split("/")[0])
+        self.url = f"http://127.0.0.1:{self.port}/"
+
+
 def test_on_a_fresh_page_run_starts_what_the_readme_promises(
-    browser: Browser, server: Server
+    browser: Browser, tmp_path: Path
 ) -> None:
     """Regression: a fresh browser preselected `critic` with an empty task, so the
     README's "press Run to watch a planner spawn two researchers" said only "write a
     task first"."""
     readme = (REPO / "README.md").read_text()
     assert "press **Run** to watch a planner spawn two researchers" in readme
+    assert ".venv/bin/orchestrator serve\n" in readme  # the command started here
+    server = ShippedServer(tmp_path)
+    server.start()
+    try:
+        readme_run(browser, server)
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+def readme_run(browser: Browser, server: Server) -> None:
     page, errors = open_page(browser, server.url)  # a new context: a fresh profile
     assert page.input_value("#agent") == "planner"
     example = yaml.safe_load((REPO / "configs" / "subagents" / "planner.yaml").read_text())
