@@ -288,7 +288,7 @@ async def _runs(url: str) -> dict[str, Any]:
         return await request(ws, op="runs")
 
 
-async def cli(*argv: str, cwd: Path = REPO, **env: str) -> trio.CompletedProcess[bytes]:
+async def cli(*argv: str, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess[bytes]:
     return await trio.run_process(
         [sys.executable, "-m", "orchestrator", *argv],
         cwd=cwd,

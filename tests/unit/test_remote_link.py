@@ -53,7 +53,8 @@ def test_the_remote_root_is_the_child_and_its_descendants_continue_below_it() ->
     two = theirs("agent:b:1", 2, "root-there/a/b", parent="sub-agent:a:1")
     deeper = tagger.source_of(event(4, EventType.REASONING, two))
     assert (deeper.depth, deeper.path) == (4, CHILD.path + "/a/b")
-    assert deeper.parent_session_id == "sub-agent:a:1" and deeper.remote.run_id == "run-there"
+    assert deeper.parent_session_id == "sub-agent:a:1"
+    assert isinstance(deeper.remote, RemoteRef) and deeper.remote.run_id == "run-there"
 
 
 class Recorder:
