@@ -30,7 +30,7 @@ from orchestrator.config import load_config
 from orchestrator.server.app import serve
 from orchestrator.storage.owner import JournalInUse
 from tests.helpers import REPO
-from tests.integration.test_server_lifecycle import start_serve_process
+from tests.integration.test_server_lifecycle import serve_process, start_serve_process
 from tests.redis_helpers import redis_url  # noqa: F401  (fixture)
 from tests.server_helpers import demo_config, recv, replay, request, running_server
 
@@ -199,26 +199,11 @@ async def test_serve_says_where_its_journal_is(tmp_path: Path) -> None:
     while the file was next to the config)."""
     config = tmp_path / "server.yaml"
     demo_config(tmp_path, storage="sqlite:///data/journal.db")
-    command = [sys.executable, "-m", "orchestrator", "serve", "--config", str(config)]
     async with trio.open_nursery() as nursery:
-        proc: trio.Process = await nursery.start(
-            functools.partial(
-                trio.run_process,
-                [*command, "--port", "0"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
-                check=False,
-            )
-        )
-        assert proc.stdout is not None
-        line = b""
-        with trio.fail_after(20):
-            while b"\n" not in line:
-                line += await proc.stdout.receive_some(1000)
+        proc, line = await serve_process(nursery, config)
         proc.send_signal(signal.SIGTERM)
     path = (tmp_path / "data" / "journal.db").resolve()
-    assert line.decode().strip().endswith(f"(storage: {path})")
+    assert line.strip().endswith(f"(storage: {path})")
 
 
 @pytest.mark.parametrize("flag", [[], ["--access-log"]])

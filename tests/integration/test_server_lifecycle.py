@@ -205,6 +205,15 @@ async def start_serve_process(
     nursery: trio.Nursery, config_path: Path, port: int = 0
 ) -> tuple[trio.Process, str]:
     """`python -m orchestrator serve` on `port` (0: a free one); the process and its URL."""
+    proc, line = await serve_process(nursery, config_path, port)
+    return proc, line.split("listening on ")[1].split()[0]
+
+
+async def serve_process(
+    nursery: trio.Nursery, config_path: Path, port: int = 0
+) -> tuple[trio.Process, str]:
+    """`python -m orchestrator serve` on `port`: the process and the line it printed
+    once it listened."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "orchestrator", "serve", "--config", str(config_path)]
     proc: trio.Process = await nursery.start(
@@ -222,7 +231,7 @@ async def start_serve_process(
     with trio.fail_after(20):
         while b"\n" not in line:
             line += await proc.stdout.receive_some(1000)
-    return proc, line.decode().split("listening on ")[1].split()[0]
+    return proc, line.decode()
 
 
 async def test_serve_command_shuts_down_gracefully_on_sigterm(tmp_path: Path) -> None:
