@@ -24,18 +24,36 @@ Call = Callable[[str, str, Context], Awaitable[str]]
 
 
 class TreeProgress:
-    """A run's agents counted from its events, told as MCP progress (at most every
-    `PROGRESS_EVERY` seconds, and at once when a call starts or stops waiting for a
-    person): `finished / started`, then what the run waits for, or where the newest
-    event came from."""
+    """A run's agents counted from its events, told as MCP progress.
+
+    The spec says progress MUST increase with each notification, so the number is the
+    run's steps seen — each agent's start and end, each approval's request and answer
+    — over the steps known (two per agent and per approval), and a notification goes
+    out only when it grew: at most every `PROGRESS_EVERY` seconds, at once when a call
+    starts or stops waiting for a person, and at once when every step is done (the last
+    one says total of total). The message speaks of agents: `finished / started`, then
+    what the run waits for, or where the newest event came from."""
 
     def __init__(self, ctx: Context, root: str) -> None:
         self.ctx = ctx
         self.started, self.finished = 1, 0
+        self.asked = self.answered = 0
         self.where = root
         self.waiting: dict[tuple[str | None, str], str] = {}
         """Calls that wait for approval: (path, toolCallId) → the tool's name."""
         self._next = 0.0
+        self._sent = 0
+        """The progress of the last notification (each must be higher)."""
+
+    @property
+    def progress(self) -> int:
+        """Steps seen: agents started and finished, approvals asked and answered."""
+        return self.started + self.finished + self.asked + self.answered
+
+    @property
+    def total(self) -> int:
+        """Steps known: two per agent, two per approval."""
+        return 2 * (self.started + self.asked)
 
     def see(self, kind: str, path: str | None, data: Mapping[str, Any] | None = None) -> None:
         """Count one event of the run (`path`: its source's, None for the run's own;
@@ -47,9 +65,10 @@ class TreeProgress:
         elif kind in ("APPROVAL_REQUESTED", "APPROVAL_RESOLVED") and data is not None:
             call = (path, str(data.get("toolCallId", "")))
             if kind == "APPROVAL_REQUESTED":
+                self.asked += 1
                 self.waiting[call] = str(data.get("name", "a tool"))
-            else:
-                self.waiting.pop(call, None)
+            elif self.waiting.pop(call, None) is not None:
+                self.answered += 1
             self._next = 0.0  # said at once: this is what a person needs to know
         if path is not None:
             self.where = path
@@ -68,12 +87,16 @@ class TreeProgress:
         )
 
     async def report(self) -> None:
-        """Send a progress notification, unless one went out too recently."""
-        now = trio.current_time()
-        if now < self._next:
+        """Send a progress notification if the progress grew, unless one went out too
+        recently (and the run is not done: the last one always goes out)."""
+        progress, total = self.progress, self.total
+        if progress <= self._sent:
             return
-        self._next = now + PROGRESS_EVERY
-        await self.ctx.report_progress(self.finished, self.started, self.message())
+        now = trio.current_time()
+        if now < self._next and progress < total:
+            return
+        self._next, self._sent = now + PROGRESS_EVERY, progress
+        await self.ctx.report_progress(progress, total, self.message())
 
 
 def subagent_server(agents: Iterable[tuple[str, str]], call: Call) -> MCPServer:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -149,7 +150,7 @@ async def test_progress_says_when_the_run_waits_for_a_person(autojump_clock: obj
     progress = TreeProgress(ctx, "boss")  # type: ignore[arg-type]
     progress.see("AGENT_STARTED", "s/writer")
     await progress.report()
-    assert ctx.told[-1] == (0, 2, "0/2 agents done · s/writer")
+    assert ctx.told[-1][2] == "0/2 agents done · s/writer"
     request = {"toolCallId": "call_0", "name": "write_file", "args": {}}
     progress.see("APPROVAL_REQUESTED", "s/writer", request)
     await progress.report()  # at once, however recent the last one
@@ -163,3 +164,35 @@ async def test_progress_says_when_the_run_waits_for_a_person(autojump_clock: obj
     progress.see("APPROVAL_RESOLVED", None, {"toolCallId": "call_0", "decision": "deny"})
     await progress.report()
     assert ctx.told[-1][2] == "0/2 agents done · s/writer"
+
+
+async def test_progress_only_grows_and_ends_at_its_total(autojump_clock: object) -> None:
+    """Regression: progress went 0,0,0,…,2,2,2,4,…: the spec says it MUST increase with
+    each notification; and a run that ended did not end its progress at its total."""
+    pytest.importorskip("mcp", reason="needs the `mcp` extra: pip install -e '.[dev]'")
+    from orchestrator.mcp.expose import PROGRESS_EVERY, TreeProgress
+
+    ctx = Progress()
+    progress = TreeProgress(ctx, "boss")  # type: ignore[arg-type]
+    for _ in range(5):  # nothing new: nothing said, however often it is asked
+        await progress.report()
+        await trio.sleep(PROGRESS_EVERY)
+    assert len(ctx.told) == 1
+    progress.see("AGENT_STARTED", "s/a")
+    progress.see("AGENT_STARTED", "s/b")
+    await progress.report()  # grew: said
+    progress.see("AGENT_STARTED", "s/a/c")
+    await progress.report()  # grew, but too soon after the last: waits
+    progress.see("REASONING", "s/a/c")
+    await trio.sleep(PROGRESS_EVERY)
+    await progress.report()  # said now
+    await progress.report()  # unchanged: nothing
+    for kind, path in (("AGENT_RESULT", "s/a/c"), ("AGENT_RESULT", "s/a")):
+        progress.see(kind, path)
+    await progress.report()  # too soon: waits
+    progress.see("AGENT_ERROR", "s/b")
+    progress.see("AGENT_RESULT", None)
+    await progress.report()  # done: said at once however soon, at its total
+    values = [told[0] for told in ctx.told]
+    assert values == [1, 3, 4, 8]
+    assert ctx.told[-1] == (8, 8, "4/4 agents done · s/b")
