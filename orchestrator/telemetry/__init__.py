@@ -30,5 +30,10 @@ async def traced(
     from orchestrator.telemetry.export import model_info, open_telemetry
 
     models = model_info(specs, config.models)
-    async with open_telemetry(config.telemetry, journal, models) as hub:
+
+    def name(agent_id: str) -> str:
+        spec = specs.get(agent_id)
+        return spec.display_name if spec is not None else agent_id
+
+    async with open_telemetry(config.telemetry, journal, models, names=name) as hub:
         yield hub

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +61,13 @@ class _RunTrace:
         """Events journaled before this process took the run: replayed, not re-exported."""
         self.after = 0
         """Events up to this seq were replayed: later batches start after it."""
-        self.builder = TraceBuilder(self.run_id, hub.models, capture_content=hub.capture)
+        self.builder = TraceBuilder(
+            self.run_id,
+            hub.models,
+            capture_content=hub.capture,
+            names=hub.names,
+            root_session=log.record.root_session_id,
+        )
         self.batches: deque[list[Entry]] = deque()
         self.seen = log.committed
         """The last seq handed to this trace (by the journal, or read by `catch_up`)."""
@@ -96,9 +102,12 @@ class Telemetry:
         journal: Journal,
         models: ModelInfo,
         exporter: SpanExporter | None = None,
+        names: Callable[[str], str] | None = None,
     ) -> None:
         self.journal = journal
         self.models = models
+        self.names = names
+        """agentId → display name, for the root's span (children's sources carry theirs)."""
         self.capture = config.capture_content
         self.exporter = exporter or _otlp_exporter(config)
         self.resource = Resource.create({"service.name": config.service_name})
@@ -300,9 +309,10 @@ async def open_telemetry(
     journal: Journal,
     models: ModelInfo,
     exporter: SpanExporter | None = None,
+    names: Callable[[str], str] | None = None,
 ) -> AsyncIterator[Telemetry]:
     """Trace the runs `journal` gets from now on, for the block."""
-    hub = Telemetry(config, journal, models, exporter)
+    hub = Telemetry(config, journal, models, exporter, names)
     async with trio.open_nursery() as nursery:
         await nursery.start(hub.run)
         journal.on_run = hub.watch

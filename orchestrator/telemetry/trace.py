@@ -93,10 +93,22 @@ class _Agent:
 class TraceBuilder:
     """Spans of one run from its events, in seq order."""
 
-    def __init__(self, run_id: str, models: ModelInfo, *, capture_content: bool = False) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        models: ModelInfo,
+        *,
+        capture_content: bool = False,
+        names: Callable[[str], str] | None = None,
+        root_session: str | None = None,
+    ) -> None:
         self.run_id = run_id
         self.trace_id = trace_id_of(run_id)
         self.models = models
+        self.names = names or (lambda agent_id: agent_id)
+        """agentId → display name (the root's span is named as its children's are)."""
+        self.root_path = root_session or run_id
+        """The root's `orchestrator.path`: its sessionId, the first segment of every path."""
         self.capture = capture_content
         self._agents: dict[str | None, _Agent] = {}
         self._tools: dict[tuple[str | None, str], SpanRecord] = {}
@@ -160,8 +172,9 @@ class TraceBuilder:
             return
         provider, model = self.models(agent_id)
         if source is None:
-            name, parent = agent_id, None
+            name, parent = self.names(agent_id), None
             conversation, what = self.run_id, "agent:root"
+            path, depth = self.root_path, 0
         else:
             name = source.agent_name
             spawned_by = source.parent_tool_call_id or ""
@@ -172,6 +185,7 @@ class TraceBuilder:
                 owner = self._agents.get(parent_key)
                 parent = owner.span.span_id if owner is not None else self._root_id()
             conversation, what = source.session_id, f"agent:{key}"
+            path, depth = source.path, source.depth
         attributes: dict[str, Any] = {
             OP: INVOKE_AGENT,
             gen_ai.GEN_AI_AGENT_ID: key or f"root:{self.run_id}",
@@ -181,10 +195,9 @@ class TraceBuilder:
             gen_ai.GEN_AI_REQUEST_MODEL: model,
             "orchestrator.run_id": self.run_id,
             "orchestrator.agent_id": agent_id,
+            "orchestrator.path": path,
+            "orchestrator.depth": depth,
         }
-        if source is not None:
-            attributes["orchestrator.path"] = source.path
-            attributes["orchestrator.depth"] = source.depth
         if self.capture:
             attributes[gen_ai.GEN_AI_INPUT_MESSAGES] = _messages("user", task)
         span = SpanRecord(

@@ -67,6 +67,7 @@ AGENTS: dict[str, dict[str, Any]] = {
         },
     },
     "mid": {
+        "name": "Middle",  # a display name: every span of it says Middle, as root or child
         "description": "delegates once",
         "instructions": "mid",
         "tools": ["agent_spawn"],
@@ -155,15 +156,17 @@ async def test_the_span_tree_is_the_agent_tree(tmp_path: Path) -> None:
 
     agents = [s for s in spans if s.attributes["gen_ai.operation.name"] == "invoke_agent"]
     tree = sorted((agent_of(s), parent_agent(s)) for s in agents)
-    assert tree == [
-        ("bomb", "boss"),
-        ("boss", None),
-        ("leaf", "mid"),
-        ("mid", "boss"),
-        ("sleepy", "boss"),
-    ]
+    assert tree == sorted(
+        [
+            ("bomb", "boss"),
+            ("boss", None),
+            ("Middle", "boss"),
+            ("leaf", "Middle"),
+            ("sleepy", "boss"),
+        ]
+    )
     # A child hangs under the `execute_tool agent_spawn` span that started it.
-    (mid,) = [s for s in agents if agent_of(s) == "mid"]
+    (mid,) = [s for s in agents if agent_of(s) == "Middle"]
     spawner = ids[mid.parent.span_id] if mid.parent else None
     assert spawner is not None and spawner.name == "execute_tool agent_spawn"
     assert spawner.attributes["gen_ai.tool.name"] == "agent_spawn"
@@ -185,7 +188,7 @@ async def test_the_span_tree_is_the_agent_tree(tmp_path: Path) -> None:
         turns[parent_agent(chat) or ""] += 1
         assert chat.attributes["gen_ai.provider.name"] == "scripted"
         assert chat.attributes["gen_ai.usage.output_tokens"] >= 0
-    assert turns == {"boss": 2, "mid": 2, "leaf": 1, "bomb": 0, "sleepy": 0}
+    assert turns == {"boss": 2, "Middle": 2, "leaf": 1, "bomb": 0, "sleepy": 0}
     root = next(s for s in agents if agent_of(s) == "boss")
     assert root.attributes["gen_ai.conversation.id"] == run_id
     assert root.attributes["gen_ai.usage.input_tokens"] > 0
@@ -221,7 +224,7 @@ async def test_a_real_otlp_receiver_gets_the_spans_with_content(
                 ack = await request(ws, op="run", id=1, agent="mid", input="look deep")
                 events, _ = await read_until_end(ws, ack["sub"])
             with trio.fail_after(10):
-                while not any(s.name == "invoke_agent mid" for s in receiver.spans):  # noqa: ASYNC110
+                while not any(s.name == "invoke_agent Middle" for s in receiver.spans):  # noqa: ASYNC110
                     await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
     run_id = events[0]["runId"]
@@ -230,10 +233,19 @@ async def test_a_real_otlp_receiver_gets_the_spans_with_content(
     assert {s.service for s in spans} == {"orchestrator-tests"}
     assert receiver.headers[0]["x-api-key"] == "s3cret"
     names = sorted(s.name for s in spans)
-    expected = ["invoke_agent mid", "chat scripted", "chat scripted", "execute_tool agent_spawn"]
+    expected = ["invoke_agent Middle", "chat scripted", "chat scripted", "execute_tool agent_spawn"]
     assert names == sorted([*expected, "invoke_agent leaf", "chat scripted"])
-    (root,) = [s for s in spans if s.name == "invoke_agent mid"]
+    (root,) = [s for s in spans if s.name == "invoke_agent Middle"]
     assert root.parent_id == ""  # the trace's root
+    # Named and described as every other invoke_agent span (regression: the root was
+    # named by its agentId and had no path or depth).
+    assert root.attributes["gen_ai.agent.name"] == "Middle"
+    assert root.attributes["orchestrator.depth"] == 0
+    (leaf,) = [s for s in spans if s.name == "invoke_agent leaf"]
+    assert leaf.attributes["orchestrator.path"].startswith(
+        root.attributes["orchestrator.path"] + "/"
+    )
+    assert leaf.attributes["orchestrator.depth"] == 1
     assert "look deep" in root.attributes["gen_ai.input.messages"]
     assert "mid: leaf" in root.attributes["gen_ai.output.messages"]
     (call,) = [s for s in spans if s.name == "execute_tool agent_spawn"]
@@ -277,7 +289,7 @@ async def test_a_run_resumed_after_kill_9_continues_the_same_trace(tmp_path: Pat
                 while not ended(seen, "bomb") or not ended(seen, "mid") or not started(seen):
                     seen += (await recv(ws)).get("events", [])
             with trio.fail_after(10):  # the children that ended are exported by this process
-                while not any(s.name == "invoke_agent mid" for s in receiver.spans):  # noqa: ASYNC110
+                while not any(s.name == "invoke_agent Middle" for s in receiver.spans):  # noqa: ASYNC110
                     await trio.sleep(0.05)
             proc.send_signal(signal.SIGKILL)  # the root and `sleepy` are still open
         exported_first = len(receiver.spans)
