@@ -9,6 +9,13 @@ end are SUBAGENT_STARTED (with `parentSubagentRunId` and `parentToolCallId`) /
 SUBAGENT_FINISHED / SUBAGENT_ERROR, bracketed by STEP_STARTED / STEP_FINISHED named
 after the agent. Events AG-UI has no type for (messages sent in, approvals,
 compactions, progress, resumes) are CUSTOM events named `orchestrator.<TYPE>`.
+
+Tool-call ids are unique per run on this stream, as AG-UI clients require: an agent's
+ids are its own (the scripted model numbers them per turn; the root and each child may
+all say `call_0`; a remote subtree's are another server's), so a call whose id is
+already taken is renamed `<id>~<n>` — the same in TOOL_CALL_*, TOOL_CALL_RESULT and a
+child's SUBAGENT_STARTED `parentToolCallId` — and its `metadata.toolCallId` keeps the
+id the run's events use.
 """
 
 from __future__ import annotations
@@ -75,6 +82,10 @@ class AguiStream:
         self.agui_run_id = agui_run_id or run_id
         self._agents: dict[str | None, _Agent] = {}
         self._sessions: dict[str, str] = {}
+        self._used: set[str] = set()
+        """Tool-call ids this stream has given out."""
+        self._wire: dict[tuple[str | None, str], str] = {}
+        """(agentKey, the run's toolCallId) → the id on this stream, for its latest call."""
 
     def feed(self, event: Event) -> list[BaseEvent]:
         """The AG-UI events for one of the run's events."""
@@ -91,14 +102,14 @@ class AguiStream:
         if kind is EventType.REASONING:
             return self._reasoning(agent, event, common, sub)
         if kind is EventType.TOOL_CALL_DELTA:
-            call_id = str(data.get("toolCallId", ""))
+            call_id = self._call_id(agent, str(data.get("toolCallId", "")), common)
             out = self._start_call(agent, call_id, str(data.get("name", "")), common, sub)
             delta = str(data.get("argsDelta", ""))
             if delta:
                 out.append(ToolCallArgsEvent(tool_call_id=call_id, delta=delta, **common, **sub))
             return out
         if kind is EventType.TOOL_CALL:
-            call_id = str(data.get("toolCallId", ""))
+            call_id = self._call_id(agent, str(data.get("toolCallId", "")), common)
             out = []
             if call_id not in agent.calls:
                 out = self._start_call(agent, call_id, str(data.get("name", "")), common, sub)
@@ -109,7 +120,7 @@ class AguiStream:
             out.append(ToolCallEndEvent(tool_call_id=call_id, **common, **sub))
             return out
         if kind is EventType.TOOL_RESULT:
-            call_id = str(data.get("toolCallId", ""))
+            call_id = self._call_id(agent, str(data.get("toolCallId", "")), common)
             agent.calls.discard(call_id)
             return [
                 ToolCallResultEvent(
@@ -125,13 +136,16 @@ class AguiStream:
             source = event.source
             parent = self._sessions.get(source.parent_session_id) if source.depth > 1 else None
             self._sessions[source.session_id] = key
+            spawned_by = source.parent_tool_call_id
+            if spawned_by is not None:
+                spawned_by = self._wire.get((parent, spawned_by), spawned_by)
             return [
                 SubagentStartedEvent(
                     subagent_run_id=key,
                     name=source.agent_name,
                     description=str(data.get("task", "")) or None,
                     parent_subagent_run_id=parent,
-                    parent_tool_call_id=source.parent_tool_call_id,
+                    parent_tool_call_id=spawned_by,
                     **common,
                 ),
                 StepStartedEvent(step_name=source.agent_name, subagent_run_id=key, **common),
@@ -226,6 +240,22 @@ class AguiStream:
             )
         out.append(TextMessageContentEvent(message_id=agent.text, delta=delta, **common, **sub))
         return out
+
+    def _call_id(self, agent: _Agent, theirs: str, common: dict[str, Any]) -> str:
+        """The id on this stream of the agent's call `theirs`: the one its start got
+        while the call is open (started, no result yet), else a fresh one — `theirs`,
+        or `theirs~n` when the stream gave that out already."""
+        common["metadata"]["toolCallId"] = theirs
+        ours = self._wire.get((agent.key, theirs))
+        if ours is not None and ours in agent.calls:
+            return ours
+        ours, n = theirs, 1
+        while ours in self._used:
+            n += 1
+            ours = f"{theirs}~{n}"
+        self._used.add(ours)
+        self._wire[(agent.key, theirs)] = ours
+        return ours
 
     def _start_call(
         self, agent: _Agent, call_id: str, name: str, common: dict[str, Any], sub: dict[str, Any]

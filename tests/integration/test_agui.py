@@ -82,8 +82,8 @@ async def test_a_tree_with_a_failing_child_and_a_cancel_streams_as_ag_ui(tmp_pat
     seqs = [e.metadata["seq"] for e in got]
     assert seqs == sorted(seqs)  # the run's order, every event saying where it is
     started = {e.name: e for e in got if e.type == "SUBAGENT_STARTED"}
-    assert set(started) == {"mid", "leaf", "bomb", "sleepy"}
-    mid, leaf = started["mid"], started["leaf"]
+    assert set(started) == {"Middle", "leaf", "bomb", "sleepy"}
+    mid, leaf = started["Middle"], started["leaf"]
     assert mid.parent_subagent_run_id is None and mid.parent_tool_call_id
     assert leaf.parent_subagent_run_id == mid.subagent_run_id  # the tree, level by level
     assert leaf.metadata["depth"] == 2 and leaf.metadata["path"].endswith("/mid/leaf")
@@ -115,6 +115,18 @@ async def test_a_tree_with_a_failing_child_and_a_cancel_streams_as_ag_ui(tmp_pat
         opened = [e for e in got if e.type == f"{kind}_START"]
         closed = [e for e in got if e.type == f"{kind}_END"]
         assert len(opened) == len(closed) > 0
+    # Tool-call ids are unique in the run (regression: the boss and mid both said
+    # `call_0`, which @ag-ui/client refuses), and each means one call everywhere.
+    calls = {e.tool_call_id: e for e in got if e.type == "TOOL_CALL_START"}
+    assert len(calls) == len([e for e in got if e.type == "TOOL_CALL_START"])
+    assert len({e.metadata["toolCallId"] for e in calls.values()}) < len(calls)  # ids repeat
+    for e in got:
+        if e.type in ("TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"):
+            assert calls[e.tool_call_id].subagent_run_id == e.subagent_run_id
+    for child in started.values():
+        spawn = calls[child.parent_tool_call_id]
+        assert spawn.tool_call_name == "agent_spawn"
+        assert spawn.subagent_run_id == child.parent_subagent_run_id
 
 
 async def test_a_client_that_drops_follows_the_run_on_ws(tmp_path: Path) -> None:
