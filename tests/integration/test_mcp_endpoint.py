@@ -5,6 +5,7 @@ tokens and origins of /ws apply, and /ws, the console and /healthz still answer.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -79,11 +80,9 @@ async def test_an_mcp_client_runs_a_tree_over_http_and_sees_it_move(tmp_path: Pa
         assert "research team found" in getattr(result.content[0], "text", "")
         assert seen and "agents done" in (seen[-1][2] or "")
         values = [progress for progress, _, _ in seen]  # the spec: MUST increase each time
-        assert all(a < b for a, b in zip(values, values[1:], strict=False)), values
-        assert (
-            seen[-1][0] == seen[-1][1]
-            and seen[-1][2] == "5/5 agents done · " + (seen[-1][2] or "").split(" · ", 1)[1]
-        )  # the run's end ends its progress at its total
+        assert all(a < b for a, b in itertools.pairwise(values)), values
+        last, total, message = seen[-1]  # the run's end ends its progress at its total
+        assert last == total and (message or "").startswith("5/5 agents done · ")
         (run,) = await runs(server, "a-secret")  # in the journal, owned by the token
         assert run["agentId"] == "planner" and run["status"] == "completed"
         assert run["owner"] == "alice"

@@ -3,6 +3,7 @@ over stdio against a real server: a tree that completes with progress, and a can
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,11 +55,9 @@ async def test_an_mcp_client_runs_a_tree_and_sees_it_move(tmp_path: Path) -> Non
         assert "research team found" in getattr(result.content[0], "text", "")
         assert seen and seen[-1][0] >= 1 and "agents done" in (seen[-1][2] or "")
         values = [progress for progress, _, _ in seen]  # the spec: MUST increase each time
-        assert all(a < b for a, b in zip(values, values[1:], strict=False)), values
-        assert (
-            seen[-1][0] == seen[-1][1]
-            and seen[-1][2] == "5/5 agents done · " + (seen[-1][2] or "").split(" · ", 1)[1]
-        )  # the run's end ends its progress at its total
+        assert all(a < b for a, b in itertools.pairwise(values)), values
+        last, total, message = seen[-1]  # the run's end ends its progress at its total
+        assert last == total and (message or "").startswith("5/5 agents done · ")
         (run,) = await runs(server.url)  # in the journal like any other run
         assert run["agentId"] == "planner" and run["status"] == "completed"
 

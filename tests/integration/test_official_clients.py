@@ -1,0 +1,97 @@
+"""Our doors, driven by the protocols' own clients (pinned in clients/package.json):
+what users' clients accept, not only what our tests decode.
+
+`.ci/run` installs them first (`npm ci --prefix clients`) and sets
+`ORCHESTRATOR_CLIENTS_REQUIRED=1`, so a missing client fails CI; elsewhere these tests
+skip, saying how to install them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from websockets.trio.client import connect
+
+from tests.helpers import REPO
+from tests.server_helpers import demo_config, request, running_server
+
+CLIENTS = REPO / "clients"
+AGENTS: dict[str, dict[str, Any]] = {
+    # A tree with a failing child: the client must accept the whole stream.
+    "boss": {
+        "description": "spawns a child that fails and one that works",
+        "instructions": "b",
+        "tools": ["agent_spawn", "read_file"],
+        "script": {
+            "turns": [
+                {
+                    "say": "Splitting.",
+                    "calls": [
+                        {"name": "agent_spawn", "args": {"agent_id": "bomb", "task": "x"}},
+                        {"name": "agent_spawn", "args": {"agent_id": "critic", "task": "y"}},
+                        {"name": "read_file", "args": {"path": "missing.txt"}},
+                    ],
+                },
+                {"say": "Done: {results}"},
+            ]
+        },
+    },
+    "bomb": {"description": "fails", "instructions": "f", "script": {"turns": [{"fail": "down"}]}},
+}
+
+
+def need(package: str) -> None:
+    """Fail (in CI) or skip (elsewhere) when the client `package` is not installed."""
+    if shutil.which("node") is not None and (CLIENTS / "node_modules" / package).is_dir():
+        return
+    how = f"{package} is not installed: run `npm ci --prefix clients` (as .ci/run does)"
+    if os.environ.get("ORCHESTRATOR_CLIENTS_REQUIRED"):
+        pytest.fail(how)
+    pytest.skip(how)
+
+
+async def agui_client(url: str, task: str, token: str | None = None) -> dict[str, Any]:
+    """What @ag-ui/client's `HttpAgent.runAgent` made of the stream at `url`."""
+    done = await trio.run_process(
+        ["node", str(CLIENTS / "agui_run.mjs"), url, task, *([token] if token else [])],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert done.stdout, done.stderr.decode()
+    outcome: dict[str, Any] = json.loads(done.stdout.decode().splitlines()[-1])
+    return outcome
+
+
+@pytest.mark.parametrize("agent", ["planner", "researcher", "critic", "boss"])
+async def test_the_official_ag_ui_client_accepts_every_run(tmp_path: Path, agent: str) -> None:
+    """Regression: `@ag-ui/client` refused the demo planner's run (`Cannot send
+    'TOOL_CALL_START': subagentRunId … does not match the tool call 'call_0' opener's
+    subagent`): the planner and its researchers all said `call_0`."""
+    need("@ag-ui/client")
+    token = "ann-1"
+    config = demo_config(
+        tmp_path,
+        server={"ag_ui": True, "tokens": [{"name": "ann", "token": token}]},
+        extra_agents=AGENTS,
+    )
+    async with running_server(config) as server:
+        url = f"http://127.0.0.1:{server.port}/ag-ui/{agent}"
+        outcome = await agui_client(url, "compare trio and asyncio", token)
+        async with connect(
+            server.url, additional_headers={"Authorization": f"Bearer {token}"}
+        ) as ws:
+            (run,) = (await request(ws, op="runs", id=1))["runs"]
+    assert outcome["ok"], outcome["error"]
+    types = outcome["types"]
+    assert types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED"
+    assert run["status"] == "completed"
+    if agent in ("planner", "boss"):
+        assert "SUBAGENT_STARTED" in types and types.count("TOOL_CALL_START") >= 2
+    if agent == "boss":
+        assert "SUBAGENT_ERROR" in types  # the failing child, in the stream the client took
