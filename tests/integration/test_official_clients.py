@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,53 @@ async def test_the_mcp_conformance_suite_passes_what_applies(tmp_path: Path) -> 
         "dns-rebinding-protection",
     ):
         assert f"✓ {scenario}:" in out
+
+
+async def inspector(tmp_path: Path, *target: str, method: str, **tool: str) -> Any:
+    """What the MCP Inspector's CLI (`mcp-inspector --cli`) got from `target`."""
+    args = [str(CLIENTS / "node_modules" / ".bin" / "mcp-inspector"), "--cli", *target]
+    args += ["--method", method]
+    if tool:
+        args += [
+            "--tool-name",
+            tool.pop("name"),
+            "--tool-arg",
+            *(f"{k}={v}" for k, v in tool.items()),
+        ]
+    done = await trio.run_process(
+        args,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ, "MCP_CATALOG_PATH": str(tmp_path / "catalog.json")},
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("door", ["http", "stdio"])
+async def test_the_mcp_inspector_lists_and_calls_the_agents(tmp_path: Path, door: str) -> None:
+    """The MCP Inspector's CLI on both doors: /mcp, and `orchestrator mcp` over stdio."""
+    need("@modelcontextprotocol/inspector")
+    token = "ann-1"
+    config = demo_config(
+        tmp_path, server={"mcp": True, "tokens": [{"name": "ann", "token": token}]}
+    )
+    async with running_server(config) as server:
+        if door == "http":
+            target = [
+                f"http://127.0.0.1:{server.port}/mcp",
+                "--header",
+                f"Authorization: Bearer {token}",
+            ]
+        else:
+            bridge = [sys.executable, "-m", "orchestrator", "mcp", "--url", server.url]
+            target = [*bridge, "--token", token, "-e", f"PYTHONPATH={REPO}"]
+        listed = await inspector(tmp_path, *target, method="tools/list")
+        called = await inspector(
+            tmp_path, *target, method="tools/call", name="critic", task="a draft"
+        )
+    names = {tool["name"] for tool in listed["tools"]}
+    assert {"planner", "researcher", "critic"} <= names
+    assert called["isError"] is False
+    assert called["content"][0]["text"].startswith("Two claims need a source")
