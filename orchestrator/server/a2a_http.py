@@ -50,6 +50,8 @@ __all__ = ["A2aEndpoint"]
 PREFIX = "/a2a"
 CARD_PATH = "/.well-known/agent-card.json"
 _PRINCIPAL, _AGENT = "orchestrator.principal", "orchestrator.agent"
+BEARER = "bearer"
+"""The card's name for the bearer-token scheme (`Authorization: Bearer <token>`)."""
 
 
 class A2aEndpoint:
@@ -72,11 +74,11 @@ class A2aEndpoint:
         if agent_id not in specs:
             known = ", ".join(sorted(specs)) or "none"
             return await refuse(send, 404, f"no agent {agent_id!r} here (agents: {known})")
+        if path.endswith(CARD_PATH):  # public: it names the agent and how to authenticate
+            return await self._card(scope, send, agent_id)
         principal = await authorize(self.app, scope, send, writes=False)
         if principal is None:
             return None
-        if path.endswith(CARD_PATH):
-            return await self._card(scope, send, agent_id)
         length = dict(scope["headers"]).get(b"content-length", b"0")
         if length.isdigit() and int(length) > self.max_body:
             return await refuse(send, 413, f"the request body is over {self.max_body} bytes")
@@ -85,7 +87,8 @@ class A2aEndpoint:
         return None
 
     async def _card(self, scope: MutableMapping[str, Any], send: Any, agent_id: str) -> None:
-        """The agent's card, naming this server as the client reached it (`Host`)."""
+        """The agent's card, naming this server as the client reached it (`Host`), and,
+        when the server has tokens, the bearer scheme every other request needs."""
         spec = self.app.orchestrator.catalog.specs[agent_id]
         host = dict(scope["headers"]).get(b"host", b"").decode("latin-1") or "localhost"
         url = f"{scope.get('scheme', 'http')}://{host}{PREFIX}/{agent_id}/"
@@ -108,6 +111,14 @@ class A2aEndpoint:
                 )
             ],
         )
+        if self.app.auth.enabled:
+            card.security_schemes[BEARER].http_auth_security_scheme.CopyFrom(
+                pb.HTTPAuthSecurityScheme(
+                    scheme="Bearer",
+                    description="a token of the server's server.tokens (docs/server.md)",
+                )
+            )
+            card.security_requirements.add().schemes[BEARER].SetInParent()
         body = json.dumps(agent_card_to_dict(card)).encode()
         headers = [
             (b"content-type", b"application/json"),
@@ -236,9 +247,19 @@ class RunTasks(RequestHandler):
     async def on_subscribe_to_task(
         self, params: pb.SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[pb.Task | TaskUpdate, None]:
-        await self._visible(params.id, context)
+        """The task as it stands (A2A: the first event MUST be the Task), then its
+        updates as the run goes on; a task that has ended cannot be subscribed to."""
+        log = await self._visible(params.id, context)
+        if log.finished:
+            raise UnsupportedOperationError(
+                message=f"task {params.id} has ended: GetTask returns it as it ended"
+            )
         view = TaskView(params.id, params.id)
-        async for update in self._follow(view):
+        seen = log.committed
+        for entry in await self.app.journal.read(params.id, 0, seen):
+            view.updates(entry.event)
+        yield view.task()
+        async for update in self._follow(view, after=seen):
             yield update
 
     async def _visible(self, run_id: str, context: ServerCallContext) -> RunLog:

@@ -104,9 +104,9 @@ async def test_send_get_cancel_and_the_tokens(tmp_path: Path) -> None:
             seen = await viewer.get_task(pb.GetTaskRequest(id=task_id))
             with pytest.raises(Exception, match="viewer"):
                 await collect(viewer, message("may I?"))
-        with pytest.raises(Exception, match="401"):
-            async with a2a_client(base, "researcher"):
-                pass
+        async with a2a_client(base, "researcher", streaming=False) as anonymous:  # the card
+            with pytest.raises(Exception, match="401"):  # but nothing more
+                await collect(anonymous, message("who?"))
     assert done.task.status.state == pb.TaskState.TASK_STATE_COMPLETED
     assert done.task.artifacts[0].parts[0].text.startswith('Findings on "quick"')
     assert started.task.status.state == pb.TaskState.TASK_STATE_SUBMITTED
@@ -142,3 +142,70 @@ async def test_an_a2a_agent_here_is_a_subagent_there(tmp_path: Path) -> None:
     assert not result["data"]["isError"]
     assert "Here is what the research team found" in result["data"]["content"]
     assert events[-1]["data"]["result"].startswith("got: ")
+
+
+async def test_the_card_is_public_and_says_how_to_authenticate(tmp_path: Path) -> None:
+    """Regression: the card answered 401 without a token, and declared no security
+    scheme even with one, so no client could learn how to authenticate."""
+    config = demo_config(tmp_path, server={"a2a": True, "tokens": TOKENS})
+    async with running_server(config) as server, httpx.AsyncClient() as http:
+        base = http_url(server.url)
+        card = (await http.get(f"{base}/a2a/critic/.well-known/agent-card.json")).json()
+        refused = await http.post(f"{base}/a2a/critic/", json={"jsonrpc": "2.0", "id": 1})
+    assert card["name"] == "CriticAgent"
+    assert card["securitySchemes"] == {
+        "bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer", "description": ANY_TEXT}}
+    }
+    assert card["securityRequirements"] == [{"schemes": {"bearer": {}}}]
+    assert refused.status_code == 401  # everything but the card still needs the token
+
+
+class _AnyText(str):
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and bool(other)
+
+    __hash__ = str.__hash__
+
+
+ANY_TEXT = _AnyText()
+
+
+async def test_subscribing_starts_with_the_task_and_a_finished_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Regression: SubscribeToTask began with a status update (A2A 1.0: the first event
+    MUST be the Task), and on a finished task replayed every response instead of
+    UnsupportedOperationError."""
+    config = demo_config(tmp_path, token_delay=0.02, server={"a2a": True})
+    async with running_server(config) as server:
+        base = http_url(server.url)
+        async with a2a_client(base, "researcher", streaming=False) as sender:
+            blocking = pb.SendMessageRequest()
+            blocking.CopyFrom(message("follow me"))
+            blocking.configuration.return_immediately = True
+            (started,) = await collect(sender, blocking)
+            task_id = started.task.id
+        async with a2a_client(base, "researcher") as client:
+            with trio.fail_after(30):
+                followed = [
+                    r async for r in client.subscribe(pb.SubscribeToTaskRequest(id=task_id))
+                ]
+        # (Asked without the SDK's client, whose streaming helper is left unclosed when
+        # the server refuses.)
+        async with httpx.AsyncClient() as http:
+            refused = await http.post(
+                f"{base}/a2a/researcher/",
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "SubscribeToTask",
+                    "params": {"id": task_id},
+                },
+                headers={"A2A-Version": "1.0"},
+            )
+    kinds = [r.WhichOneof("payload") for r in followed]
+    assert kinds[0] == "task" and followed[0].task.id == task_id
+    assert "task" not in kinds[1:]
+    assert "has ended" in refused.text and "UNSUPPORTED_OPERATION" in refused.text
+    final = followed[-1].status_update.status
+    assert final.state == pb.TaskState.TASK_STATE_COMPLETED
