@@ -70,6 +70,7 @@ class ClusterGateway:
         stream: bool = True,
         owner: str | None = None,
         max_runs: int | None = None,
+        context_id: str | None = None,
     ) -> QueuedRun:
         """Queue a run; it is the cluster's from here on.
 
@@ -90,6 +91,7 @@ class ClusterGateway:
             created_at=time.time(),
             root_session_id=new_session_id(root=True),
             owner=owner,
+            context_id=context_id,
         )
         try:
             await self.store.submit(record)

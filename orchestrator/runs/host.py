@@ -83,6 +83,7 @@ class RunHost:
         stream: bool = True,
         owner: str | None = None,
         max_runs: int | None = None,
+        context_id: str | None = None,
     ) -> HostedRun:
         """Start a run (streaming: journaled events; else a blocking call with none).
 
@@ -123,6 +124,7 @@ class RunHost:
                 created_at=time.time(),
                 root_session_id=root_session,
                 owner=owner,
+                context_id=context_id,
             )
         )
         sink = (

@@ -62,11 +62,13 @@ class RunService(Protocol):
         stream: bool = True,
         owner: str | None = None,
         max_runs: int | None = None,
+        context_id: str | None = None,
     ) -> StartedRun:
         """Start a run of `agent_id` on `input` for `owner` (a token's name, or None).
 
         `stream=False` is a blocking call: no events, only a result. `max_runs`
         bounds the owner's concurrent runs where the service can count them.
+        `context_id`: the client's conversation, kept in the run's record.
 
         Raises:
             UnknownAgent: no such subagent.

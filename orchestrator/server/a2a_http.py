@@ -50,6 +50,8 @@ __all__ = ["A2aEndpoint"]
 PREFIX = "/a2a"
 CARD_PATH = "/.well-known/agent-card.json"
 _PRINCIPAL, _AGENT = "orchestrator.principal", "orchestrator.agent"
+MAX_CONTEXT_ID = 256
+"""Longest `contextId` a message may give (it is kept with the run)."""
 BEARER = "bearer"
 """The card's name for the bearer-token scheme (`Authorization: Bearer <token>`)."""
 
@@ -165,6 +167,12 @@ class _Context(DefaultServerCallContextBuilder):
         return context
 
 
+def _view(log: RunLog) -> TaskView:
+    """A run's task, in the context its first message named (else the runId)."""
+    record = log.record
+    return TaskView(record.run_id, record.context_id or record.run_id)
+
+
 class RunTasks(RequestHandler):
     """A2A requests answered from this server's runs (one task = one run)."""
 
@@ -203,12 +211,17 @@ class RunTasks(RequestHandler):
         task = text_of(message.parts)
         if not task:
             raise InvalidParamsError(message="the message has no text part: nothing to do")
+        context_id = message.context_id or None
+        if context_id is not None and len(context_id) > MAX_CONTEXT_ID:
+            raise InvalidParamsError(message=f"contextId is over {MAX_CONTEXT_ID} characters")
         try:
-            started = await start_run(self.app, principal, context.state[_AGENT], task)
+            started = await start_run(
+                self.app, principal, context.state[_AGENT], task, context_id=context_id
+            )
         except Refused as exc:
             raise InvalidRequestError(message=exc.message) from None
         run_id = started.run_id
-        return TaskView(run_id, message.context_id or run_id)
+        return TaskView(run_id, context_id or run_id)
 
     async def _follow(self, view: TaskView, after: int = 0) -> AsyncGenerator[TaskUpdate, None]:
         async for entries in follow_run(self.app.journal, view.task_id, after):
@@ -222,7 +235,7 @@ class RunTasks(RequestHandler):
         self, params: pb.GetTaskRequest, context: ServerCallContext
     ) -> pb.Task | None:
         log = await self._visible(params.id, context)
-        view = TaskView(params.id, params.id)
+        view = _view(log)
         entries = await self.app.journal.read(params.id, 0, log.committed)
         for entry in entries:
             view.updates(entry.event)
@@ -238,7 +251,7 @@ class RunTasks(RequestHandler):
         if log.finished:
             raise TaskNotCancelableError(message=f"task {params.id} has ended")
         await self.app.runs.cancel(params.id, None, "cancelled through A2A")
-        view = TaskView(params.id, params.id)
+        view = _view(log)
         with trio.move_on_after(5):  # its end, as the run journals it
             async for _ in self._follow(view):
                 pass
@@ -254,7 +267,7 @@ class RunTasks(RequestHandler):
             raise UnsupportedOperationError(
                 message=f"task {params.id} has ended: GetTask returns it as it ended"
             )
-        view = TaskView(params.id, params.id)
+        view = _view(log)
         seen = log.committed
         for entry in await self.app.journal.read(params.id, 0, seen):
             view.updates(entry.event)

@@ -41,7 +41,13 @@ class Refused(Exception):
         self.message = message
 
 
-async def start_run(app: ServerApp, principal: Principal, agent_id: str, task: str) -> StartedRun:
+async def start_run(
+    app: ServerApp,
+    principal: Principal,
+    agent_id: str,
+    task: str,
+    context_id: str | None = None,
+) -> StartedRun:
     """Start a run as the `run` op does: the task bounded, owned by the token, within
     its run limits.
 
@@ -60,6 +66,7 @@ async def start_run(app: ServerApp, principal: Principal, agent_id: str, task: s
             task,
             owner=principal.name,
             max_runs=principal.max_runs if principal.name is not None else None,
+            context_id=context_id,
         )
     except UnknownAgent as exc:
         raise Refused(404, exc.message) from None

@@ -33,6 +33,9 @@ class RunRecord(msgspec.Struct, kw_only=True):
     """Cluster mode: the worker executing the run (its latest owner)."""
     attempt: int = 0
     """Cluster mode: 1 for the first worker, +1 for each takeover."""
+    context_id: str | None = None
+    """The conversation the client that started the run put it in (an A2A `contextId`),
+    returned with the run as it was given; None: none given."""
 
     def sort_key(self) -> tuple[float, str]:
         """Creation order; ties (same clock reading) broken by runId, never by a store's hash."""

@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS runs (
     last_seq INTEGER NOT NULL,
     owner TEXT,
     first_seq INTEGER NOT NULL DEFAULT 1,
-    attempt INTEGER NOT NULL DEFAULT 0
+    attempt INTEGER NOT NULL DEFAULT 0,
+    context_id TEXT
 );
 CREATE TABLE IF NOT EXISTS run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS events (
@@ -67,10 +68,11 @@ _ADDED_COLUMNS = {
     "owner": "TEXT",
     "first_seq": "INTEGER NOT NULL DEFAULT 1",
     "attempt": "INTEGER NOT NULL DEFAULT 0",
+    "context_id": "TEXT",
 }
 _COLUMNS = (
     "run_id, agent_id, input, status, created_at, finished_at, root_session_id, last_seq,"
-    " owner, first_seq, attempt"
+    " owner, first_seq, attempt, context_id"
 )
 
 
@@ -185,6 +187,7 @@ class SqliteStorage:
                 owner=r[8],
                 first_seq=r[9],
                 attempt=r[10],
+                context_id=r[11],
             )
             for r in rows
         ]
@@ -228,6 +231,7 @@ class SqliteStorage:
                 r.owner,
                 r.first_seq,
                 r.attempt,
+                r.context_id,
             )
             for r in records
         ]

@@ -95,6 +95,7 @@ async def test_send_get_cancel_and_the_tokens(tmp_path: Path) -> None:
             (done,) = await collect(client, message("quick"))
             blocking = pb.SendMessageRequest()
             blocking.CopyFrom(message("now"))
+            blocking.message.context_id = "ctx-42"  # the client's conversation
             blocking.configuration.return_immediately = True
             (started,) = await collect(client, blocking)
             task_id = started.task.id
@@ -113,6 +114,11 @@ async def test_send_get_cancel_and_the_tokens(tmp_path: Path) -> None:
     assert got.id == task_id and got.status.state == pb.TaskState.TASK_STATE_WORKING
     assert cancelled.status.state == pb.TaskState.TASK_STATE_CANCELED
     assert seen.status.state == pb.TaskState.TASK_STATE_CANCELED
+    # The contextId the message gave is the task's everywhere (regression: GetTask and
+    # CancelTask reported the runId); a message that gives none gets the runId.
+    contexts = {started.task.context_id, got.context_id, cancelled.context_id, seen.context_id}
+    assert contexts == {"ctx-42"}
+    assert done.task.context_id == done.task.id
 
 
 async def test_an_a2a_agent_here_is_a_subagent_there(tmp_path: Path) -> None:

@@ -132,3 +132,16 @@ async def test_a_runs_attempt_is_kept_while_its_status_stays_running(tmp_path: P
     async with SqliteStorage.open(tmp_path / "old.db") as storage:
         (loaded,) = await storage.load()
     assert loaded.attempt == 0
+    assert loaded.context_id is None  # nor a `context_id` one: added, empty
+
+
+async def test_a_runs_context_is_kept(tmp_path: Path) -> None:
+    """An A2A message's `contextId` stays with its run across a restart (issue 33:
+    GetTask and CancelTask reported the runId as the context)."""
+    path = tmp_path / "j.db"
+    async with SqliteStorage.open(path) as storage:
+        given = msgspec.structs.replace(record("run-1"), context_id="ctx-42")
+        await storage.write([given, record("run-2")], [("run-1", 1, b"a")])
+    async with SqliteStorage.open(path) as storage:
+        loaded = {r.run_id: r.context_id for r in await storage.load()}
+    assert loaded == {"run-1": "ctx-42", "run-2": None}
