@@ -3,7 +3,7 @@ endpoints that stream a run (`/mcp` progress, `/ag-ui`), which need no feed mach
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import Entry
@@ -13,7 +13,9 @@ __all__ = ["follow_run"]
 BATCH = 1024
 
 
-async def follow_run(journal: Journal, run_id: str, after: int = 0) -> AsyncIterator[list[Entry]]:
+async def follow_run(
+    journal: Journal, run_id: str, after: int = 0
+) -> AsyncGenerator[list[Entry], None]:
     """The run's events after `after`, a batch at a time, until its last one (a run of
     another cluster instance is tailed while followed)."""
     log = journal.get(run_id)

@@ -14,7 +14,7 @@ leaving) cancels the run.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, MutableMapping
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -35,6 +35,8 @@ __all__ = ["McpEndpoint"]
 _PRINCIPAL = "orchestrator.principal"
 """Where the checked principal of a request rides in its ASGI scope (the tool reads it)."""
 _CANCEL_SECONDS = 5.0
+_FOLLOW_END_SECONDS = 5.0
+"""How long a finished call waits for its run's last events to reach its progress."""
 
 
 class McpEndpoint:
@@ -76,10 +78,15 @@ class McpEndpoint:
         except Refused as exc:
             raise ToolError(exc.message) from None
         run_id = started.run_id
+        followed = trio.Event()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._follow, run_id, TreeProgress(ctx, agent_id))
+                nursery.start_soon(self._follow, run_id, TreeProgress(ctx, agent_id), followed)
                 result = await started.wait()
+                # The run's last events may still be on their way through the journal:
+                # its progress ends at its total before the answer goes out (bounded).
+                with trio.move_on_after(_FOLLOW_END_SECONDS):
+                    await followed.wait()
                 nursery.cancel_scope.cancel()
         except BaseException:
             with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_SECONDS):
@@ -90,11 +97,14 @@ class McpEndpoint:
             raise ToolError(f"run {run_id} {result.status}: {result.error or ''}".rstrip(": "))
         return result.text or ""
 
-    async def _follow(self, run_id: str, progress: TreeProgress) -> None:
-        """The run's events as progress, read from the journal as they are committed."""
-        async for entries in follow_run(self.app.journal, run_id):
-            for entry in entries:
-                source = entry.event.source
-                path = source.path if source is not None else None
-                progress.see(entry.event.type, path, entry.event.data)
-            await progress.report()
+    async def _follow(self, run_id: str, progress: TreeProgress, done: trio.Event) -> None:
+        """The run's events as progress, read from the journal as they are committed,
+        to its end (`done` is set then)."""
+        async with aclosing(follow_run(self.app.journal, run_id)) as batches:
+            async for entries in batches:
+                for entry in entries:
+                    source = entry.event.source
+                    path = source.path if source is not None else None
+                    progress.see(entry.event.type, path, entry.event.data)
+                await progress.report()
+        done.set()
