@@ -23,14 +23,14 @@ async def test_the_cluster_survives_chaos(
     tmp_path: Path,
     redis_url: str,  # noqa: F811
 ) -> None:
-    report = await chaos("cluster", seed=1, seconds=60, root=tmp_path, redis_url=redis_url)
+    report = await chaos("cluster", seed=1, seconds=45, root=tmp_path, redis_url=redis_url)
     print(report.row())
     assert not report.problems, "\n".join(report.problems)
-    assert sum(report.actions.values()) >= 11 and report.runs >= 20  # (the seed gives 12)
+    assert sum(report.actions.values()) >= 7 and report.runs >= 15
 
 
 async def test_a_single_server_survives_restarts_under_load(tmp_path: Path) -> None:
-    report = await chaos("single", seed=1, seconds=30, root=tmp_path)
+    report = await chaos("single", seed=1, seconds=20, root=tmp_path)
     print(report.row())
     assert not report.problems, "\n".join(report.problems)
-    assert sum(report.actions.values()) >= 5 and report.runs >= 10  # (the seed gives 6)
+    assert sum(report.actions.values()) >= 3 and report.runs >= 6
