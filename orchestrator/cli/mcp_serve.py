@@ -19,6 +19,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from websockets.trio.client import connect
 
+from orchestrator.cli.watch import refusal
 from orchestrator.client import Client, ClientError, auth_headers
 from orchestrator.mcp.expose import TreeProgress, subagent_server
 
@@ -77,9 +78,8 @@ async def mcp_main(url: str, *, token: str | None, origin: str | None = None) ->
     try:  # one line naming the cause, before any MCP client is answered
         listed = await Client(url, token=token, origin=origin, give_up_after=10).agents()
     except ClientError as exc:
-        message = exc.message.replace("a valid token", "a valid --token or $ORCHESTRATOR_TOKEN")
-        plain = exc.code in ("unreachable", "bad_token", "unauthorized", "forbidden")
-        print(f"error: {message if plain else f'{exc.code}: {message}'}", file=sys.stderr)
+        message, _ = refusal(exc, token_hint="--token or $ORCHESTRATOR_TOKEN")
+        print(f"error: {message}", file=sys.stderr)
         return 2
     server = _Server(url, token, origin)
     agents = [(agent.id, agent.description) for agent in listed]

@@ -15,7 +15,7 @@ from orchestrator.client import Client, ClientError
 from orchestrator.core.events import Event, encode_event
 from orchestrator.core.tree import TreeView
 
-__all__ = ["WatchResult", "check_url", "follow", "start_main", "watch_main"]
+__all__ = ["WatchResult", "check_url", "follow", "refusal", "start_main", "watch_main"]
 
 
 class WatchResult(msgspec.Struct):
@@ -24,6 +24,16 @@ class WatchResult(msgspec.Struct):
     status: str | None = None
     error: str | None = None
     reconnects: int = 0
+
+
+def refusal(exc: ClientError, token_hint: str = "--token") -> tuple[str, bool]:
+    """How a client command says `exc` (without `error: `), and whether the server
+    itself refused the request (exit 1) rather than not being reached or letting the
+    connection in (exit 2). An unreachable server, a token no header can carry and an
+    HTTP refusal say it all in their message; a refusal names the option to fix."""
+    if exc.code in ("unreachable", "bad_token") or exc.message.startswith("HTTP"):
+        return exc.message.replace("a valid token", f"a valid {token_hint}"), False
+    return f"{exc.code}: {exc.message}", True
 
 
 def check_url(url: str) -> str | None:
@@ -60,11 +70,7 @@ async def follow(
             async for batch in batches:
                 on_events(batch)
     except ClientError as exc:
-        plain = exc.code in ("unreachable", "bad_token")  # (the message says it all)
-        error = exc.message if plain else f"{exc.code}: {exc.message}"
-        if exc.message.startswith("HTTP"):
-            error = exc.message.replace("a valid token", "a valid --token")
-        return WatchResult(error=error)
+        return WatchResult(error=refusal(exc)[0])
     ended = client.ended
     assert ended is not None
     return WatchResult(status=ended.status, reconnects=ended.reconnects)
@@ -150,10 +156,8 @@ async def start_main(
         client = Client(url, token=token, origin=origin, give_up_after=give_up_after)
         run_id = await client.start(agent, task)
     except ClientError as exc:
-        plain = exc.code in ("unreachable", "bad_token")
-        message = exc.message.replace("a valid token", "a valid --token")
-        print(f"error: {message if plain else f'{exc.code}: {message}'}", file=sys.stderr)
-        refused = not plain and not message.startswith("HTTP")
+        message, refused = refusal(exc)
+        print(f"error: {message}", file=sys.stderr)
         return 1 if refused else 2
     if not follow:
         print(run_id, flush=True)
