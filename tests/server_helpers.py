@@ -99,8 +99,10 @@ async def run_to_end(
         return ack["runId"], events, end
 
 
-async def replay(url: str, run_id: str, after_seq: int = 0, **kw: Any) -> list[dict[str, Any]]:
-    async with connect(url, max_size=None) as ws:
+async def replay(
+    url: str, run_id: str, after_seq: int = 0, headers: dict[str, str] | None = None, **kw: Any
+) -> list[dict[str, Any]]:
+    async with connect(url, max_size=None, additional_headers=headers) as ws:
         ack = await request(ws, op="subscribe", id="s", runId=run_id, afterSeq=after_seq, **kw)
         assert ack["op"] == "ack", ack
         events, _ = await read_until_end(ws, ack["sub"])

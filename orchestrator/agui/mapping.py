@@ -11,22 +11,33 @@ after the agent. Events AG-UI has no type for (messages sent in, approvals,
 compactions, progress, resumes) are CUSTOM events named `orchestrator.<TYPE>`.
 
 Tool-call ids are unique per run on this stream, as AG-UI clients require: an agent's
-ids are its own (the scripted model numbers them per turn; the root and each child may
+ids are its own (the scripted model numbers them per agent; the root and each child may
 all say `call_0`; a remote subtree's are another server's), so a call whose id is
 already taken is renamed `<id>~<n>` — the same in TOOL_CALL_*, TOOL_CALL_RESULT and a
 child's SUBAGENT_STARTED `parentToolCallId` — and its `metadata.toolCallId` keeps the
 id the run's events use.
+
+A run is one or more AG-UI runs (segments): `interrupt()` ends a segment while tool
+calls wait for a person (RUN_FINISHED `outcome: "interrupt"`, one `Interrupt` per
+waiting call, the subagents above them SUBAGENT_FINISHED `suspended`), and a later
+segment — a `resume[]` or a reconnect after seq N — is a stream `prime`d with events
+1..N (nothing sent) whose `begin()` re-opens what is still open there (its subagents,
+streaming messages and tool calls, under the same ids) before the events after N.
+Interrupt ids name the run, the seq of the call's APPROVAL_REQUESTED and the seq the
+segment ended at (`interrupt_id`, `parse_interrupt_id`): an answer needs no state
+kept here.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ag_ui.core import (
     BaseEvent,
     CustomEvent,
+    Interrupt,
     ReasoningEndEvent,
     ReasoningMessageContentEvent,
     ReasoningMessageEndEvent,
@@ -35,6 +46,7 @@ from ag_ui.core import (
     RunErrorEvent,
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
+    RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
     RunStartedEvent,
     StepFinishedEvent,
@@ -42,6 +54,7 @@ from ag_ui.core import (
     SubagentErrorEvent,
     SubagentFinishedEvent,
     SubagentFinishedSuccessOutcome,
+    SubagentFinishedSuspendedOutcome,
     SubagentStartedEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
@@ -54,20 +67,75 @@ from ag_ui.core import (
 
 from orchestrator.core.events import Event, EventType
 
-__all__ = ["AguiStream"]
+__all__ = ["AguiStream", "Answer", "answer_of", "interrupt_id", "parse_interrupt_id"]
+
+
+def interrupt_id(run_id: str, asked_seq: int, end_seq: int) -> str:
+    """The id of the interrupt for the call asked at `asked_seq`, in a segment that
+    ended at `end_seq`: `<runId>@<endSeq>#<askedSeq>`."""
+    return f"{run_id}@{end_seq}#{asked_seq}"
+
+
+def parse_interrupt_id(text: str) -> tuple[str, int, int] | None:
+    """`(run_id, asked_seq, end_seq)` of an `interrupt_id`, or None if it is not one."""
+    head, _, asked = text.rpartition("#")
+    run_id, _, end = head.rpartition("@")
+    if not run_id or not asked.isdigit() or not end.isdigit() or len(text) > 512:
+        return None
+    return run_id, int(asked), int(end)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A `resume[]` entry as the `approve` op's decision."""
+
+    decision: Literal["approve", "deny"]
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+
+
+def answer_of(status: str, payload: Any) -> Answer | str:
+    """The decision a `ResumeEntry` gives (`status`, `payload`), or why it gives none.
+
+    `payload` is `{"approved": bool, "reason"?: str, "args"?: object}` (the interrupt's
+    `responseSchema`), or a bare boolean; `status: "cancelled"` denies the call.
+    """
+    if status == "cancelled":
+        reason = payload.get("reason") if isinstance(payload, dict) else None
+        return Answer("deny", reason if isinstance(reason, str) else "cancelled by the client")
+    if isinstance(payload, bool):
+        return Answer("approve" if payload else "deny")
+    if not isinstance(payload, dict) or not isinstance(payload.get("approved"), bool):
+        return 'payload must be {"approved": true|false, "reason"?: string, "args"?: object}'
+    reason, args = payload.get("reason"), payload.get("args")
+    if reason is not None and not isinstance(reason, str):
+        return "payload.reason must be a string"
+    if args is not None and not isinstance(args, dict):
+        return "payload.args must be an object"
+    return Answer("approve" if payload["approved"] else "deny", reason, args)
+
+
+@dataclass
+class _Waiting:
+    """A tool call that waits for a person (its APPROVAL_REQUESTED)."""
+
+    seq: int
+    key: str | None
+    wire_id: str
+    data: dict[str, Any]
+    metadata: dict[str, Any]
 
 
 @dataclass
 class _Agent:
     key: str | None
     name: str
-    turn: int = 0
     text: str | None = None
     """The id of the text message streaming now."""
     reasoning: str | None = None
     """The id of the reasoning message streaming now."""
     calls: set[str] = field(default_factory=set)
-    """Tool calls started (TOOL_CALL_START sent)."""
+    """Tool calls started (TOOL_CALL_START sent) with no result yet."""
 
 
 class AguiStream:
@@ -86,16 +154,150 @@ class AguiStream:
         """Tool-call ids this stream has given out."""
         self._wire: dict[tuple[str | None, str], str] = {}
         """(agentKey, the run's toolCallId) → the id on this stream, for its latest call."""
+        self._streaming: dict[str, tuple[str | None, str]] = {}
+        """Tool calls whose arguments stream in this segment (started, not ended):
+        wire id → (agentKey, tool name)."""
+        self._active: dict[str, dict[str, Any]] = {}
+        """Subagents started and not ended, in start order: key → SUBAGENT_STARTED's
+        fields."""
+        self.waiting: dict[tuple[str | None, str], _Waiting] = {}
+        """Calls that wait for a person now: (agentKey, toolCallId) → the request."""
+        self.last_seq = 0
+        """The seq of the last event fed."""
+        self.final: Event | None = None
+        """The run's RUN_FINISHED, once fed."""
+        self._begun = False
+        self._silent = False
+
+    def prime(self, events: list[Event]) -> None:
+        """Take in events a client already has (state only, nothing sent)."""
+        self._silent = True
+        try:
+            for event in events:
+                self.feed(event)
+        finally:
+            self._silent = False
+
+    def begin(self) -> list[BaseEvent]:
+        """Open a segment after the events fed so far: RUN_STARTED, then what is open
+        there again (subagents, streaming messages and tool calls, with their ids)."""
+        self._begun = True
+        common: dict[str, Any] = {"metadata": {"runId": self.run_id, "seq": self.last_seq}}
+        out: list[BaseEvent] = [
+            RunStartedEvent(thread_id=self.thread_id, run_id=self.agui_run_id, **common)
+        ]
+        for key, started in self._active.items():
+            out += [
+                SubagentStartedEvent(**started, **common),
+                StepStartedEvent(step_name=started["name"], subagent_run_id=key, **common),
+            ]
+        for agent in self._agents.values():
+            sub: dict[str, Any] = {"subagent_run_id": agent.key} if agent.key is not None else {}
+            if agent.reasoning is not None:
+                out += [
+                    ReasoningStartEvent(message_id=agent.reasoning, **common, **sub),
+                    ReasoningMessageStartEvent(message_id=agent.reasoning, **common, **sub),
+                ]
+            if agent.text is not None:
+                out.append(
+                    TextMessageStartEvent(
+                        message_id=agent.text, role="assistant", name=agent.name, **common, **sub
+                    )
+                )
+        for wire_id, (owner, name) in self._streaming.items():
+            sub = {"subagent_run_id": owner} if owner is not None else {}
+            out.append(
+                ToolCallStartEvent(tool_call_id=wire_id, tool_call_name=name, **common, **sub)
+            )
+        return out
+
+    def interrupt(self) -> list[BaseEvent]:
+        """End this segment because calls wait for a person (`waiting` is not empty):
+        what is open is closed, the subagents above the calls end `suspended`, and
+        RUN_FINISHED carries one interrupt per waiting call."""
+        common: dict[str, Any] = {"metadata": {"runId": self.run_id, "seq": self.last_seq}}
+        out: list[BaseEvent] = []
+        for agent in self._agents.values():
+            sub: dict[str, Any] = {"subagent_run_id": agent.key} if agent.key is not None else {}
+            out += self._close(agent, common, sub)
+        for wire_id, (key, _) in self._streaming.items():
+            sub = {"subagent_run_id": key} if key is not None else {}
+            out.append(ToolCallEndEvent(tool_call_id=wire_id, **common, **sub))
+        self._streaming.clear()
+        interrupts = [self._interrupt(w) for w in self.waiting.values()]
+        owned: dict[str, list[str]] = {}
+        for item in interrupts:
+            if item.subagent_run_id is not None:
+                owned.setdefault(item.subagent_run_id, []).append(item.id)
+        for key, started in reversed(self._active.items()):
+            out += [
+                StepFinishedEvent(step_name=started["name"], subagent_run_id=key, **common),
+                SubagentFinishedEvent(
+                    subagent_run_id=key,
+                    outcome=SubagentFinishedSuspendedOutcome(interrupt_ids=owned.get(key)),
+                    **common,
+                ),
+            ]
+        out.append(
+            RunFinishedEvent(
+                thread_id=self.thread_id,
+                run_id=self.agui_run_id,
+                outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
+                **common,
+            )
+        )
+        self._begun = False
+        return out
+
+    def _interrupt(self, waiting: _Waiting) -> Interrupt:
+        data = waiting.data
+        name = str(data.get("name", "tool"))
+        agent = waiting.metadata.get("agentId") or "the agent"
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {
+                "approved": {"type": "boolean"},
+                "reason": {"type": "string"},
+            },
+            "required": ["approved"],
+        }
+        if data.get("edit"):
+            schema["properties"]["args"] = {"type": "object"}
+        timeout_at = data.get("timeoutAt")
+        return Interrupt(
+            id=interrupt_id(self.run_id, waiting.seq, self.last_seq),
+            reason="tool_approval",
+            message=f"{agent} asks to run {name} with {json.dumps(data.get('args'))}",
+            tool_call_id=waiting.wire_id,
+            response_schema=schema,
+            expires_at=(_iso(float(timeout_at)) if isinstance(timeout_at, (int, float)) else None),
+            metadata={
+                **waiting.metadata,
+                "name": name,
+                "args": data.get("args"),
+                "edit": bool(data.get("edit")),
+            },
+            **({"subagent_run_id": waiting.key} if waiting.key is not None else {}),
+        )
 
     def feed(self, event: Event) -> list[BaseEvent]:
         """The AG-UI events for one of the run's events."""
+        self.last_seq = event.seq
+        out = self._feed(event)
+        return [] if self._silent else out
+
+    def _feed(self, event: Event) -> list[BaseEvent]:
         kind, data = event.type, event.data
         key = event.source.agent_key if event.source is not None else None
         common = self._common(event)
         if kind is EventType.RUN_STARTED:
             self._agents[None] = _Agent(None, str(data.get("agentId", "root")))
+            if self._begun:
+                return []
+            self._begun = True
             return [RunStartedEvent(thread_id=self.thread_id, run_id=self.agui_run_id, **common)]
         if kind is EventType.RUN_FINISHED:
+            self.final = event
             return self._finish_run(event, common)
         agent = self._agent(event)
         sub: dict[str, Any] = {"subagent_run_id": key} if key is not None else {}
@@ -117,8 +319,18 @@ class AguiStream:
                 text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
                 if text:
                     out.append(ToolCallArgsEvent(tool_call_id=call_id, delta=text, **common, **sub))
+            elif call_id not in self._streaming:  # its start was in an earlier segment
+                out = self._start_call(agent, call_id, str(data.get("name", "")), common, sub)
+            self._streaming.pop(call_id, None)
             out.append(ToolCallEndEvent(tool_call_id=call_id, **common, **sub))
             return out
+        if kind is EventType.APPROVAL_REQUESTED:
+            theirs = str(data.get("toolCallId", ""))
+            wire = self._wire.get((key, theirs), theirs)
+            metadata = {**common["metadata"], "toolCallId": theirs}
+            self.waiting[(key, theirs)] = _Waiting(event.seq, key, wire, data, metadata)
+        elif kind is EventType.APPROVAL_RESOLVED:
+            self.waiting.pop((key, str(data.get("toolCallId", ""))), None)
         if kind is EventType.TOOL_RESULT:
             call_id = self._call_id(agent, str(data.get("toolCallId", "")), common)
             agent.calls.discard(call_id)
@@ -139,21 +351,23 @@ class AguiStream:
             spawned_by = source.parent_tool_call_id
             if spawned_by is not None:
                 spawned_by = self._wire.get((parent, spawned_by), spawned_by)
+            started: dict[str, Any] = {
+                "subagent_run_id": key,
+                "name": source.agent_name,
+                "description": str(data.get("task", "")) or None,
+                "parent_subagent_run_id": parent,
+                "parent_tool_call_id": spawned_by,
+            }
+            self._active[key] = started
             return [
-                SubagentStartedEvent(
-                    subagent_run_id=key,
-                    name=source.agent_name,
-                    description=str(data.get("task", "")) or None,
-                    parent_subagent_run_id=parent,
-                    parent_tool_call_id=spawned_by,
-                    **common,
-                ),
+                SubagentStartedEvent(**started, **common),
                 StepStartedEvent(step_name=source.agent_name, subagent_run_id=key, **common),
             ]
         if kind in (EventType.AGENT_RESULT, EventType.AGENT_ERROR):
             out = self._close(agent, common, sub)
             if key is None:
                 return out  # the root's end is the run's (RUN_FINISHED)
+            self._active.pop(key, None)
             out.append(StepFinishedEvent(step_name=agent.name, subagent_run_id=key, **common))
             if kind is EventType.AGENT_RESULT:
                 out.append(
@@ -208,15 +422,13 @@ class AguiStream:
     ) -> list[BaseEvent]:
         data, out = event.data, []
         if event.last:
-            out = self._close(agent, common, sub)
-            agent.turn += 1
-            return out
+            return self._close(agent, common, sub)
         thinking = data.get("thinkingDelta")
         if isinstance(thinking, str):
             if not thinking:
                 return []
             if agent.reasoning is None:
-                message = agent.reasoning = f"{self._prefix(agent)}:{agent.turn}:reasoning"
+                message = agent.reasoning = f"{self._prefix(agent)}:{event.seq}:reasoning"
                 out += [
                     ReasoningStartEvent(message_id=message, **common, **sub),
                     ReasoningMessageStartEvent(message_id=message, **common, **sub),
@@ -232,7 +444,7 @@ class AguiStream:
             return []
         out += self._end_reasoning(agent, common, sub)
         if agent.text is None:
-            agent.text = f"{self._prefix(agent)}:{agent.turn}:text"
+            agent.text = f"{self._prefix(agent)}:{event.seq}:text"
             out.append(
                 TextMessageStartEvent(
                     message_id=agent.text, role="assistant", name=agent.name, **common, **sub
@@ -260,9 +472,10 @@ class AguiStream:
     def _start_call(
         self, agent: _Agent, call_id: str, name: str, common: dict[str, Any], sub: dict[str, Any]
     ) -> list[BaseEvent]:
-        if call_id in agent.calls:
+        if call_id in self._streaming:
             return []
         agent.calls.add(call_id)
+        self._streaming[call_id] = (agent.key, name or "tool")
         return [
             ToolCallStartEvent(
                 tool_call_id=call_id,
@@ -291,11 +504,31 @@ class AguiStream:
             out.append(TextMessageEndEvent(message_id=message, **common, **sub))
         return out
 
+    def finish(self) -> list[BaseEvent]:
+        """The end of a segment begun after the run's RUN_FINISHED (a reconnect to a
+        run that has ended)."""
+        if self.final is None or not self._begun:
+            return []
+        return self._finish_run(self.final, self._common(self.final))
+
     def _finish_run(self, event: Event, common: dict[str, Any]) -> list[BaseEvent]:
         data, out = event.data, []
+        self._begun = False
         for agent in self._agents.values():
             sub: dict[str, Any] = {"subagent_run_id": agent.key} if agent.key is not None else {}
             out += self._close(agent, common, sub)
+        for wire_id, (key, _) in self._streaming.items():  # cut off by a cancel
+            sub = {"subagent_run_id": key} if key is not None else {}
+            out.append(ToolCallEndEvent(tool_call_id=wire_id, **common, **sub))
+        self._streaming.clear()
+        for key, started in reversed(self._active.items()):  # ended with the run
+            out.append(StepFinishedEvent(step_name=started["name"], subagent_run_id=key, **common))
+            out.append(
+                SubagentErrorEvent(
+                    subagent_run_id=key, message="the run ended first", code="cancelled", **common
+                )
+            )
+        self._active.clear()
         status = str(data.get("status", "completed"))
         if status == "completed":
             out.append(
@@ -320,3 +553,9 @@ class AguiStream:
             message = str(data.get("error") or f"the run ended {status}")
             out.append(RunErrorEvent(message=message, code=status, **common))
         return out
+
+
+def _iso(ts: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")

@@ -7,29 +7,48 @@ user message of `messages`. The run starts here like the `run` op (owned by the
 token, in the journal, live in the console); the stream follows it from the journal
 (`orchestrator/agui/mapping.py` maps each event) until RUN_FINISHED / RUN_ERROR. A
 client that drops does not stop the run: RUN_STARTED's `metadata.runId` (and the
-`x-orchestrator-run-id` header) name it, to follow it on `/ws`.
+`x-orchestrator-run-id` header) name it, to follow it on `/ws`, or here again.
+
+A run may take several requests (AG-UI segments, docs/integrations.md): calls that
+wait for a person end one with an interrupt; a `resume[]` answers them (the `approve`
+op's decision) and streams on; `forwardedProps: {runId, afterSeq}` reconnects after
+a seq. Each continues from the journal after its cursor, nothing kept in between.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import MutableMapping
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 import trio
-from ag_ui.core import RunAgentInput
+from ag_ui.core import BaseEvent, CustomEvent, ResumeEntry, RunAgentInput
 from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 
-from orchestrator.agui.mapping import AguiStream
+from orchestrator.agui.mapping import AguiStream, answer_of, parse_interrupt_id
+from orchestrator.core.events import EventType
+from orchestrator.runs.service import AgentNotRunning
+from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.server.endpoints import Refused, authorize, refuse, serve_connection, start_run
 from orchestrator.server.follow import follow_run
+from orchestrator.storage.runlog import UnknownRun
 
 if TYPE_CHECKING:
     from orchestrator.server.app import ServerApp
+    from orchestrator.server.auth import Principal
 
 __all__ = ["AguiEndpoint"]
 
 PREFIX = "/ag-ui"
+SETTLE_SECONDS = 0.5
+"""Calls wait for a person and no event came for this long: the segment ends with an
+interrupt (the rest of the tree may still be busy: the next segment carries it)."""
+MAX_SETTLE_SECONDS = 2.0
+"""…or this long after a call began to wait, however busy the rest of the tree is."""
+MAX_RESUME_ENTRIES = 1000
 
 
 class AguiEndpoint:
@@ -50,7 +69,7 @@ class AguiEndpoint:
             return await refuse(
                 send, 405, "use POST with an AG-UI RunAgentInput", [(b"allow", b"POST")]
             )
-        principal = await authorize(self.app, scope, send, writes=True)
+        principal = await authorize(self.app, scope, send, writes=False)
         if principal is None:
             return None
         body = await self._body(receive)
@@ -69,17 +88,120 @@ class AguiEndpoint:
             return await refuse(
                 send, 400, "name the agent: POST /ag-ui/AGENT, or forwardedProps.agent"
             )
+        props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
+        if run_input.resume or props.get("runId") is not None:
+            return await self._continue(receive, send, principal, agent_id, run_input)
+        if principal.read_only:
+            return await refuse(send, 403, "forbidden: a viewer token may not start runs")
         task = _task_of(run_input)
         if task is None:
             return await refuse(
                 send, 400, "messages holds no user message with text: nothing to do"
             )
-        app = self.app
         try:
-            started = await start_run(app, principal, agent_id, task)
+            started = await start_run(self.app, principal, agent_id, task)
         except Refused as exc:
             return await refuse(send, exc.status, exc.message)
-        run_id = started.run_id
+        stream = AguiStream(
+            started.run_id, thread_id=run_input.thread_id, agui_run_id=run_input.run_id
+        )
+        return await self._stream(receive, send, stream, [])
+
+    async def _continue(
+        self,
+        receive: Any,
+        send: Any,
+        principal: Principal,
+        agent_id: str,
+        run_input: RunAgentInput,
+    ) -> None:
+        """A `resume[]` (answers to the interrupts of an earlier segment) or a reconnect
+        (`forwardedProps.runId`, `afterSeq`): the run's events after the cursor."""
+        try:
+            run_id, cursor, entries = _continuation(run_input)
+        except Refused as exc:
+            return await refuse(send, exc.status, exc.message)
+        app = self.app
+        try:
+            log = await app.journal.mirrors.find(run_id)
+        except UnknownRun:
+            log = None
+        if log is None or not principal.may_see(log.record.owner):
+            return await refuse(send, 404, f"no run {run_id!r}")
+        if log.record.agent_id != agent_id:
+            return await refuse(
+                send,
+                404,
+                f"run {run_id!r} is not of agent {agent_id!r}: POST /ag-ui/{log.record.agent_id}",
+            )
+        if cursor > log.committed:
+            return await refuse(
+                send, 400, f"afterSeq {cursor} is past the run's last event ({log.committed})"
+            )
+        answers = [await self._answer(principal, run_id, entry) for entry in entries]
+        stream = AguiStream(run_id, thread_id=run_input.thread_id, agui_run_id=run_input.run_id)
+        had = await app.journal.read_all(run_id, cursor)
+        stream.prime([e.event for e in had if e.seq <= cursor])
+        stream.last_seq = cursor
+        first = stream.begin()
+        if answers:
+            first.append(
+                CustomEvent(
+                    name="orchestrator.RESUME",
+                    value={"answers": answers},
+                    metadata={"runId": run_id, "seq": cursor},
+                )
+            )
+        return await self._stream(receive, send, stream, first)
+
+    async def _answer(
+        self, principal: Principal, run_id: str, entry: ResumeEntry
+    ) -> dict[str, Any]:
+        """Give one `resume[]` entry's decision as the `approve` op would: what became
+        of it (`accepted`, else `code` and `message`)."""
+        out: dict[str, Any] = {"interruptId": entry.interrupt_id, "accepted": False}
+        if principal.read_only:
+            return {**out, "code": "unauthorized", "message": "a viewer token may not answer"}
+        parsed = parse_interrupt_id(entry.interrupt_id)
+        assert parsed is not None  # checked by _continuation
+        asked = await self.app.journal.read(run_id, parsed[1] - 1, 1)
+        if (
+            not asked
+            or asked[0].seq != parsed[1]
+            or asked[0].event.type is not (EventType.APPROVAL_REQUESTED)
+        ):
+            return {**out, "code": "not_found", "message": "no such interrupt in this run"}
+        tool_call_id = str(asked[0].event.data.get("toolCallId", ""))
+        out["toolCallId"] = tool_call_id
+        answer = answer_of(entry.status, entry.payload)
+        if isinstance(answer, str):
+            return {**out, "code": "bad_request", "message": answer}
+        limit = self.app.config.limits.max_input_bytes
+        for name, value in (("reason", answer.reason), ("args", answer.args)):
+            if value is not None and len(json.dumps(value).encode()) > limit:
+                return {**out, "code": "bad_request", "message": f"{name} is over {limit} bytes"}
+        try:
+            await self.app.runs.approve(
+                run_id,
+                tool_call_id,
+                answer.decision,
+                by=principal.name or "client",
+                reason=answer.reason,
+                args=answer.args,
+            )
+        except ApprovalError as exc:
+            return {**out, "code": exc.code, "message": exc.message}
+        except (UnknownRun, AgentNotRunning) as exc:
+            return {**out, "code": "not_found", "message": str(exc)}
+        return {**out, "accepted": True, "decision": answer.decision}
+
+    async def _stream(
+        self, receive: Any, send: Any, stream: AguiStream, first: list[BaseEvent]
+    ) -> None:
+        """Stream the run from `stream.last_seq` on (after the `first` events): to its
+        end, or — when calls wait for a person and the run has gone quiet — to an
+        interrupt."""
+        app, run_id = self.app, stream.run_id
         await send(
             {
                 "type": "http.response.start",
@@ -91,22 +213,40 @@ class AguiEndpoint:
                 ],
             }
         )
-        stream = AguiStream(run_id, thread_id=run_input.thread_id, agui_run_id=run_input.run_id)
+
+        async def emit(events: list[BaseEvent]) -> None:
+            chunk = "".join(self.encoder.encode(e) for e in events)
+            if chunk:
+                await send(
+                    {"type": "http.response.body", "body": chunk.encode(), "more_body": True}
+                )
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_until_gone, receive, nursery.cancel_scope)
-            async for entries in follow_run(app.journal, run_id):
-                chunk = "".join(
-                    self.encoder.encode(out)
-                    for entry in entries
-                    for out in stream.feed(entry.event)
-                )
-                if chunk:
-                    await send(
-                        {"type": "http.response.body", "body": chunk.encode(), "more_body": True}
-                    )
+            await emit(first)
+            waiting_since = trio.current_time() if stream.waiting else None
+            async with aclosing(follow_run(app.journal, run_id, stream.last_seq)) as batches:
+                while True:
+                    wait = math.inf
+                    if waiting_since is not None:
+                        now = trio.current_time()
+                        wait = min(SETTLE_SECONDS, waiting_since + MAX_SETTLE_SECONDS - now)
+                    entries = None
+                    with trio.move_on_after(max(wait, 0)):
+                        entries = await anext(batches, None)
+                        if entries is None:
+                            break
+                    if entries is None:  # calls wait and the run is quiet: hand them over
+                        await emit(stream.interrupt())
+                        break
+                    await emit([out for entry in entries for out in stream.feed(entry.event)])
+                    if not stream.waiting:
+                        waiting_since = None
+                    elif waiting_since is None:
+                        waiting_since = trio.current_time()
+            await emit(stream.finish())
             await send({"type": "http.response.body", "body": b""})
             nursery.cancel_scope.cancel()
-        return None
 
     async def _body(self, receive: Any) -> bytes | None:
         body = bytearray()
@@ -150,3 +290,38 @@ def _task_of(run_input: RunAgentInput) -> str | None:
             text = "\n".join(t for t in texts if isinstance(t, str))
             return text or None
     return None
+
+
+def _continuation(run_input: RunAgentInput) -> tuple[str, int, list[ResumeEntry]]:
+    """The run, the cursor and the answers of a resume or reconnect request.
+
+    Raises:
+        Refused: 400, saying what is wrong.
+    """
+    props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
+    entries = list(run_input.resume or ())
+    if len(entries) > MAX_RESUME_ENTRIES:
+        raise Refused(400, f"resume holds over {MAX_RESUME_ENTRIES} entries")
+    runs: set[str] = set()
+    ends: list[int] = []
+    for n, entry in enumerate(entries):
+        parsed = parse_interrupt_id(entry.interrupt_id)
+        if parsed is None:
+            raise Refused(400, f"resume.{n}.interruptId: not an interrupt of this server")
+        runs.add(parsed[0])
+        ends.append(parsed[2])
+    named = props.get("runId")
+    if named is not None:
+        if not isinstance(named, str) or not named:
+            raise Refused(400, "forwardedProps.runId must be a run id")
+        runs.add(named)
+    if len(runs) != 1:
+        raise Refused(400, "resume and forwardedProps.runId name more than one run")
+    after = props.get("afterSeq")
+    if after is None:
+        cursor = min(ends) if ends else 0
+    elif isinstance(after, int) and not isinstance(after, bool) and after >= 0:
+        cursor = after
+    else:
+        raise Refused(400, "forwardedProps.afterSeq must be a seq (an integer >= 0)")
+    return runs.pop(), cursor, entries

@@ -56,10 +56,14 @@ def need(package: str) -> None:
     pytest.skip(how)
 
 
-async def agui_client(url: str, task: str, token: str | None = None) -> dict[str, Any]:
-    """What @ag-ui/client's `HttpAgent.runAgent` made of the stream at `url`."""
+async def agui_client(
+    url: str, task: str, token: str | None = None, options: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What @ag-ui/client's `HttpAgent.runAgent` made of the stream at `url` (resumed
+    while it ends with interrupts; `options`: see clients/agui_run.mjs)."""
+    extra = [token or "", json.dumps(options)] if options is not None else [token or ""]
     done = await trio.run_process(
-        ["node", str(CLIENTS / "agui_run.mjs"), url, task, *([token] if token else [])],
+        ["node", str(CLIENTS / "agui_run.mjs"), url, task, *extra],
         capture_stdout=True,
         capture_stderr=True,
         check=False,
@@ -96,6 +100,91 @@ async def test_the_official_ag_ui_client_accepts_every_run(tmp_path: Path, agent
         assert "SUBAGENT_STARTED" in types and types.count("TOOL_CALL_START") >= 2
     if agent == "boss":
         assert "SUBAGENT_ERROR" in types  # the failing child, in the stream the client took
+
+
+async def test_the_official_ag_ui_client_answers_interrupts_and_resumes(tmp_path: Path) -> None:
+    """Two calls wait for a person at once: the client gets RUN_FINISHED `interrupt`
+    with both, answers both in one `resume[]` (one edited, one denied), and accepts the
+    stream that finishes the run."""
+    need("@ag-ui/client")
+    from tests.integration.test_agui_resume import AGENTS as RESUME_AGENTS
+
+    token = "ann-1"
+    config = demo_config(
+        tmp_path,
+        server={"ag_ui": True, "tokens": [{"name": "ann", "token": token}]},
+        extra_agents=RESUME_AGENTS,
+    )
+    answers = {"write_file": {"approved": True, "args": {"path": "c.txt", "content": "C"}}}
+    async with running_server(config) as server:
+        url = f"http://127.0.0.1:{server.port}/ag-ui/pair"
+        outcome = await agui_client(url, "two writes", token, {"answers": answers})
+    assert outcome["ok"], outcome["error"]
+    first, *rest = outcome["segments"]
+    assert first["outcome"] == "interrupt" and len(first["interrupts"]) == 2
+    assert rest[-1]["outcome"] == "success"
+    assert (tmp_path / "workspace" / "c.txt").read_text() == "C"
+
+
+async def test_the_official_ag_ui_client_accepts_a_cancelled_run(tmp_path: Path) -> None:
+    need("@ag-ui/client")
+    token = "ann-1"
+    auth = {"Authorization": f"Bearer {token}"}
+    config = demo_config(
+        tmp_path,
+        token_delay=0.02,
+        server={"ag_ui": True, "tokens": [{"name": "ann", "token": token}]},
+    )
+    outcome: dict[str, Any] = {}
+
+    async def run_client(url: str) -> None:
+        outcome.update(await agui_client(url, "compare trio and asyncio", token))
+
+    async with running_server(config) as server, trio.open_nursery() as nursery:
+        nursery.start_soon(run_client, f"http://127.0.0.1:{server.port}/ag-ui/planner")
+        async with connect(server.url, additional_headers=auth) as ws:
+            for _ in range(600):  # the client has started it
+                if runs := (await request(ws, op="runs", id=1))["runs"]:
+                    break
+                await trio.sleep(0.05)
+            await trio.sleep(0.3)  # its children are under way
+            cancel = await request(ws, op="cancel", id=2, runId=runs[0]["runId"])
+            assert cancel["op"] == "ack"
+    assert outcome["ok"], outcome["error"]
+    assert outcome["segments"][-1]["outcome"] == "cancelled"
+
+
+async def test_the_official_ag_ui_client_follows_a_remote_subtree_and_reconnects(
+    tmp_path: Path,
+) -> None:
+    """A tree whose child runs on another server, then a reconnect from the middle of
+    the finished run (`forwardedProps.runId`/`afterSeq`): both streams accepted."""
+    need("@ag-ui/client")
+    from tests.integration.test_remote import local_agents, remote_server
+
+    token = "ann-1"
+    async with remote_server(tmp_path / "far") as (_, far_url):
+        (tmp_path / "here").mkdir()
+        config = demo_config(
+            tmp_path / "here",
+            server={"ag_ui": True, "tokens": [{"name": "ann", "token": token}]},
+            extra_agents=local_agents(far_url),
+        )
+        async with running_server(config) as server:
+            url = f"http://127.0.0.1:{server.port}/ag-ui/boss"
+            whole = await agui_client(url, "ask them", token)
+            async with connect(
+                server.url, additional_headers={"Authorization": f"Bearer {token}"}
+            ) as ws:
+                (run,) = (await request(ws, op="runs", id=1))["runs"]
+            middle = {"runId": run["runId"], "afterSeq": 40}
+            again = await agui_client(url, "", token, {"forwardedProps": middle})
+    assert whole["ok"], whole["error"]
+    assert whole["types"].count("SUBAGENT_STARTED") >= 3  # far_planner and its researchers
+    assert again["ok"], again["error"]
+    assert again["types"][0] == "RUN_STARTED" and again["types"][-1] == "RUN_FINISHED"
+    assert again["types"].count("RUN_STARTED") == 1
+    assert len(again["types"]) < len(whole["types"])
 
 
 async def test_the_mcp_conformance_suite_passes_what_applies(tmp_path: Path) -> None:

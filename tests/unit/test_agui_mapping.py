@@ -14,7 +14,13 @@ from ag_ui.core import Event as AguiEvent
 from ag_ui.encoder import EventEncoder
 from pydantic import TypeAdapter
 
-from orchestrator.agui.mapping import AguiStream
+from orchestrator.agui.mapping import (
+    AguiStream,
+    Answer,
+    answer_of,
+    interrupt_id,
+    parse_interrupt_id,
+)
 from orchestrator.core.events import Event, EventType
 
 DECODE = TypeAdapter(AguiEvent)
@@ -86,3 +92,113 @@ def test_a_cancelled_run_and_a_feed_that_starts_mid_turn() -> None:
     assert out[2].parent_message_id == out[0].message_id  # the call belongs to the turn
     assert out[3].delta == '{"seconds": 1}'
     assert out[-1].outcome.type == "cancelled" and out[-1].run_id == "run-1"
+
+
+def child(key: str, depth: int = 1) -> Any:
+    from orchestrator.core.events import Source
+
+    return Source(
+        agent_key=key,
+        agent_id="writer",
+        agent_name="Writer",
+        session_id=f"s-{key}",
+        parent_session_id="s-root",
+        depth=depth,
+        path=f"root/{key}",
+        task_id=f"t-{key}",
+        parent_tool_call_id="call_0",
+    )
+
+
+def tree_events() -> list[Event]:
+    """A root that spawned a writer whose write_file waits, while its text streams."""
+    w = child("w")
+    steps: list[tuple[EventType, Any, bool, dict[str, Any]]] = [
+        (EventType.RUN_STARTED, None, False, {"agentId": "boss", "input": "x"}),
+        (EventType.TOOL_CALL, None, False, {"toolCallId": "call_0", "name": "agent_spawn"}),
+        (EventType.AGENT_STARTED, w, False, {"task": "write"}),
+        (EventType.REASONING, w, False, {"delta": "Writing"}),
+        (EventType.TOOL_CALL_DELTA, w, False, {"toolCallId": "call_0", "name": "write_file"}),
+        (EventType.TOOL_CALL, w, False, {"toolCallId": "call_0", "name": "write_file", "args": {}}),
+        (
+            EventType.APPROVAL_REQUESTED,
+            w,
+            False,
+            {"toolCallId": "call_0", "name": "write_file", "args": {}, "edit": False},
+        ),
+    ]
+    return [
+        Event("run-1", seq, 10.0 + seq, kind, source, last, data)
+        for seq, (kind, source, last, data) in enumerate(steps, 1)
+    ]
+
+
+def test_waiting_calls_end_a_segment_with_an_interrupt() -> None:
+    stream = AguiStream("run-1")
+    for event in tree_events():
+        stream.feed(event)
+    out: list[Any] = stream.interrupt()
+    kinds = [e.type.value for e in out]
+    assert kinds == [
+        "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
+        "SUBAGENT_FINISHED",
+        "RUN_FINISHED",
+    ]
+    (item,) = out[-1].outcome.interrupts
+    assert item.subagent_run_id == "w" and item.reason == "tool_approval"
+    assert item.tool_call_id == "call_0~2"  # the root's spawn said call_0 first
+    assert item.metadata["toolCallId"] == "call_0" and item.metadata["path"] == "root/w"
+    assert "args" not in item.response_schema["properties"]  # edits not allowed
+    assert parse_interrupt_id(item.id) == ("run-1", 7, 7)
+    assert out[2].outcome.type == "suspended" and out[2].outcome.interrupt_ids == [item.id]
+
+
+def test_a_primed_stream_reopens_what_is_open_under_the_same_ids() -> None:
+    events = tree_events()
+    whole = AguiStream("run-1")
+    sent: list[Any] = [e for event in events[:5] for e in whole.feed(event)]
+    later = AguiStream("run-1", agui_run_id="again")
+    later.prime(events[:5])
+    opened: list[Any] = later.begin()
+    assert [e.type.value for e in opened] == [
+        "RUN_STARTED",
+        "SUBAGENT_STARTED",
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        "TOOL_CALL_START",
+    ]
+    text = next(e for e in sent if e.type.value == "TEXT_MESSAGE_START")
+    call = next(e for e in sent if e.type.value == "TOOL_CALL_START" and e.subagent_run_id)
+    assert opened[3].message_id == text.message_id
+    assert opened[4].tool_call_id == call.tool_call_id == "call_0~2"
+    assert all(e.metadata["seq"] == 5 for e in opened)
+    # The rest goes on as in one stream: the call ends, no second start.
+    rest = [e.type.value for e in later.feed(events[5])]
+    assert rest == ["TOOL_CALL_END"]
+
+
+@pytest.mark.parametrize(
+    ("status", "payload", "expected"),
+    [
+        ("resolved", True, Answer("approve")),
+        ("resolved", {"approved": False, "reason": "no"}, Answer("deny", "no")),
+        ("resolved", {"approved": True, "args": {"a": 1}}, Answer("approve", None, {"a": 1})),
+        ("cancelled", None, Answer("deny", "cancelled by the client")),
+        ("resolved", {"ok": 1}, None),
+        ("resolved", {"approved": True, "args": [1]}, None),
+        ("resolved", {"approved": True, "reason": 3}, None),
+    ],
+)
+def test_resume_payloads_become_decisions(status: str, payload: Any, expected: Any) -> None:
+    got = answer_of(status, payload)
+    if expected is None:
+        assert isinstance(got, str)
+    else:
+        assert got == expected
+
+
+def test_interrupt_ids_round_trip_and_refuse_others() -> None:
+    assert parse_interrupt_id(interrupt_id("run-a@b", 3, 9)) == ("run-a@b", 3, 9)
+    for text in ("", "x", "run#3", "run@x#3", "@1#2", "r@1#" + "9" * 600):
+        assert parse_interrupt_id(text) is None

@@ -128,8 +128,18 @@ JSON = examples("json")
 
 
 @pytest.mark.parametrize("example", JSON, ids=ids(JSON))
-def test_json_is_an_event_or_an_mcp_client_config(example: Example) -> None:
+def test_json_is_an_event_an_mcp_client_config_or_an_ag_ui_input(example: Example) -> None:
     data = json.loads(example.text)
+    if "threadId" in data:  # an AG-UI RunAgentInput: its answers must be answers
+        from ag_ui.core import RunAgentInput
+
+        from orchestrator.agui.mapping import Answer, answer_of
+
+        run_input = RunAgentInput.model_validate(data)
+        for entry in run_input.resume or ():
+            answer = answer_of(entry.status, entry.payload)
+            assert isinstance(answer, Answer), f"{example.where}: {answer}"
+        return
     if "mcpServers" in data:
         for name, entry in data["mcpServers"].items():
             if entry.get("type") == "http":
