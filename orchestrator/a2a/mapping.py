@@ -154,11 +154,21 @@ class TaskView:
     state: int = S.TASK_STATE_SUBMITTED
     answer: list[str] = field(default_factory=list)
     message: str = ""
+    seq: int = 0
+    """The seq of the last event taken in: each update carries its event's seq
+    (`metadata.seq`), the task the seq it stands at — the cursor of SubscribeToTask."""
     _messages: int = 0
     _replace: bool = False
 
     def updates(self, event: Event) -> list[TaskUpdate]:
         """What `event` changes of the task (most events change nothing)."""
+        self.seq = event.seq
+        out = self._updates(event)
+        for update in out:
+            update.metadata.update({"seq": event.seq})
+        return out
+
+    def _updates(self, event: Event) -> list[TaskUpdate]:
         kind, data, source = event.type, event.data, event.source
         if kind is EventType.RUN_STARTED:
             return [self._status(S.TASK_STATE_WORKING, "started")]
@@ -191,6 +201,7 @@ class TaskView:
     def task(self) -> pb.Task:
         """The task as it stands (`GetTask`, and the first response of a stream)."""
         task = pb.Task(id=self.task_id, context_id=self.context_id)
+        task.metadata.update({"seq": self.seq})
         task.status.state = self.state  # type: ignore[assignment]
         if self.message:
             task.status.message.CopyFrom(self._message(self.message))

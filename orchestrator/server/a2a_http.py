@@ -52,6 +52,11 @@ CARD_PATH = "/.well-known/agent-card.json"
 _PRINCIPAL, _AGENT = "orchestrator.principal", "orchestrator.agent"
 MAX_CONTEXT_ID = 256
 """Longest `contextId` a message may give (it is kept with the run)."""
+AFTER_SEQ_HEADER = "a2a-orchestrator-after-seq"
+"""SubscribeToTask's cursor (the request has no field for one, so it travels as the
+request's metadata: an HTTP header, as A2A's service parameters do)."""
+CURSOR_EXTENSION = "urn:agent-orchestrator:a2a:after-seq:v1"
+"""The card's name for that cursor (an optional extension: `capabilities.extensions`)."""
 BEARER = "bearer"
 """The card's name for the bearer-token scheme (`Authorization: Bearer <token>`)."""
 
@@ -100,7 +105,19 @@ class A2aEndpoint:
             version="1",
             default_input_modes=["text/plain"],
             default_output_modes=["text/plain"],
-            capabilities=pb.AgentCapabilities(streaming=True),
+            capabilities=pb.AgentCapabilities(
+                streaming=True,
+                extensions=[
+                    pb.AgentExtension(
+                        uri=CURSOR_EXTENSION,
+                        description=(
+                            f"SubscribeToTask resumes after a seq: send the highest "
+                            f"metadata.seq you have in the {AFTER_SEQ_HEADER} header"
+                        ),
+                        required=False,
+                    )
+                ],
+            ),
             supported_interfaces=[
                 pb.AgentInterface(protocol_binding="JSONRPC", url=url, protocol_version="1.0")
             ],
@@ -165,6 +182,21 @@ class _Context(DefaultServerCallContextBuilder):
         context.state[_PRINCIPAL] = request.scope["state"][_PRINCIPAL]
         context.state[_AGENT] = request.scope["state"][_AGENT]
         return context
+
+
+def _cursor(context: ServerCallContext) -> int | None:
+    """The SubscribeToTask cursor the request carries, if any.
+
+    Raises:
+        InvalidParamsError: a header that is not a seq.
+    """
+    headers = context.state.get("headers") or {}
+    raw = headers.get(AFTER_SEQ_HEADER)
+    if raw is None:
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise InvalidParamsError(message=f"{AFTER_SEQ_HEADER} must be a seq (an integer >= 0)")
+    return int(raw)
 
 
 def _view(log: RunLog) -> TaskView:
@@ -261,16 +293,29 @@ class RunTasks(RequestHandler):
         self, params: pb.SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[pb.Task | TaskUpdate, None]:
         """The task as it stands (A2A: the first event MUST be the Task), then its
-        updates as the run goes on; a task that has ended cannot be subscribed to."""
+        updates as the run goes on; a task that has ended cannot be subscribed to.
+
+        With the cursor header (`AFTER_SEQ_HEADER`: the highest `metadata.seq` the
+        client has), the Task is as it stood at that seq and the updates are exactly
+        those after it: a client that dropped misses nothing and sees nothing twice.
+        """
         log = await self._visible(params.id, context)
         if log.finished:
             raise UnsupportedOperationError(
                 message=f"task {params.id} has ended: GetTask returns it as it ended"
             )
+        seen = _cursor(context)
+        if seen is None:
+            seen = log.committed
+        elif seen > log.committed:
+            raise InvalidParamsError(
+                message=f"{AFTER_SEQ_HEADER} {seen} is past the task's last event ({log.committed})"
+            )
         view = _view(log)
-        seen = log.committed
-        for entry in await self.app.journal.read(params.id, 0, seen):
-            view.updates(entry.event)
+        for entry in await self.app.journal.read_all(params.id, seen):
+            if entry.seq <= seen:
+                view.updates(entry.event)
+        view.seq = seen
         yield view.task()
         async for update in self._follow(view, after=seen):
             yield update

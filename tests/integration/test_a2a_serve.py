@@ -5,6 +5,8 @@ an A2A agent of one server spawned as a subagent by another (`remote: {a2a: …}
 
 from __future__ import annotations
 
+import json
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +24,7 @@ pytest.importorskip("a2a", reason="the A2A tests need the `a2a` extra (pip insta
 from a2a.client import ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.types import a2a_pb2 as pb
+from google.protobuf import json_format  # type: ignore[import-untyped]
 
 TOKENS = [
     {"name": "ann", "token": "ann-secret", "role": "user"},
@@ -35,9 +38,14 @@ def http_url(ws_url: str) -> str:
 
 @asynccontextmanager
 async def a2a_client(
-    base: str, agent: str, token: str | None = None, *, streaming: bool = True
+    base: str,
+    agent: str,
+    token: str | None = None,
+    *,
+    streaming: bool = True,
+    headers: dict[str, str] | None = None,
 ) -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
     async with httpx.AsyncClient(headers=headers, timeout=30) as http:
         factory = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming))
         yield await factory.create_from_url(f"{base}/a2a/{agent}")
@@ -215,3 +223,90 @@ async def test_subscribing_starts_with_the_task_and_a_finished_one_is_refused(
     assert "has ended" in refused.text and "UNSUPPORTED_OPERATION" in refused.text
     final = followed[-1].status_update.status
     assert final.state == pb.TaskState.TASK_STATE_COMPLETED
+
+
+def seq_of(response: pb.StreamResponse) -> int:
+    kind = response.WhichOneof("payload")
+    return int(getattr(response, kind).metadata["seq"])
+
+
+def text_after(responses: list[pb.StreamResponse], text: str = "") -> str:
+    """The answer artifact, as a client builds it from the updates it got."""
+    for response in responses:
+        kind = response.WhichOneof("payload")
+        if kind == "task":
+            text = "".join(p.text for a in response.task.artifacts for p in a.parts)
+        elif kind == "artifact_update":
+            update = response.artifact_update
+            chunk = "".join(p.text for p in update.artifact.parts)
+            text = text + chunk if update.append else chunk
+    return text
+
+
+async def test_a_dropped_subscriber_resumes_exactly_by_seq_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """SubscribeToTask with the cursor (the `A2A-Orchestrator-After-Seq` header, as the
+    card's extension says): the Task as it stood at that seq, then exactly the updates
+    after it — across a restart of the server."""
+    from tests.integration.test_server_lifecycle import start_serve_process
+
+    config_path = tmp_path / "server.yaml"
+    demo_config(tmp_path, token_delay=0.05, storage="sqlite:///journal.db", server={"a2a": True})
+    seen: list[pb.StreamResponse] = []
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        base = http_url(url)
+        async with a2a_client(base, "planner", streaming=False) as sender:
+            start = pb.SendMessageRequest()
+            start.CopyFrom(message("compare trio and asyncio"))
+            start.configuration.return_immediately = True
+            (started,) = await collect(sender, start)
+        task_id = started.task.id
+        async with httpx.AsyncClient() as http:
+            card = (await http.get(f"{base}/a2a/planner/.well-known/agent-card.json")).json()
+        # A client that drops mid-stream (raw JSON-RPC over SSE: the SDK's client leaves
+        # its inner generators unclosed when its stream is left early).
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}
+        async with (
+            httpx.AsyncClient(timeout=30) as http,
+            http.stream(
+                "POST", f"{base}/a2a/planner/", json=body, headers={"A2A-Version": "1.0"}
+            ) as response,
+        ):
+            async for line in response.aiter_lines():
+                if line.startswith("data:"):
+                    result = json.loads(line.removeprefix("data:"))["result"]
+                    seen.append(json_format.ParseDict(result, pb.StreamResponse()))
+                    if len(seen) == 6:
+                        break  # the client drops here
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(20):
+            await proc.wait()
+    cursor = max(seq_of(r) for r in seen)
+
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        base = http_url(url)
+        try:
+            headers = {"A2A-Orchestrator-After-Seq": str(cursor)}
+            async with a2a_client(base, "planner", headers=headers) as client:
+                with trio.fail_after(60):
+                    rest = [
+                        r async for r in client.subscribe(pb.SubscribeToTaskRequest(id=task_id))
+                    ]
+            async with a2a_client(base, "planner", streaming=False) as client:
+                final = await client.get_task(pb.GetTaskRequest(id=task_id))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+    (extension,) = card["capabilities"]["extensions"]
+    assert "a2a-orchestrator-after-seq" in extension["description"]
+    first = rest[0]
+    assert first.WhichOneof("payload") == "task" and seq_of(first) == cursor
+    assert text_after(rest[:1]) == text_after(seen)  # the task as the client had it
+    later = [seq_of(r) for r in rest[1:]]
+    assert later == sorted(later) and later[0] > cursor  # nothing twice
+    assert rest[-1].status_update.status.state == pb.TaskState.TASK_STATE_COMPLETED
+    # Nothing missed: what the client built is the answer the task ended with.
+    answer = "".join(p.text for a in final.artifacts for p in a.parts)
+    assert text_after(rest, text_after(seen)) == answer and answer

@@ -187,6 +187,48 @@ async def test_the_official_ag_ui_client_follows_a_remote_subtree_and_reconnects
     assert len(again["types"]) < len(whole["types"])
 
 
+async def test_the_official_a2a_js_client_sends_gets_cancels_subscribes_and_resumes(
+    tmp_path: Path,
+) -> None:
+    """@a2a-js/sdk on /a2a/planner/ (clients/a2a_run.mjs): the card, a streaming send
+    whose contextId round-trips, GetTask, SubscribeToTask on a running task — dropped,
+    then resumed after its last seq — and on an ended one (refused), CancelTask."""
+    need("@a2a-js/sdk")
+    token = "ann-1"
+    config = demo_config(
+        tmp_path,
+        token_delay=0.02,
+        server={"a2a": True, "tokens": [{"name": "ann", "token": token}]},
+    )
+    async with running_server(config) as server:
+        url = f"http://127.0.0.1:{server.port}/a2a/planner/"
+        done = await trio.run_process(
+            ["node", str(CLIENTS / "a2a_run.mjs"), url, "compare trio and asyncio", token],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert done.stdout, done.stderr.decode()
+    got: dict[str, Any] = json.loads(done.stdout.decode().splitlines()[-1])
+    assert got["ok"], got["error"]
+    completed, canceled = 3, 5  # TaskState
+    assert got["card"]["extensions"] == ["urn:agent-orchestrator:a2a:after-seq:v1"]
+    stream = got["stream"]
+    assert stream["kinds"][0] == "task" and stream["firstContext"] == "ctx-js-1"
+    assert stream["lastState"] == completed and stream["answer"]
+    assert got["get"] == {"state": completed, "contextId": "ctx-js-1", "answer": stream["answer"]}
+    resume = got["resume"]
+    assert resume["firstKinds"][0] == "task"
+    assert resume["resumedFirst"] == "task" and resume["resumedFirstSeq"] == resume["cursor"]
+    assert resume["resumedTaskAnswer"] == resume["answerBefore"]
+    later = resume["laterSeqs"]
+    assert later == sorted(later) and later[0] > resume["cursor"]
+    assert resume["built"] == resume["final"] and resume["finalState"] == completed
+    assert got["cancel"]["state"] == canceled
+    ended = got["endedSubscribe"]
+    assert ended["refused"] and "has ended" in ended["error"]
+
+
 async def test_the_mcp_conformance_suite_passes_what_applies(tmp_path: Path) -> None:
     """@modelcontextprotocol/conformance against /mcp: every scenario that applies to a
     server of agents passes; the others are listed, with why, in
