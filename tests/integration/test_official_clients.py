@@ -7,19 +7,24 @@ skip, saying how to install them."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 from websockets.trio.client import connect
 
 from tests.helpers import REPO
-from tests.server_helpers import demo_config, request, running_server
+from tests.server_helpers import demo_config, read_until_end, request, running_server
 
 CLIENTS = REPO / "clients"
 AGENTS: dict[str, dict[str, Any]] = {
@@ -313,3 +318,105 @@ async def test_the_mcp_inspector_lists_and_calls_the_agents(tmp_path: Path, door
     assert {"planner", "researcher", "critic"} <= names
     assert called["isError"] is False
     assert called["content"][0]["text"].startswith("Two claims need a source")
+
+
+PHOENIX = CLIENTS / ".phoenix" / "bin" / "phoenix"
+
+
+def need_phoenix() -> None:
+    """Fail (in CI) or skip (elsewhere) when the Phoenix receiver is not installed."""
+    if PHOENIX.is_file():
+        return
+    how = (
+        "Arize Phoenix (a real OTLP receiver) is not installed: run `python3 -m venv "
+        "clients/.phoenix && clients/.phoenix/bin/pip install -r "
+        "clients/phoenix-requirements.txt` (as .ci/run does)"
+    )
+    if os.environ.get("ORCHESTRATOR_CLIENTS_REQUIRED"):
+        pytest.fail(how)
+    pytest.skip(how)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_a_real_otlp_receiver_phoenix_stores_the_agent_tree(tmp_path: Path) -> None:
+    """Arize Phoenix, an OpenTelemetry-native receiver, takes our OTLP/HTTP export and
+    stores the trace as the agent tree: one trace, every span under its parent, each
+    `invoke_agent` named by the agent's display name with its path and depth."""
+    need_phoenix()
+    from orchestrator.telemetry.trace import trace_id_of
+    from tests.integration.test_telemetry import serving, telemetry
+
+    port = free_port()
+    env = {
+        **os.environ,
+        "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"),
+        "PHOENIX_HOST": "127.0.0.1",
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(free_port()),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+    }
+    base = f"http://127.0.0.1:{port}"
+    spans: list[dict[str, Any]] = []
+    async with trio.open_nursery() as nursery, httpx.AsyncClient(timeout=10) as http:
+        phoenix = await nursery.start(
+            functools.partial(
+                trio.run_process,
+                [str(PHOENIX), "serve"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+            )
+        )
+        try:
+            with trio.fail_after(120):  # its first start migrates its database
+                while True:
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await http.get(f"{base}/v1/projects")).status_code == 200:
+                            break
+                    await trio.sleep(0.5)
+            async with serving(tmp_path, {"telemetry": telemetry(base)}) as url:
+                async with connect(url, max_size=None) as ws:
+                    ack = await request(ws, op="run", id=1, agent="mid", input="look deep")
+                    events, _ = await read_until_end(ws, ack["sub"])
+                with trio.fail_after(30):
+                    while len(spans) < 6:
+                        got = await http.get(f"{base}/v1/projects/default/spans?limit=100")
+                        spans = got.json()["data"]
+                        await trio.sleep(0.2)
+        finally:
+            phoenix.terminate()
+    run_id = events[0]["runId"]
+    names = sorted(s["name"] for s in spans)
+    assert names == sorted(
+        [
+            "invoke_agent Middle",
+            "chat scripted",
+            "chat scripted",
+            "execute_tool agent_spawn",
+            "invoke_agent leaf",
+            "chat scripted",
+        ]
+    )
+    trace_ids = {s["context"]["trace_id"] for s in spans}
+    assert trace_ids == {f"{trace_id_of(run_id):032x}"}
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    (root,) = [s for s in spans if s["name"] == "invoke_agent Middle"]
+    assert not root.get("parent_id")
+    for span in spans:
+        if span is not root:
+            assert span["parent_id"] in by_id, span["name"]
+    (leaf,) = [s for s in spans if s["name"] == "invoke_agent leaf"]
+    tool = by_id[leaf["parent_id"]]
+    assert tool["name"] == "execute_tool agent_spawn" and by_id[tool["parent_id"]] is root
+    assert root["attributes"]["gen_ai.agent.name"] == "Middle"
+    assert root["attributes"]["orchestrator.depth"] == 0
+    assert leaf["attributes"]["orchestrator.depth"] == 1
+    assert leaf["attributes"]["orchestrator.path"].startswith(
+        root["attributes"]["orchestrator.path"] + "/"
+    )
