@@ -49,6 +49,7 @@ interrupt (the rest of the tree may still be busy: the next segment carries it).
 MAX_SETTLE_SECONDS = 2.0
 """…or this long after a call began to wait, however busy the rest of the tree is."""
 MAX_RESUME_ENTRIES = 1000
+PRIME_BATCH = 1024
 
 
 class AguiEndpoint:
@@ -140,8 +141,13 @@ class AguiEndpoint:
             )
         answers = [await self._answer(principal, run_id, entry) for entry in entries]
         stream = AguiStream(run_id, thread_id=run_input.thread_id, agui_run_id=run_input.run_id)
-        had = await app.journal.read_all(run_id, cursor)
-        stream.prime([e.event for e in had if e.seq <= cursor])
+        after = 0
+        while after < cursor:  # a batch at a time: memory stays bounded by the stream's state
+            had = await app.journal.read(run_id, after, min(PRIME_BATCH, cursor - after))
+            if not had:
+                break
+            stream.prime([e.event for e in had if e.seq <= cursor])
+            after = had[-1].seq
         stream.last_seq = cursor
         first = stream.begin()
         if answers:
