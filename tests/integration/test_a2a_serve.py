@@ -57,6 +57,16 @@ def message(text: str) -> pb.SendMessageRequest:
     return pb.SendMessageRequest(message=sent)
 
 
+async def start_task(base: str, agent: str, text: str) -> str:
+    """Send `text` to `agent`, answered at once (`returnImmediately`): the task's id."""
+    async with a2a_client(base, agent, streaming=False) as sender:
+        request = pb.SendMessageRequest()
+        request.CopyFrom(message(text))
+        request.configuration.return_immediately = True
+        (started,) = await collect(sender, request)
+    return str(started.task.id)
+
+
 async def collect(client: Client, request: pb.SendMessageRequest) -> list[pb.StreamResponse]:
     """Every response (read to the end: the SDK's inner generators close only so)."""
     return [response async for response in client.send_message(request)]
@@ -193,12 +203,7 @@ async def test_subscribing_starts_with_the_task_and_a_finished_one_is_refused(
     config = demo_config(tmp_path, token_delay=0.02, server={"a2a": True})
     async with running_server(config) as server:
         base = http_url(server.url)
-        async with a2a_client(base, "researcher", streaming=False) as sender:
-            blocking = pb.SendMessageRequest()
-            blocking.CopyFrom(message("follow me"))
-            blocking.configuration.return_immediately = True
-            (started,) = await collect(sender, blocking)
-            task_id = started.task.id
+        task_id = await start_task(base, "researcher", "follow me")
         async with a2a_client(base, "researcher") as client:
             with trio.fail_after(30):
                 followed = [
@@ -257,12 +262,7 @@ async def test_a_dropped_subscriber_resumes_exactly_by_seq_across_a_restart(
     async with trio.open_nursery() as nursery:
         proc, url = await start_serve_process(nursery, config_path)
         base = http_url(url)
-        async with a2a_client(base, "planner", streaming=False) as sender:
-            start = pb.SendMessageRequest()
-            start.CopyFrom(message("compare trio and asyncio"))
-            start.configuration.return_immediately = True
-            (started,) = await collect(sender, start)
-        task_id = started.task.id
+        task_id = await start_task(base, "planner", "compare trio and asyncio")
         async with httpx.AsyncClient() as http:
             card = (await http.get(f"{base}/a2a/planner/.well-known/agent-card.json")).json()
         # A client that drops mid-stream (raw JSON-RPC over SSE: the SDK's client leaves

@@ -27,6 +27,8 @@ from tests.helpers import REPO
 from tests.server_helpers import demo_config, read_until_end, request, running_server
 
 CLIENTS = REPO / "clients"
+TOKEN = "ann-1"
+AG_UI = {"ag_ui": True, "tokens": [{"name": "ann", "token": TOKEN}]}
 AGENTS: dict[str, dict[str, Any]] = {
     # A tree with a failing child: the client must accept the whole stream.
     "boss": {
@@ -78,25 +80,28 @@ async def agui_client(
     return outcome
 
 
+async def only_run(url: str) -> dict[str, Any]:
+    """The one run the server at `url` has (`runs` op, as TOKEN)."""
+    async with connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+        (run,) = (await request(ws, op="runs", id=1))["runs"]
+    return dict(run)
+
+
 @pytest.mark.parametrize("agent", ["planner", "researcher", "critic", "boss"])
 async def test_the_official_ag_ui_client_accepts_every_run(tmp_path: Path, agent: str) -> None:
     """Regression: `@ag-ui/client` refused the demo planner's run (`Cannot send
     'TOOL_CALL_START': subagentRunId … does not match the tool call 'call_0' opener's
     subagent`): the planner and its researchers all said `call_0`."""
     need("@ag-ui/client")
-    token = "ann-1"
     config = demo_config(
         tmp_path,
-        server={"ag_ui": True, "tokens": [{"name": "ann", "token": token}]},
+        server=AG_UI,
         extra_agents=AGENTS,
     )
     async with running_server(config) as server:
         url = f"http://127.0.0.1:{server.port}/ag-ui/{agent}"
-        outcome = await agui_client(url, "compare trio and asyncio", token)
-        async with connect(
-            server.url, additional_headers={"Authorization": f"Bearer {token}"}
-        ) as ws:
-            (run,) = (await request(ws, op="runs", id=1))["runs"]
+        outcome = await agui_client(url, "compare trio and asyncio", TOKEN)
+        run = await only_run(server.url)
     assert outcome["ok"], outcome["error"]
     types = outcome["types"]
     assert types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED"
@@ -114,16 +119,15 @@ async def test_the_official_ag_ui_client_answers_interrupts_and_resumes(tmp_path
     need("@ag-ui/client")
     from tests.integration.test_agui_resume import AGENTS as RESUME_AGENTS
 
-    token = "ann-1"
     config = demo_config(
         tmp_path,
-        server={"ag_ui": True, "tokens": [{"name": "ann", "token": token}]},
+        server=AG_UI,
         extra_agents=RESUME_AGENTS,
     )
     answers = {"write_file": {"approved": True, "args": {"path": "c.txt", "content": "C"}}}
     async with running_server(config) as server:
         url = f"http://127.0.0.1:{server.port}/ag-ui/pair"
-        outcome = await agui_client(url, "two writes", token, {"answers": answers})
+        outcome = await agui_client(url, "two writes", TOKEN, {"answers": answers})
     assert outcome["ok"], outcome["error"]
     first, *rest = outcome["segments"]
     assert first["outcome"] == "interrupt" and len(first["interrupts"]) == 2
@@ -133,17 +137,16 @@ async def test_the_official_ag_ui_client_answers_interrupts_and_resumes(tmp_path
 
 async def test_the_official_ag_ui_client_accepts_a_cancelled_run(tmp_path: Path) -> None:
     need("@ag-ui/client")
-    token = "ann-1"
-    auth = {"Authorization": f"Bearer {token}"}
+    auth = {"Authorization": f"Bearer {TOKEN}"}
     config = demo_config(
         tmp_path,
         token_delay=0.02,
-        server={"ag_ui": True, "tokens": [{"name": "ann", "token": token}]},
+        server=AG_UI,
     )
     outcome: dict[str, Any] = {}
 
     async def run_client(url: str) -> None:
-        outcome.update(await agui_client(url, "compare trio and asyncio", token))
+        outcome.update(await agui_client(url, "compare trio and asyncio", TOKEN))
 
     async with running_server(config) as server, trio.open_nursery() as nursery:
         nursery.start_soon(run_client, f"http://127.0.0.1:{server.port}/ag-ui/planner")
@@ -167,23 +170,19 @@ async def test_the_official_ag_ui_client_follows_a_remote_subtree_and_reconnects
     need("@ag-ui/client")
     from tests.integration.test_remote import local_agents, remote_server
 
-    token = "ann-1"
     async with remote_server(tmp_path / "far") as (_, far_url):
         (tmp_path / "here").mkdir()
         config = demo_config(
             tmp_path / "here",
-            server={"ag_ui": True, "tokens": [{"name": "ann", "token": token}]},
+            server=AG_UI,
             extra_agents=local_agents(far_url),
         )
         async with running_server(config) as server:
             url = f"http://127.0.0.1:{server.port}/ag-ui/boss"
-            whole = await agui_client(url, "ask them", token)
-            async with connect(
-                server.url, additional_headers={"Authorization": f"Bearer {token}"}
-            ) as ws:
-                (run,) = (await request(ws, op="runs", id=1))["runs"]
+            whole = await agui_client(url, "ask them", TOKEN)
+            run = await only_run(server.url)
             middle = {"runId": run["runId"], "afterSeq": 40}
-            again = await agui_client(url, "", token, {"forwardedProps": middle})
+            again = await agui_client(url, "", TOKEN, {"forwardedProps": middle})
     assert whole["ok"], whole["error"]
     assert whole["types"].count("SUBAGENT_STARTED") >= 3  # far_planner and its researchers
     assert again["ok"], again["error"]
@@ -199,16 +198,15 @@ async def test_the_official_a2a_js_client_sends_gets_cancels_subscribes_and_resu
     whose contextId round-trips, GetTask, SubscribeToTask on a running task — dropped,
     then resumed after its last seq — and on an ended one (refused), CancelTask."""
     need("@a2a-js/sdk")
-    token = "ann-1"
     config = demo_config(
         tmp_path,
         token_delay=0.02,
-        server={"a2a": True, "tokens": [{"name": "ann", "token": token}]},
+        server={"a2a": True, "tokens": [{"name": "ann", "token": TOKEN}]},
     )
     async with running_server(config) as server:
         url = f"http://127.0.0.1:{server.port}/a2a/planner/"
         done = await trio.run_process(
-            ["node", str(CLIENTS / "a2a_run.mjs"), url, "compare trio and asyncio", token],
+            ["node", str(CLIENTS / "a2a_run.mjs"), url, "compare trio and asyncio", TOKEN],
             capture_stdout=True,
             capture_stderr=True,
             check=False,
@@ -296,20 +294,19 @@ async def inspector(tmp_path: Path, *target: str, method: str, **tool: str) -> A
 async def test_the_mcp_inspector_lists_and_calls_the_agents(tmp_path: Path, door: str) -> None:
     """The MCP Inspector's CLI on both doors: /mcp, and `orchestrator mcp` over stdio."""
     need("@modelcontextprotocol/inspector")
-    token = "ann-1"
     config = demo_config(
-        tmp_path, server={"mcp": True, "tokens": [{"name": "ann", "token": token}]}
+        tmp_path, server={"mcp": True, "tokens": [{"name": "ann", "token": TOKEN}]}
     )
     async with running_server(config) as server:
         if door == "http":
             target = [
                 f"http://127.0.0.1:{server.port}/mcp",
                 "--header",
-                f"Authorization: Bearer {token}",
+                f"Authorization: Bearer {TOKEN}",
             ]
         else:
             bridge = [sys.executable, "-m", "orchestrator", "mcp", "--url", server.url]
-            target = [*bridge, "--token", token, "-e", f"PYTHONPATH={REPO}"]
+            target = [*bridge, "--token", TOKEN, "-e", f"PYTHONPATH={REPO}"]
         listed = await inspector(tmp_path, *target, method="tools/list")
         called = await inspector(
             tmp_path, *target, method="tools/call", name="critic", task="a draft"
