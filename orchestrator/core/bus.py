@@ -246,6 +246,19 @@ class Bus:
         """Depth of the agent that owns this bus (0 for the root)."""
         return 0 if self.source is None else self.source.depth
 
+    @property
+    def dropped(self) -> bool:
+        """The run is being suspended: its events go nowhere now (`RunSink.drop`)."""
+        return self.sink.dropped
+
+    def forward_nowait(
+        self, source: Source, type: EventType, data: dict[str, Any], last: bool = False
+    ) -> None:
+        """Publish an event of another run's agent (a remote subtree's, tagged `source`
+        here) into this run, unless it has ended."""
+        if not self.sink.closed:
+            self.sink.publish_nowait(source, type, data, last)
+
     async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
         """Emit one event of this agent, waiting if the run's outlet is full."""
         if self.offer(type, data, last):
@@ -327,6 +340,13 @@ class NullBus(NullEmitter):
     def depth(self) -> int:
         """Depth of the agent that owns this bus (0 for the root)."""
         return 0 if self.source is None else self.source.depth
+
+    dropped = False
+
+    def forward_nowait(
+        self, source: Source, type: EventType, data: dict[str, Any], last: bool = False
+    ) -> None:
+        """Nothing to do (`Bus.forward_nowait`)."""
 
     def child(self, **tags: Unpack[ChildTags]) -> NullBus:
         """A null bus for a new child instance."""

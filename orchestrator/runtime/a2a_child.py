@@ -24,7 +24,7 @@ from agents.errors import ToolError
 from agents.spec import AgentSpec
 from orchestrator.a2a.mapping import ChildEvent, TaskFollower
 from orchestrator.client import ClientError, auth_headers
-from orchestrator.core.bus import AnyBus, Bus
+from orchestrator.core.bus import AnyBus
 from orchestrator.core.events import EventType
 from orchestrator.runtime.remote import RemoteLink
 
@@ -50,7 +50,6 @@ async def run_a2a(spec: AgentSpec, task: str, bus: AnyBus, link: RemoteLink) -> 
     except ClientError as exc:
         raise ToolError(f"{where}: ${remote.token_env}: {exc.message}") from None
     follower = TaskFollower()
-    out = bus if isinstance(bus, Bus) else None
     timeout = httpx.Timeout(remote.timeout_seconds)
     async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:
         client: Client | None = None
@@ -67,16 +66,15 @@ async def run_a2a(spec: AgentSpec, task: str, bus: AnyBus, link: RemoteLink) -> 
             async with contextlib.aclosing(responses):
                 async for response in responses:  # (to its end: the SDK's inner generators
                     # are only closed by running out)
-                    _emit(out, follower.feed(response))
-                    if out is not None:
-                        await out.wait_writable()
-            _emit(out, follower.stopped())
+                    _emit(bus, follower.feed(response))
+                    await bus.wait_writable()
+            _emit(bus, follower.stopped())
         except Exception as exc:  # (httpx's, the SDK's, a timeout: all an error result)
             problem = _describe(exc)
-            _fail(out, follower, {"errorType": "remote", "message": problem})
+            _fail(bus, follower, {"errorType": "remote", "message": problem})
             raise ToolError(f"{where}: {problem}") from None
         except BaseException:  # cancelled here (a person, a timeout, the run): there too
-            _fail(out, follower, _cancelled(spec, link))
+            _fail(bus, follower, _cancelled(spec, link))
             if client is not None and follower.task_id:
                 with (
                     trio.CancelScope(shield=True),
@@ -91,8 +89,9 @@ async def run_a2a(spec: AgentSpec, task: str, bus: AnyBus, link: RemoteLink) -> 
     return follower.result or ""
 
 
-def _emit(bus: Bus | None, events: list[ChildEvent]) -> None:
-    if bus is None or bus.sink.closed:
+def _emit(bus: AnyBus, events: list[ChildEvent]) -> None:
+    """The child's events, on the run (a non-streaming call's NullBus drops them)."""
+    if bus.closed:
         return
     for kind, data, last in events:
         bus.emit_nowait(kind, data, last)
@@ -113,12 +112,12 @@ def _cancelled(spec: AgentSpec, link: RemoteLink) -> dict[str, Any]:
     return data
 
 
-def _fail(bus: Bus | None, follower: TaskFollower, data: dict[str, Any]) -> None:
+def _fail(bus: AnyBus, follower: TaskFollower, data: dict[str, Any]) -> None:
     """The child's end, when the task's own end did not come through."""
     if follower.ended:
         return
     follower.ended = True
-    if bus is not None and not bus.sink.closed:
+    if not bus.closed:
         bus.emit_nowait(EventType.AGENT_ERROR, data, True)
 
 

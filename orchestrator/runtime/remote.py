@@ -36,7 +36,7 @@ from agents.errors import ToolError
 from agents.runner import Cancellation
 from agents.spec import AgentSpec
 from orchestrator.client import Client, ClientError
-from orchestrator.core.bus import AnyBus, Bus
+from orchestrator.core.bus import AnyBus
 from orchestrator.core.events import Event, EventType, RemoteRef, Source
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError, PendingApproval
 
@@ -409,36 +409,33 @@ async def _rejoin(
 
 
 class _Forward:
-    """Publishes forwarded events on the local run (none on a non-streaming call's
-    NullBus), and notes whether the child's own end came through."""
+    """Publishes forwarded events on the local run (a non-streaming call's NullBus
+    drops them), and notes whether the child's own end came through."""
 
     def __init__(self, bus: AnyBus) -> None:
-        self.bus = bus if isinstance(bus, Bus) else None
+        self.bus = bus
         self.ended = False
 
     @property
     def suspended(self) -> bool:
         """The run is being suspended (this server stops, to resume it at its next
         start): its events go nowhere now, and its run there must go on."""
-        return self.bus is not None and self.bus.sink.dropped
+        return self.bus.dropped
 
     def publish(self, source: Source, event: Event) -> None:
-        bus = self.bus
-        if bus is None or bus.sink.closed:
+        if self.bus.closed:
             return
         if event.source is None and event.type in _ENDS:
             self.ended = True
-        bus.sink.publish_nowait(source, event.type, event.data, event.last)
+        self.bus.forward_nowait(source, event.type, event.data, event.last)
 
     async def wait_writable(self) -> None:
         """Back-pressure: a frame's worth at a time, as a model turn's batch."""
-        if self.bus is not None:
-            await self.bus.wait_writable()
+        await self.bus.wait_writable()
 
     def fail(self, error_type: str, message: str, stopped: Cancellation | None = None) -> None:
         """The child's AGENT_ERROR, unless its end already came from the remote root."""
-        bus = self.bus
-        if bus is None or self.ended or bus.sink.closed:
+        if self.ended or self.bus.closed:
             return
         self.ended = True
         data: dict[str, Any] = {"errorType": error_type, "message": message}
@@ -446,7 +443,7 @@ class _Forward:
             data["by"] = stopped.by
             if stopped.reason is not None:
                 data["reason"] = stopped.reason
-        bus.emit_nowait(EventType.AGENT_ERROR, data, last=True)
+        self.bus.emit_nowait(EventType.AGENT_ERROR, data, last=True)
 
 
 _ENDS = (EventType.AGENT_RESULT, EventType.AGENT_ERROR)
