@@ -4,6 +4,7 @@ one context variable; the public face exports what the README uses."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,59 @@ def test_every_import_is_one_the_architecture_doc_allows() -> None:
     assert set(allowed) == set(graph), "docs/architecture.md lists every layer of orchestrator/"
     wrong = {unit: sorted(graph[unit] - allowed[unit]) for unit in graph}
     assert {unit: extra for unit, extra in wrong.items() if extra} == {}
+
+
+_ENTRY = re.compile(r"  ([\w/]+(?:\.py|/)(?:, [\w/]+\.py)*)(?:\s|$)")
+"""An entry of the module list: two spaces in, a path (or a folder, or a file and its
+siblings: `storage/memory.py, sqlite.py, redis.py`), then what it holds."""
+
+
+def documented_modules() -> tuple[set[str], set[str]]:
+    """The files and folders docs/architecture.md's module list names (`Modules`),
+    as paths from the repository root."""
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = doc.split("## Modules", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    files: set[str] = set()
+    folders: set[str] = set()
+    root = ""
+    for line in block.splitlines():
+        if line and not line.startswith(" "):  # `orchestrator/`, `agents/`
+            root = line.strip()
+            continue
+        entry = _ENTRY.match(line)
+        if entry is None:
+            continue  # a description's next line
+        names = [n.strip() for n in entry.group(1).split(",")]
+        first = root + names[0]
+        where = first.rsplit("/", 1)[0] if not first.endswith("/") else first.rstrip("/")
+        for n, name in enumerate(names):
+            path = first if n == 0 else f"{where}/{name}"
+            (folders if path.endswith("/") else files).add(path.rstrip("/"))
+    return files, folders
+
+
+def test_the_module_list_names_every_module() -> None:
+    """Regression: the list lacked six `server/` files and whole packages."""
+    files, folders = documented_modules()
+    missing = [
+        name
+        for package in ("agents", "orchestrator")
+        for path in modules(package)
+        if (name := str(path.relative_to(REPO))) not in files
+        and not any(name.startswith(folder + "/") for folder in folders)
+        and not (path.name == "__init__.py" and name != "orchestrator/__init__.py")
+    ]
+    assert missing == []
+    stale = sorted(f for f in files if not (REPO / f).is_file())
+    assert stale == []
+
+
+def test_the_picture_shows_every_package() -> None:
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    picture = doc.split("```text\n", 1)[1].split("```", 1)[0]
+    packages = sorted(
+        p.name for p in (REPO / "orchestrator").iterdir() if (p / "__init__.py").is_file()
+    )
+    shown = [p for p in packages if f"orchestrator.{p}" in picture or f"o.{p}" in picture]
+    assert shown == packages
+    assert "client" in picture  # orchestrator/client.py, a layer of its own
