@@ -28,6 +28,7 @@ import yaml
 from websockets.trio.client import connect
 
 from orchestrator.config import load_config
+from orchestrator.core.approvals import Answer
 from orchestrator.server.app import RunningServer, serve
 
 ASKER = {
@@ -95,7 +96,8 @@ async def bench(runs: int) -> dict[str, Any]:
                 frame_bytes = len(json.dumps(reply))
             t0 = time.perf_counter()
             for waiting in listed:
-                host.active[waiting.run_id].approve(waiting.request.tool_call_id)
+                answer = Answer(tool_call_id=waiting.request.tool_call_id, decision="approve")
+                host.active[waiting.run_id].approve(answer)
             answer_ms = (time.perf_counter() - t0) * 1000
             while host.active:  # noqa: ASYNC110 - polling state nobody signals
                 await trio.sleep(0.05)

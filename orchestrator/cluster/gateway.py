@@ -15,16 +15,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
-from typing import Any, Literal
 
 import msgspec
 import trio
 
 from orchestrator.cluster.store import ClusterStore, Control
-from orchestrator.core.approvals import ApprovalInfo
+from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.bus import new_run_id, new_session_id
 from orchestrator.runs.service import StorageUnavailable
-from orchestrator.runtime.approvals import ApprovalError, check_answer
+from orchestrator.runtime.approvals import already_answered, check_answer, not_waiting
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.run import RunResult
 from orchestrator.storage.base import RunRecord
@@ -115,49 +114,25 @@ class ClusterGateway:
         await self.journal.mirrors.find(run_id)
         await self.store.send_control(run_id, Control("send", agent_key, message))
 
-    async def approve(
-        self,
-        run_id: str,
-        tool_call_id: str,
-        decision: Literal["approve", "deny"],
-        *,
-        by: str,
-        reason: str | None = None,
-        args: dict[str, Any] | None = None,
-    ) -> None:
+    async def approve(self, run_id: str, answer: Answer) -> None:
         """Answer a waiting call wherever it runs: checked here against the cluster's
         list of waiting calls, claimed once for the whole cluster (`SET NX`), then
         handed to the run's owner through its control stream — now, or after a
         takeover (the call waits again there and takes the answer)."""
         await self.journal.mirrors.find(run_id)
-        info = await self.store.approval(run_id, tool_call_id)
+        call_id = answer.tool_call_id
+        info = await self.store.approval(run_id, call_id)
         if info is None:
-            earlier = await self.store.answered(run_id, tool_call_id)
+            earlier = await self.store.answered(run_id, call_id)
             if earlier is not None:
-                raise ApprovalError(
-                    "not_found",
-                    f"tool call {tool_call_id!r} of run {run_id!r} was already answered "
-                    f"({earlier})",
-                )
-            raise ApprovalError(
-                "not_found", f"no tool call {tool_call_id!r} waits for approval in run {run_id!r}"
-            )
-        check_answer(info.name, info.edit, info.parameters, decision, args)
-        earlier = await self.store.claim_answer(run_id, tool_call_id, decision)
+                raise already_answered(run_id, call_id, earlier)
+            raise not_waiting(run_id, call_id)
+        check_answer(info.name, info.edit, info.parameters, answer.decision, answer.args)
+        earlier = await self.store.claim_answer(run_id, call_id, answer.decision)
         if earlier is not None:
-            raise ApprovalError(
-                "not_found",
-                f"tool call {tool_call_id!r} of run {run_id!r} was already answered ({earlier})",
-            )
-        answer = {"toolCallId": tool_call_id, "decision": decision, "by": by}
-        if reason is not None:
-            answer["reason"] = reason
-        body: dict[str, Any] = dict(answer)
-        if args is not None:
-            body["args"] = args
-        await self.store.send_control(
-            run_id, Control("approve", None, msgspec.json.encode(body).decode())
-        )
+            raise already_answered(run_id, call_id, earlier)
+        body = msgspec.json.encode(answer).decode()
+        await self.store.send_control(run_id, Control("approve", None, body))
 
     async def pending(
         self, run_id: str | None, *, owner: str | None, limit: int

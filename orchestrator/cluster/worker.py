@@ -17,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Literal
 
 import msgspec
 import trio
 
 from orchestrator.cluster.store import ClusterStore, QueueEntry, attempt_of
 from orchestrator.config import ClusterConfig
+from orchestrator.core.approvals import Answer
 from orchestrator.runs.host import HostedRun, RunHost
 from orchestrator.runs.resume import end_unresumable, plan_resume
 from orchestrator.runs.service import AgentNotRunning
@@ -60,16 +60,6 @@ def _stream_id(entry_id: str) -> tuple[int, int]:
     """A Redis stream id `ms-seq`, comparable."""
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
-
-
-class _Answer(msgspec.Struct, frozen=True):
-    """An `approve` as a gateway forwards it."""
-
-    toolCallId: str
-    decision: Literal["approve", "deny"]
-    by: str
-    reason: str | None = None
-    args: dict[str, Any] | None = None
 
 
 class Worker:
@@ -463,17 +453,10 @@ class Worker:
         to the server it waits on, for a call of a remote subtree). `again`: an earlier
         owner applied it already; it only matters if that owner's answer was lost."""
         try:
-            answer = msgspec.json.decode(body, type=_Answer)
+            answer = msgspec.json.decode(body, type=Answer)
             if run_id not in self.host.active:
                 raise ApprovalError("not_found", "the run is not running here")
-            await self.host.approve(
-                run_id,
-                answer.toolCallId,
-                answer.decision,
-                by=answer.by,
-                reason=answer.reason,
-                args=answer.args,
-            )
+            await self.host.approve(run_id, answer)
         except (msgspec.DecodeError, LookupError) as exc:  # (ApprovalError, UnknownRun)
             log = logger.debug if again else logger.warning
             log("run %s: approval not applied: %s", run_id, exc)

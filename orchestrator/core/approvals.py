@@ -1,16 +1,38 @@
-"""A tool call waiting for approval, as lists show it (the `pending` op, the cluster).
+"""A tool call waiting for approval, as lists show it (the `pending` op, the cluster),
+and a person's answer to one, as every door hands it on.
 
-Pure data: the runtime's `ApprovalDesk` makes one from each waiting call, a cluster
-worker stores it in Redis for the gateways, and the protocol sends it as is.
+Pure data: the runtime's `ApprovalDesk` makes an `ApprovalInfo` from each waiting
+call, a cluster worker stores it in Redis for the gateways, and the protocol sends it
+as is. An `Answer` is built once where it comes in (the `approve` op, an AG-UI
+`resume[]`, `RunStream.approve`) and travels as it is — through `RunService.approve`,
+a gateway's control stream, a worker — to the desk, which alone decides.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["ApprovalInfo"]
+from agents.approval import Decision
+
+__all__ = ["Answer", "ApprovalInfo"]
+
+
+class Answer(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """One answer to one waiting call of a run (the run is where it is sent)."""
+
+    tool_call_id: str
+    decision: Literal["approve", "deny"]
+    by: str = "client"
+    """Who answered: the token's name (`client` without tokens)."""
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+    """Edited arguments (only with `approve`, where the agent allows edits)."""
+
+    def as_decision(self) -> Decision:
+        """What the waiting call gets."""
+        return Decision(decision=self.decision, by=self.by, reason=self.reason, args=self.args)
 
 
 class ApprovalInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):

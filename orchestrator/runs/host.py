@@ -12,18 +12,16 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any, Literal
 
 import msgspec
 import trio
 
-from agents.approval import Decision
-from orchestrator.core.approvals import ApprovalInfo
+from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.rebuild import ResumePlan
 from orchestrator.runs.resume import end_unresumable, plan_resume
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
-from orchestrator.runtime.approvals import ApprovalError, check_answer
+from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
 from orchestrator.runtime.remote import RemoteRefused
 from orchestrator.runtime.run import AgentGone, Run, RunResult
@@ -271,40 +269,18 @@ class RunHost:
             f"send {agent_key}", functools.partial(send_to, agent, message, "client"), report=False
         )
 
-    async def approve(
-        self,
-        run_id: str,
-        tool_call_id: str,
-        decision: Literal["approve", "deny"],
-        *,
-        by: str,
-        reason: str | None = None,
-        args: dict[str, Any] | None = None,
-    ) -> None:
-        """Answer a waiting tool call of a run here (`Run.approve`).
+    async def approve(self, run_id: str, answer: Answer) -> None:
+        """Answer a waiting tool call of a run here (the desk decides; a call of a
+        remote subtree is handed to the server it waits on).
 
         Raises:
             UnknownRun: no such run.
             ApprovalError: no such waiting call, already answered, or bad `args`.
         """
         self.journal.get(run_id)
-        run = self.active.get(run_id)
-        if run is None:
+        if run_id not in self.active:
             raise ApprovalError("not_found", f"run {run_id!r} is not running")
-        waiting = self.orchestrator.catalog.desk.claim(run_id, tool_call_id)
-        if waiting.there is None:
-            run.approve(tool_call_id, decision, by=by, reason=reason, args=args)
-            return
-        # It waits on another server (a remote subtree): that server checks and applies
-        # the answer; until it has, the call counts as answered here.
-        request = waiting.request
-        check_answer(request.name, request.edit, None, decision, args)
-        waiting.decision = Decision(decision=decision, by=by, reason=reason, args=args)
-        try:
-            await waiting.there(waiting.decision)
-        except BaseException:
-            waiting.decision = None
-            raise
+        await self.orchestrator.catalog.desk.answer(run_id, answer)
 
     async def pending(
         self, run_id: str | None, *, owner: str | None, limit: int

@@ -7,9 +7,9 @@ errors below, which the server turns into the protocol's error codes.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Protocol
 
-from orchestrator.core.approvals import ApprovalInfo
+from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.runtime.run import RunResult
 from orchestrator.storage.base import RunRecord
 
@@ -98,16 +98,7 @@ class RunService(Protocol):
         """
         ...
 
-    async def approve(
-        self,
-        run_id: str,
-        tool_call_id: str,
-        decision: Literal["approve", "deny"],
-        *,
-        by: str,
-        reason: str | None = None,
-        args: dict[str, Any] | None = None,
-    ) -> None:
+    async def approve(self, run_id: str, answer: Answer) -> None:
         """Answer a tool call of the run that waits for approval.
 
         Raises:

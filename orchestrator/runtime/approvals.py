@@ -3,7 +3,7 @@
 One `ApprovalDesk` per `Orchestrator` holds every waiting call of every run (so the
 server can list them across runs and bound how many wait at once). A run's agents
 wait through `desk.gate(run_id, source)`; a person answers through
-`desk.answer(run_id, tool_call_id, …)` (the `approve` op, `Run.approve`, the CLI).
+`desk.answer(run_id, answer)` — one `Answer`, whichever door it came in by.
 The runner emits the events (APPROVAL_REQUESTED / APPROVAL_RESOLVED); the desk only
 parks the waiting call and wakes it with the decision.
 
@@ -20,7 +20,7 @@ from typing import Any, Literal
 import trio
 
 from agents.approval import ApprovalRequest, Decision
-from orchestrator.core.approvals import ApprovalInfo
+from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.events import Source
 
 __all__ = [
@@ -29,7 +29,9 @@ __all__ = [
     "ApprovalError",
     "PendingApproval",
     "RunGate",
+    "already_answered",
     "check_answer",
+    "not_waiting",
 ]
 
 
@@ -123,35 +125,54 @@ class ApprovalDesk:
         """How many calls of `run_id` wait now."""
         return len(self._pending.get(run_id, ()))
 
-    def answer(
-        self,
-        run_id: str,
-        tool_call_id: str,
-        decision: Literal["approve", "deny"],
-        *,
-        by: str,
-        reason: str | None = None,
-        args: dict[str, Any] | None = None,
-    ) -> PendingApproval:
-        """Give the decision on a waiting call (it runs, or gets an error result, now).
+    def answer_here(self, run_id: str, answer: Answer) -> PendingApproval:
+        """Give `answer` to a call of `run_id` waiting in this process (it runs, or
+        gets an error result, now): `answer` for one that may wait on another server.
 
         Raises:
-            ApprovalError: no such waiting call (`not_found`, also for one already
-                answered — the message says so), or `args` that the call's agent may
-                not edit or that are not valid arguments of the tool (`invalid`).
+            ApprovalError: as `answer`; `invalid` for a call that waits on another
+                server.
         """
-        waiting = self.claim(run_id, tool_call_id)
+        waiting = self.claim(run_id, answer.tool_call_id)
         if waiting.there is not None:
             raise ApprovalError(
                 "invalid",
-                f"tool call {tool_call_id!r} waits on another server: answer it with the "
-                "server's approve op",
+                f"tool call {answer.tool_call_id!r} waits on another server: answer it "
+                "with the server's approve op",
             )
-        request = waiting.request
-        check_answer(request.name, request.edit, request.parameters, decision, args)
-        waiting.decision = Decision(decision=decision, by=by, reason=reason, args=args)
-        waiting.woken.set()
+        self._decide(waiting, answer)
         return waiting
+
+    async def answer(self, run_id: str, answer: Answer) -> PendingApproval:
+        """Give `answer` to its waiting call of `run_id`: the first answer wins, from
+        any door. A call of a remote subtree is handed to the server it waits on,
+        which checks it again; until it has, the call counts as answered here.
+
+        Raises:
+            ApprovalError: no such waiting call (`not_found`, also for one already
+                answered — the message says so), `args` that the call's agent may not
+                edit or that are not valid arguments of the tool (`invalid`), or the
+                other server's refusal.
+        """
+        waiting = self.claim(run_id, answer.tool_call_id)
+        decision = self._decide(waiting, answer)
+        if waiting.there is not None:
+            try:
+                await waiting.there(decision)
+            except BaseException:
+                waiting.decision = None
+                raise
+        return waiting
+
+    def _decide(self, waiting: PendingApproval, answer: Answer) -> Decision:
+        """Check `answer` against the call and take it: from here on, it is answered."""
+        request = waiting.request
+        parameters = request.parameters if waiting.there is None else None  # checked there
+        check_answer(request.name, request.edit, parameters, answer.decision, answer.args)
+        waiting.decision = decision = answer.as_decision()
+        if waiting.there is None:
+            waiting.woken.set()
+        return decision
 
     def claim(self, run_id: str, tool_call_id: str) -> PendingApproval:
         """The waiting call `tool_call_id` of `run_id`, not yet answered.
@@ -167,15 +188,8 @@ class ApprovalDesk:
                 else self._answered.get(run_id, {}).get(tool_call_id)
             )
             if earlier is not None:
-                raise ApprovalError(
-                    "not_found",
-                    f"tool call {tool_call_id!r} of run {run_id!r} was already answered "
-                    f"({earlier})",
-                )
-            raise ApprovalError(
-                "not_found",
-                f"no tool call {tool_call_id!r} waits for approval in run {run_id!r}",
-            )
+                raise already_answered(run_id, tool_call_id, earlier)
+            raise not_waiting(run_id, tool_call_id)
         return waiting
 
     def forget_run(self, run_id: str) -> None:
@@ -334,6 +348,21 @@ class _Nobody:
 
 
 NOBODY = _Nobody()
+
+
+def already_answered(run_id: str, tool_call_id: str, earlier: str) -> ApprovalError:
+    """The refusal of an answer to a call answered before (`earlier`: its decision)."""
+    return ApprovalError(
+        "not_found",
+        f"tool call {tool_call_id!r} of run {run_id!r} was already answered ({earlier})",
+    )
+
+
+def not_waiting(run_id: str, tool_call_id: str) -> ApprovalError:
+    """The refusal of an answer to a call that does not wait (and never did)."""
+    return ApprovalError(
+        "not_found", f"no tool call {tool_call_id!r} waits for approval in run {run_id!r}"
+    )
 
 
 def check_answer(

@@ -23,6 +23,7 @@ from agents.spec import AgentSpec, load_specs
 from agents.tools.base import Tool
 from agents.tools.builtin import BUILTIN_TOOLS, builtin_tools
 from orchestrator.config import ServerConfig
+from orchestrator.core.approvals import Answer
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.events import Event
 from orchestrator.mcp.hub import McpHub
@@ -99,7 +100,9 @@ class RunStream:
         Raises:
             ApprovalError: no such waiting call, already answered, or bad `args`.
         """
-        return self._run.approve(tool_call_id, decision, reason=reason, args=args)
+        return self._run.approve(
+            Answer(tool_call_id=tool_call_id, decision=decision, reason=reason, args=args)
+        )
 
     async def next_batch(self) -> list[Event]:
         """The events not yet read, at least one; waits for them.

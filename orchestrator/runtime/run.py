@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Literal
 
 import msgspec
 import trio
@@ -18,6 +17,7 @@ from agents.core.turn import parse_arguments
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed
 from agents.runner import AgentRunner, Cancellation
+from orchestrator.core.approvals import Answer
 from orchestrator.core.bus import (
     AnyBus,
     Bus,
@@ -186,26 +186,17 @@ class Run:
         """The run's tool calls that wait for a decision now (`approve` answers them)."""
         return self.catalog.desk.pending(self.run_id)
 
-    def approve(
-        self,
-        tool_call_id: str,
-        decision: Literal["approve", "deny"] = "approve",
-        *,
-        by: str = "client",
-        reason: str | None = None,
-        args: dict[str, Any] | None = None,
-    ) -> PendingApproval:
-        """Answer a waiting tool call: approved, it runs (once, with `args` when the
-        agent allows edits); denied, its agent gets an error result with `reason`.
+    def approve(self, answer: Answer) -> PendingApproval:
+        """Answer a waiting tool call of this run, in this process: approved, it runs
+        (once, with `args` when the agent allows edits); denied, its agent gets an
+        error result with `reason`.
 
         Raises:
             ApprovalError: no such waiting call, already answered, or bad `args`.
         """
         if self.result is not None:
             raise ApprovalError("not_found", f"run {self.run_id!r} has ended")
-        return self.catalog.desk.answer(
-            self.run_id, tool_call_id, decision, by=by, reason=reason, args=args
-        )
+        return self.catalog.desk.answer_here(self.run_id, answer)
 
     def _runners(self) -> list[AgentRunner]:
         return [*([self.root] if self.root is not None else []), *self.agents.values()]

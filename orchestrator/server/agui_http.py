@@ -29,6 +29,7 @@ from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 
 from orchestrator.agui.mapping import AguiStream, answer_of, parse_interrupt_id
+from orchestrator.core.approvals import Answer
 from orchestrator.core.events import EventType
 from orchestrator.runs.service import AgentNotRunning
 from orchestrator.runtime.approvals import ApprovalError
@@ -187,14 +188,14 @@ class AguiEndpoint:
             if value is not None and len(json.dumps(value).encode()) > limit:
                 return {**out, "code": "bad_request", "message": f"{name} is over {limit} bytes"}
         try:
-            await self.app.runs.approve(
-                run_id,
-                tool_call_id,
-                answer.decision,
+            given = Answer(
+                tool_call_id=tool_call_id,
+                decision=answer.decision,
                 by=principal.name or "client",
                 reason=answer.reason,
                 args=answer.args,
             )
+            await self.app.runs.approve(run_id, given)
         except ApprovalError as exc:
             return {**out, "code": exc.code, "message": exc.message}
         except (UnknownRun, AgentNotRunning) as exc:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from orchestrator import protocol
+from orchestrator.core.approvals import Answer
 from orchestrator.protocol import ProtocolError
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
 from orchestrator.runtime.approvals import ApprovalError
@@ -156,10 +157,14 @@ async def approve(conn: Connection, op: protocol.Approve) -> None:
         check_size(conn, "reason", op.reason, op.id)
     if op.args is not None:
         check_size(conn, "args", msgspec.json.encode(op.args).decode(), op.id)
-    by = conn.principal.name or "client"
-    await conn.app.runs.approve(
-        op.run_id, op.tool_call_id, op.decision, by=by, reason=op.reason, args=op.args
+    answer = Answer(
+        tool_call_id=op.tool_call_id,
+        decision=op.decision,
+        by=conn.principal.name or "client",
+        reason=op.reason,
+        args=op.args,
     )
+    await conn.app.runs.approve(op.run_id, answer)
     await conn.reply(protocol.ack(op.id))
 
 

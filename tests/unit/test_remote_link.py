@@ -12,6 +12,7 @@ import trio
 
 from agents.approval import ApprovalRequest, Decision
 from orchestrator.client import ClientError
+from orchestrator.core.approvals import Answer
 from orchestrator.core.events import Event, EventType, RemoteRef, Source
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError
 from orchestrator.runtime.remote import RemoteLink, RemoteRefused, RemoteTagger
@@ -108,8 +109,8 @@ async def test_a_call_waiting_there_is_listed_here_until_resolved_there() -> Non
     (waiting,) = desk.pending("run-here")
     assert waiting.source == tagged and waiting.request.name == "write_file"
     assert waiting.there is not None and desk.count == 1
-    with pytest.raises(ApprovalError, match="waits on another server"):
-        desk.answer("run-here", "c1", "approve", by="ann")  # only the host answers it
+    with pytest.raises(ApprovalError, match="waits on another server"):  # not in-process
+        desk.answer_here("run-here", Answer(tool_call_id="c1", decision="approve", by="ann"))
     await waiting.there(Decision(decision="approve", by="ann", reason="fine"))
     assert client.asked == [
         ("approve", "run-there", "c1", {"deny": False, "reason": "fine", "args": None})
