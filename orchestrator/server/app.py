@@ -33,7 +33,8 @@ from orchestrator.runs.service import RunService
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Auth, Principal, RedactTokens
 from orchestrator.server.connection import Connection, release
-from orchestrator.server.front import HandoffListener, Route, route_connections
+from orchestrator.server.doors import open_doors
+from orchestrator.server.front import HandoffListener, route_connections
 from orchestrator.server.http import Routes
 from orchestrator.server.metrics import AppCollector
 from orchestrator.storage.journal import Journal
@@ -304,21 +305,8 @@ async def _serve_with_front_door(
     """`/ws` and the streaming HTTP endpoints on one port: the front door routes each
     connection (front.py)."""
     to_ws, from_front = trio.open_memory_channel[trio.SocketStream](0)
-    routes: list[Route] = []
     async with contextlib.AsyncExitStack() as stack:
-        if app.config.server.mcp:
-            from orchestrator.server.mcp_http import McpEndpoint  # the `mcp` extra, only here
-
-            mcp = await stack.enter_async_context(McpEndpoint(app).running())
-            routes.append((b"/mcp", mcp.serve))
-        if app.config.server.ag_ui:
-            from orchestrator.server.agui_http import AguiEndpoint  # the `agui` extra
-
-            routes.append((b"/ag-ui", AguiEndpoint(app).serve))
-        if app.config.server.a2a:
-            from orchestrator.server.a2a_http import A2aEndpoint  # the `a2a` extra
-
-            routes.append((b"/a2a", A2aEndpoint(app).serve))
+        routes = await stack.enter_async_context(open_doors(app))
         handlers = await stack.enter_async_context(trio.open_nursery())
         nursery = await stack.enter_async_context(trio.open_nursery())
         ws_server: Server = await nursery.start(

@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
+from orchestrator.server.doors import DOORS
+
 __all__ = ["HandoffListener", "Route", "request_path", "route_connections"]
 
 MAX_REQUEST_LINE = 8 * 1024
@@ -75,7 +77,7 @@ class HandoffListener(trio.abc.Listener[trio.abc.Stream]):
         await self._streams.aclose()
 
 
-ENDPOINT_SETTINGS = {b"/mcp": "server.mcp", b"/ag-ui": "server.ag_ui", b"/a2a": "server.a2a"}
+ENDPOINT_SETTINGS = {door.prefix: f"server.{door.setting}" for door in DOORS}
 """The streaming endpoints and the setting that turns each on."""
 
 

@@ -248,3 +248,15 @@ def test_the_picture_shows_every_package() -> None:
     shown = [p for p in packages if f"orchestrator.{p}" in picture or f"o.{p}" in picture]
     assert shown == packages
     assert "client" in picture  # orchestrator/client.py, a layer of its own
+
+
+def test_every_door_is_a_setting_with_its_own_prefix() -> None:
+    from orchestrator.config import ServerSection
+    from orchestrator.server.doors import DOORS
+    from orchestrator.server.front import ENDPOINT_SETTINGS
+
+    prefixes = [door.prefix for door in DOORS]
+    assert len(set(prefixes)) == len(prefixes)
+    for door in DOORS:
+        assert ServerSection.model_fields[door.setting].annotation is bool, door.setting
+        assert ENDPOINT_SETTINGS[door.prefix] == f"server.{door.setting}"

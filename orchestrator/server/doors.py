@@ -1,0 +1,90 @@
+"""The HTTP doors on the server's port besides `/ws` — MCP, AG-UI, A2A — as one table,
+like the ops (`ops.py`): a door is a path prefix, the setting that turns it on, and how
+to make its endpoint. `open_doors` makes the endpoints that are on; the front door
+(`front.py`) routes each connection to the first whose prefix its path has.
+
+To add a door: write its endpoint (a class made from the `ServerApp`, with `serve(stream)`
+for one routed connection and, if it owns something while the server runs, an async
+context manager `running()`), add its setting to `ServerSection`, and add a row here.
+Each endpoint's module is imported only when its door is on: it may need an extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+if TYPE_CHECKING:
+    from orchestrator.server.app import ServerApp
+    from orchestrator.server.front import Route
+
+__all__ = ["DOORS", "Door", "Endpoint", "open_doors"]
+
+
+class Endpoint(Protocol):
+    """What a door's endpoint does: serve one connection routed to it."""
+
+    async def serve(self, stream: trio.SocketStream) -> None: ...
+
+
+@dataclass(frozen=True)
+class Door:
+    prefix: bytes
+    """The path prefix routed to it (`/mcp`)."""
+    setting: str
+    """The `server.` setting that turns it on."""
+    make: Callable[[ServerApp], Endpoint]
+    running: Callable[[Endpoint], contextlib.AbstractAsyncContextManager[object]] | None = None
+    """What the endpoint owns while the server runs (entered once, before serving)."""
+
+
+def _mcp(app: ServerApp) -> Endpoint:
+    from orchestrator.server.mcp_http import McpEndpoint  # the `mcp` extra, only here
+
+    return McpEndpoint(app)
+
+
+def _mcp_running(endpoint: Endpoint) -> contextlib.AbstractAsyncContextManager[object]:
+    from orchestrator.server.mcp_http import McpEndpoint
+
+    assert isinstance(endpoint, McpEndpoint)
+    return endpoint.running()
+
+
+def _agui(app: ServerApp) -> Endpoint:
+    from orchestrator.server.agui_http import AguiEndpoint  # the `agui` extra
+
+    return AguiEndpoint(app)
+
+
+def _a2a(app: ServerApp) -> Endpoint:
+    from orchestrator.server.a2a_http import A2aEndpoint  # the `a2a` extra
+
+    return A2aEndpoint(app)
+
+
+DOORS: tuple[Door, ...] = (
+    Door(b"/mcp", "mcp", _mcp, _mcp_running),
+    Door(b"/ag-ui", "ag_ui", _agui),
+    Door(b"/a2a", "a2a", _a2a),
+)
+
+
+@contextlib.asynccontextmanager
+async def open_doors(app: ServerApp) -> AsyncIterator[list[Route]]:
+    """The routes of the doors that are on, their endpoints running until this ends."""
+    routes: list[Route] = []
+    async with contextlib.AsyncExitStack() as stack:
+        for door in DOORS:
+            if not getattr(app.config.server, door.setting):
+                continue
+            endpoint = door.make(app)
+            if door.running is not None:
+                await stack.enter_async_context(door.running(endpoint))
+            serve: Callable[[trio.SocketStream], Awaitable[None]] = endpoint.serve
+            routes.append((door.prefix, serve))
+        yield routes
