@@ -174,16 +174,20 @@ class Client:
         run_id: str,
         tool_call_id: str,
         *,
+        agent_key: str | msgspec.UnsetType | None = msgspec.UNSET,
         deny: bool = False,
         reason: str | None = None,
         args: dict[str, Any] | None = None,
     ) -> None:
-        """Answer a tool call that waits for approval."""
+        """Answer a tool call that waits for approval (`agent_key`: the calling
+        agent's, None for the root — needed only when calls of several agents of the
+        run have that id)."""
         decision: Literal["approve", "deny"] = "deny" if deny else "approve"
         request = Approve(
             op="approve",
             run_id=run_id,
             tool_call_id=tool_call_id,
+            agent_key=agent_key,
             decision=decision,
             reason=reason,
             args=args,

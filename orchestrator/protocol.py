@@ -138,6 +138,9 @@ class Approve(_Op):
     run_id: str
     tool_call_id: str
     decision: Literal["approve", "deny"]
+    agent_key: str | msgspec.UnsetType | None = msgspec.UNSET
+    """The calling agent (null: the root agent); absent: whichever agent's call has
+    that id — refused (`bad_request`) when calls of several agents do."""
     reason: str | None = None
     args: dict[str, Any] | None = None
 

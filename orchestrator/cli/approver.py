@@ -76,24 +76,22 @@ class TerminalApprover:
         """Look at one event of the run; answer or queue a question for a waiting call."""
         if event.type is not EventType.APPROVAL_REQUESTED:
             return
-        call_id = str(event.data.get("toolCallId", ""))
         if self.mode == "approve":
-            self._answer(call_id, "approve", "--approve-all")
+            self._answer(event, "approve", "--approve-all")
         elif self.mode == "deny":
-            self._answer(call_id, "deny", "--deny-all")
+            self._answer(event, "deny", "--deny-all")
         elif self.mode == "no-terminal":
-            self._answer(call_id, "deny", NO_TERMINAL)
+            self._answer(event, "deny", NO_TERMINAL)
         else:
             try:
                 self._send.send_nowait(event)
             except trio.WouldBlock:
-                self._answer(call_id, "deny", "too many questions wait on the terminal")
+                self._answer(event, "deny", "too many questions wait on the terminal")
 
     async def run(self) -> None:
         """Ask the queued questions, one at a time, until cancelled."""
         async for event in self._questions:
-            call_id = str(event.data.get("toolCallId", ""))
-            if not any(p.request.tool_call_id == call_id for p in self.stream.pending_approvals):
+            if _call_of(event) not in {p.key for p in self.stream.pending_approvals}:
                 continue  # answered meanwhile (a cancel, a timeout)
             if self.pause is not None:
                 self.pause(True)
@@ -103,16 +101,24 @@ class TerminalApprover:
                 if self.pause is not None:
                     self.pause(False)
             if reply.lower() in ("y", "yes"):
-                self._answer(call_id, "approve", None)
+                self._answer(event, "approve", None)
             else:
                 reason = None if reply.lower() in ("", "n", "no") else reply
-                self._answer(call_id, "deny", reason or "denied on the terminal")
+                self._answer(event, "deny", reason or "denied on the terminal")
 
     def _answer(
-        self, call_id: str, decision: Literal["approve", "deny"], reason: str | None
+        self, asked: Event, decision: Literal["approve", "deny"], reason: str | None
     ) -> None:
+        """Answer the call `asked` (its APPROVAL_REQUESTED) asked about."""
+        agent_key, call_id = _call_of(asked)
         with contextlib.suppress(ApprovalError):  # answered already (a timeout, a cancel)
-            self.stream.approve(call_id, decision, reason=reason)
+            self.stream.approve(call_id, decision, agent_key=agent_key, reason=reason)
+
+
+def _call_of(asked: Event) -> tuple[str | None, str]:
+    """The call an APPROVAL_REQUESTED is about: (its agent's key, its id)."""
+    source = asked.source
+    return (source.agent_key if source is not None else None, str(asked.data.get("toolCallId")))
 
 
 def _question(event: Event) -> str:

@@ -56,6 +56,7 @@ async def approve_main(
     reason: str | None,
     args: dict[str, Any] | None,
     token: str | None,
+    agent_key: str | msgspec.UnsetType | None = msgspec.UNSET,
     origin: str | None = None,
     answer_within: float = 30.0,
 ) -> int:
@@ -65,6 +66,7 @@ async def approve_main(
         id=_ID,
         run_id=run_id,
         tool_call_id=tool_call_id,
+        agent_key=agent_key,
         decision="deny" if deny else "approve",
         reason=reason,
         args=args,

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
 from rich.console import Console
 from rich.live import Live
@@ -134,6 +135,12 @@ def _parser() -> argparse.ArgumentParser:
     approve = sub.add_parser("approve", help="answer a tool call that waits for approval")
     approve.add_argument("run_id", help="the run")
     approve.add_argument("tool_call_id", help="the waiting call (its APPROVAL_REQUESTED)")
+    approve.add_argument(
+        "--agent",
+        default=None,
+        help="agentKey of the calling agent (`root`: the root agent), when calls of several "
+        "agents of the run have that id",
+    )
     approve.add_argument("--deny", action="store_true", help="deny it (default: approve)")
     approve.add_argument("--reason", default=None, help="why (the agent sees it)")
     approve.add_argument(
@@ -450,6 +457,11 @@ def _approve(args: argparse.Namespace) -> int:
         deny=args.deny,
         reason=args.reason,
         args=changed,
+        agent_key=msgspec.UNSET
+        if args.agent is None
+        else None
+        if args.agent == "root"
+        else args.agent,
     )
 
 

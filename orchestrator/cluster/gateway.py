@@ -23,7 +23,12 @@ from orchestrator.cluster.store import ClusterStore, Control
 from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.bus import new_run_id, new_session_id
 from orchestrator.runs.service import StorageUnavailable
-from orchestrator.runtime.approvals import already_answered, check_answer, not_waiting
+from orchestrator.runtime.approvals import (
+    already_answered,
+    ambiguous,
+    check_answer,
+    not_waiting,
+)
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.run import RunResult
 from orchestrator.storage.base import RunRecord
@@ -116,22 +121,26 @@ class ClusterGateway:
 
     async def approve(self, run_id: str, answer: Answer) -> None:
         """Answer a waiting call wherever it runs: checked here against the cluster's
-        list of waiting calls, claimed once for the whole cluster (`SET NX`), then
+        list of waiting calls, claimed once for the whole cluster (`HSETNX`), then
         handed to the run's owner through its control stream — now, or after a
         takeover (the call waits again there and takes the answer)."""
         await self.journal.mirrors.find(run_id)
         call_id = answer.tool_call_id
-        info = await self.store.approval(run_id, call_id)
-        if info is None:
-            earlier = await self.store.answered(run_id, call_id)
+        found = await self.store.approvals_of(run_id, call_id, answer.agent_key)
+        if len(found) > 1:
+            raise ambiguous(run_id, call_id, [info.agent_key for info in found])
+        if not found:
+            earlier = await self.store.answered(run_id, call_id, answer.agent_key)
             if earlier is not None:
                 raise already_answered(run_id, call_id, earlier)
             raise not_waiting(run_id, call_id)
+        (info,) = found
         check_answer(info.name, info.edit, info.parameters, answer.decision, answer.args)
-        earlier = await self.store.claim_answer(run_id, call_id, answer.decision)
+        earlier = await self.store.claim_answer(run_id, (info.agent_key, call_id), answer.decision)
         if earlier is not None:
             raise already_answered(run_id, call_id, earlier)
-        body = msgspec.json.encode(answer).decode()
+        exact = msgspec.structs.replace(answer, agent_key=info.agent_key)
+        body = msgspec.json.encode(exact).decode()
         await self.store.send_control(run_id, Control("approve", None, body))
 
     async def pending(

@@ -12,10 +12,13 @@ journal's (`<prefix>runs`, `<prefix>run:{<runId>}:ev`, see storage/redis.py):
 - `<prefix>run:{<runId>}:epoch` — a counter: every acquisition gets a new epoch.
 - `<prefix>run:{<runId>}:ctl` — control requests for the run's owner (cancel, send,
   approve).
-- `<prefix>approvals` — hash `<runId> <toolCallId>` → the waiting call (JSON
+- `<prefix>approvals` — hash `<runId> <call>` → the waiting call (JSON
   `ApprovalInfo`), written by the worker that runs it; the `pending` op reads it.
-- `<prefix>run:{<runId>}:answered:<toolCallId>` — the decision on a call, set once
-  (`SET NX`, kept a week): the first answer through any gateway wins.
+  `<call>` is the JSON `[agentKey, toolCallId]` (agentKey null for the root agent):
+  two agents of a run may both say `call_0`.
+- `<prefix>run:{<runId>}:answered` — hash `<call>` → the decision on that call, set
+  once (`HSETNX`, kept a week after the last): the first answer through any gateway
+  wins.
 - `<prefix>run:{<runId>}:failure` — why the last takeover of the run failed (kept a
   week): the run's `worker_lost` message quotes it.
 - `<prefix>run:{<runId>}:handovers` — how often a worker that stopped gracefully
@@ -38,7 +41,7 @@ import coredis.exceptions
 import msgspec
 from coredis.tokens import PureToken
 
-from orchestrator.core.approvals import ApprovalInfo
+from orchestrator.core.approvals import AgentKey, ApprovalInfo, CallKey
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.paging import RunPage
 from orchestrator.storage.redis import RedisStorage
@@ -417,15 +420,15 @@ class ClusterStore:
         """The hash of every waiting call of the cluster."""
         return f"{self.prefix}approvals"
 
-    async def publish_approvals(self, changes: Sequence[tuple[str, str, bytes | None]]) -> None:
-        """Apply `(run_id, tool_call_id, info JSON or None)` changes to the waiting list,
-        in order, in one round trip."""
+    async def publish_approvals(self, changes: Sequence[tuple[str, CallKey, bytes | None]]) -> None:
+        """Apply `(run_id, call, info JSON or None)` changes to the waiting list, in
+        order, in one round trip."""
         if not changes:
             return
         requests: list[Awaitable[object]] = []
         async with self.client.pipeline(transaction=False) as pipe:
-            for run_id, call_id, info in changes:
-                field = f"{run_id} {call_id}"
+            for run_id, call, info in changes:
+                field = f"{run_id} {_call_field(call)}"
                 if info is None:
                     requests.append(pipe.hdel(self.approvals_key, [field]))
                 else:
@@ -443,32 +446,51 @@ class ClusterStore:
         if fields:
             await self.client.hdel(self.approvals_key, fields)
 
-    async def approval(self, run_id: str, call_id: str) -> ApprovalInfo | None:
-        """The waiting call, if it waits."""
-        raw = await self.client.hget(self.approvals_key, f"{run_id} {call_id}")
-        return None if raw is None else _decode_approval(raw)
+    async def approvals_of(
+        self, run_id: str, call_id: str, agent_key: AgentKey
+    ) -> list[ApprovalInfo]:
+        """The run's waiting calls with id `call_id`, of `agent_key` (unset: of any
+        agent)."""
+        if agent_key is not msgspec.UNSET:
+            raw = await self.client.hget(
+                self.approvals_key, f"{run_id} {_call_field((agent_key, call_id))}"
+            )
+            return [] if raw is None else [_decode_approval(raw)]
+        found = [
+            _decode_approval(value)
+            async for _, value in self.client.hscan_iter(self.approvals_key, match=f"{run_id} *")
+        ]
+        return [info for info in found if info.tool_call_id == call_id]
 
     async def approvals(self) -> list[ApprovalInfo]:
         """Every waiting call of the cluster."""
         raw = await self.client.hgetall(self.approvals_key)
         return [_decode_approval(value) for value in raw.values()]
 
-    def _answered_key(self, run_id: str, call_id: str) -> str:
-        return f"{self.prefix}run:{{{run_id}}}:answered:{call_id}"
+    def _answered_key(self, run_id: str) -> str:
+        return f"{self.prefix}run:{{{run_id}}}:answered"
 
-    async def answered(self, run_id: str, call_id: str) -> str | None:
-        """The decision noted on a call (None: none yet)."""
-        raw = await self.client.get(self._answered_key(run_id, call_id))
-        return None if raw is None else _text(raw)
+    async def answered(self, run_id: str, call_id: str, agent_key: AgentKey) -> str | None:
+        """The decision noted on a call of `agent_key` (unset: of any agent) with id
+        `call_id` (None: none yet)."""
+        key = self._answered_key(run_id)
+        if agent_key is not msgspec.UNSET:
+            raw = await self.client.hget(key, _call_field((agent_key, call_id)))
+            return None if raw is None else _text(raw)
+        for field, value in (await self.client.hgetall(key)).items():
+            if msgspec.json.decode(field)[1] == call_id:
+                return _text(value)
+        return None
 
-    async def claim_answer(self, run_id: str, call_id: str, decision: str) -> str | None:
+    async def claim_answer(self, run_id: str, call: CallKey, decision: str) -> str | None:
         """Note the decision on a call unless one was noted: None when this one is the
         first, else the earlier decision."""
-        key = self._answered_key(run_id, call_id)
-        if await self.client.set(key, decision, condition=PureToken.NX, ex=ANSWER_KEPT_SECONDS):
-            await self.client.hdel(self.approvals_key, [f"{run_id} {call_id}"])
+        key, field = self._answered_key(run_id), _call_field(call)
+        if await self.client.hsetnx(key, field, decision):
+            await self.client.expire(key, ANSWER_KEPT_SECONDS)
+            await self.client.hdel(self.approvals_key, [f"{run_id} {field}"])
             return None
-        earlier = await self.client.get(key)
+        earlier = await self.client.hget(key, field)
         return _text(earlier) if earlier is not None else decision
 
     # -- tailing -----------------------------------------------------------------
@@ -496,6 +518,11 @@ class ClusterStore:
             f"{self.prefix}cluster:{self.name}:workers",
             {worker: _encode({"at": time.time(), **info})},
         )
+
+
+def _call_field(call: CallKey) -> str:
+    """A call as a hash field: the JSON `[agentKey, toolCallId]`."""
+    return msgspec.json.encode(list(call)).decode()
 
 
 def _run_of(key: str) -> str:

@@ -23,7 +23,7 @@ import trio
 
 from orchestrator.cluster.store import ClusterStore, QueueEntry, attempt_of
 from orchestrator.config import ClusterConfig
-from orchestrator.core.approvals import Answer
+from orchestrator.core.approvals import Answer, CallKey
 from orchestrator.runs.host import HostedRun, RunHost
 from orchestrator.runs.resume import end_unresumable, plan_resume
 from orchestrator.runs.service import AgentNotRunning
@@ -84,7 +84,7 @@ class Worker:
         self._changed = trio.lowlevel.ParkingLot()
         """Unparked when a run is taken or let go (slots, control streams)."""
         self._nursery: trio.Nursery | None = None
-        self._approvals: list[tuple[str, str, bytes | None]] = []
+        self._approvals: list[tuple[str, CallKey, bytes | None]] = []
         """Changes to the cluster's list of waiting calls, not yet written."""
         self._approvals_lot = trio.lowlevel.ParkingLot()
         host.orchestrator.catalog.desk.on_change = self._approval_changed
@@ -418,7 +418,9 @@ class Worker:
 
     # -- approvals ---------------------------------------------------------------
 
-    def _approval_changed(self, run_id: str, call_id: str, waiting: PendingApproval | None) -> None:
+    def _approval_changed(
+        self, run_id: str, call: CallKey, waiting: PendingApproval | None
+    ) -> None:
         """A call of a run here starts or stops waiting: queue the change for Redis (not
         for a run this worker lost: its new owner publishes it; nor the calls of the
         runs it hands over: they stay listed, and wait again on the next worker)."""
@@ -432,7 +434,7 @@ class Worker:
                     agent_id=record.agent_id, root_path=record.root_session_id, owner=record.owner
                 )
             )
-        self._approvals.append((run_id, call_id, info))
+        self._approvals.append((run_id, call, info))
         self._approvals_lot.unpark_all()
 
     async def _approvals_loop(self) -> None:

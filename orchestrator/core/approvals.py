@@ -16,7 +16,15 @@ import msgspec
 
 from agents.approval import Decision
 
-__all__ = ["Answer", "ApprovalInfo"]
+__all__ = ["AgentKey", "Answer", "ApprovalInfo", "CallKey"]
+
+CallKey = tuple[str | None, str]
+"""A waiting call within its run: (the calling agent's agentKey — None for the root
+agent —, its toolCallId). Ids alone may repeat: each agent numbers its own calls."""
+
+AgentKey = str | None | msgspec.UnsetType
+"""Whose call an answer is for: an agentKey, None for the root agent, or unset — the
+one agent whose call has that id."""
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
@@ -24,6 +32,8 @@ class Answer(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_def
 
     tool_call_id: str
     decision: Literal["approve", "deny"]
+    agent_key: AgentKey = msgspec.UNSET
+    """The calling agent (None: the root); unset: whichever agent's call has the id."""
     by: str = "client"
     """Who answered: the token's name (`client` without tokens)."""
     reason: str | None = None

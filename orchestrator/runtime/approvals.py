@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+import msgspec
 import trio
 
 from agents.approval import ApprovalRequest, Decision
-from orchestrator.core.approvals import Answer, ApprovalInfo
+from orchestrator.core.approvals import AgentKey, Answer, ApprovalInfo, CallKey
 from orchestrator.core.events import Source
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "PendingApproval",
     "RunGate",
     "already_answered",
+    "ambiguous",
     "check_answer",
     "not_waiting",
 ]
@@ -67,6 +69,12 @@ class PendingApproval:
         run, docs/remote.md): hands the decision to that server, or raises
         `ApprovalError` with its refusal. The host answers these (`approve`)."""
 
+    @property
+    def key(self) -> CallKey:
+        """The call within its run: (the calling agent's agentKey, its toolCallId)."""
+        source = self.source
+        return (source.agent_key if source is not None else None, self.request.tool_call_id)
+
     def info(self, *, agent_id: str, root_path: str, owner: str | None = None) -> ApprovalInfo:
         """How lists show it (`agent_id`, `root_path`: the root agent's, for its calls)."""
         request, source = self.request, self.source
@@ -92,15 +100,17 @@ class ApprovalDesk:
 
     def __init__(self, max_pending: int = 10_000) -> None:
         self.max_pending = max_pending
-        self._pending: dict[str, dict[str, PendingApproval]] = {}
-        self._answered: dict[str, dict[str, str]] = {}
-        """Run → call id → its decision, while the run lasts (`already answered`)."""
+        self._pending: dict[str, dict[CallKey, PendingApproval]] = {}
+        """Run → call → the waiting call. A call is its agent's and its id's: two
+        agents of a run may both say `call_0`."""
+        self._answered: dict[str, dict[CallKey, str]] = {}
+        """Run → call → its decision, while the run lasts (`already answered`)."""
         self.count = 0
         """Calls waiting now, over every run."""
         self._clocks = StoppedClocks()
-        self.on_change: Callable[[str, str, PendingApproval | None], None] | None = None
-        """Told `(run_id, tool_call_id, waiting)` when a call starts waiting, and with
-        None when it no longer does (a cluster worker publishes the list)."""
+        self.on_change: Callable[[str, CallKey, PendingApproval | None], None] | None = None
+        """Told `(run_id, call, waiting)` when a call starts waiting, and with None
+        when it no longer does (a cluster worker publishes the list)."""
 
     def gate(
         self,
@@ -133,7 +143,7 @@ class ApprovalDesk:
             ApprovalError: as `answer`; `invalid` for a call that waits on another
                 server.
         """
-        waiting = self.claim(run_id, answer.tool_call_id)
+        waiting = self.claim(run_id, answer.tool_call_id, answer.agent_key)
         if waiting.there is not None:
             raise ApprovalError(
                 "invalid",
@@ -154,7 +164,7 @@ class ApprovalDesk:
                 edit or that are not valid arguments of the tool (`invalid`), or the
                 other server's refusal.
         """
-        waiting = self.claim(run_id, answer.tool_call_id)
+        waiting = self.claim(run_id, answer.tool_call_id, answer.agent_key)
         decision = self._decide(waiting, answer)
         if waiting.there is not None:
             try:
@@ -174,30 +184,37 @@ class ApprovalDesk:
             waiting.woken.set()
         return decision
 
-    def claim(self, run_id: str, tool_call_id: str) -> PendingApproval:
-        """The waiting call `tool_call_id` of `run_id`, not yet answered.
+    def claim(
+        self, run_id: str, tool_call_id: str, agent_key: AgentKey = msgspec.UNSET
+    ) -> PendingApproval:
+        """The waiting call `tool_call_id` of `run_id` — of the agent `agent_key` (None:
+        the root), or of whichever agent's call has that id, when only one waits —
+        not yet answered.
 
         Raises:
-            ApprovalError: `not_found` (the message says when it was already answered).
+            ApprovalError: `not_found` (the message says when it was already answered);
+                `invalid` when calls of several agents have that id and `agent_key`
+                does not say which.
         """
-        waiting = self._pending.get(run_id, {}).get(tool_call_id)
-        if waiting is None or waiting.decision is not None:
-            earlier = (
-                waiting.decision.decision
-                if waiting is not None and waiting.decision is not None
-                else self._answered.get(run_id, {}).get(tool_call_id)
-            )
-            if earlier is not None:
-                raise already_answered(run_id, tool_call_id, earlier)
-            raise not_waiting(run_id, tool_call_id)
-        return waiting
+        found = _matching(self._pending.get(run_id, {}), tool_call_id, agent_key)
+        open_ = [waiting for _, waiting in found if waiting.decision is None]
+        if len(open_) == 1:
+            return open_[0]
+        if len(open_) > 1:
+            raise ambiguous(run_id, tool_call_id, [w.key[0] for w in open_])
+        answered = _matching(self._answered.get(run_id, {}), tool_call_id, agent_key)
+        earlier: list[str] = [w.decision.decision for _, w in found if w.decision is not None]
+        earlier += [decision for _, decision in answered]
+        if earlier:
+            raise already_answered(run_id, tool_call_id, earlier[0])
+        raise not_waiting(run_id, tool_call_id)
 
     def forget_run(self, run_id: str) -> None:
         """The run ended: drop what it left (answered ids, calls adopted but never
         waited for again)."""
         self._answered.pop(run_id, None)
-        for call_id in list(self._pending.get(run_id, ())):
-            self._drop(run_id, call_id)
+        for key in list(self._pending.get(run_id, ())):
+            self._drop(run_id, key)
 
     def adopt(self, run_id: str, source: Source | None, request: ApprovalRequest) -> None:
         """A call that waited before a restart or takeover waits again: listed and
@@ -206,17 +223,17 @@ class ApprovalDesk:
 
     def hold(self, waiting: PendingApproval) -> bool:
         """List a call that waits on another server (`waiting.there` answers it) until
-        `release`; False (not listed) if a call with its id already waits in its run."""
-        if waiting.request.tool_call_id in self._pending.get(waiting.run_id, ()):
+        `release`; False (not listed) if that call already waits in its run."""
+        if waiting.key in self._pending.get(waiting.run_id, ()):
             return False
         self._add(waiting)
         return True
 
-    def release(self, run_id: str, tool_call_id: str, decision: str | None = None) -> None:
+    def release(self, run_id: str, key: CallKey, decision: str | None = None) -> None:
         """A held call no longer waits (`decision`: how it was answered there)."""
-        self._drop(run_id, tool_call_id)
+        self._drop(run_id, key)
         if decision is not None:
-            self._answered.setdefault(run_id, {})[tool_call_id] = decision
+            self._answered.setdefault(run_id, {})[key] = decision
 
     async def wait(
         self,
@@ -229,9 +246,10 @@ class ApprovalDesk:
 
         While it waits, the `deadlines` (timeouts of the agent, its ancestors and the
         run) stand still: a person's hour of thinking does not time the run out."""
-        waiting = self._pending.get(run_id, {}).get(request.tool_call_id)
-        if waiting is not None and waiting.there is not None:  # a remote call's id: ours wins
-            self._drop(run_id, request.tool_call_id)
+        key = (source.agent_key if source is not None else None, request.tool_call_id)
+        waiting = self._pending.get(run_id, {}).get(key)
+        if waiting is not None and waiting.there is not None:  # held as remote: ours wins
+            self._drop(run_id, key)
             waiting = None
         if waiting is None:
             if self.count >= self.max_pending:
@@ -249,33 +267,47 @@ class ApprovalDesk:
                 await waiting.woken.wait()
         finally:
             self._clocks.start(scopes)
-            self._drop(run_id, request.tool_call_id)
+            self._drop(run_id, key)
         if waiting.decision is None:
             waiting.decision = Decision(
                 decision="timeout",
                 by="server",
                 reason=f"no decision within {_seconds(request.timeout_at - request.requested_at)}",
             )
-        self._answered.setdefault(run_id, {})[request.tool_call_id] = waiting.decision.decision
+        self._answered.setdefault(run_id, {})[key] = waiting.decision.decision
         return waiting.decision
 
     def _add(self, waiting: PendingApproval) -> PendingApproval:
-        run_id, call_id = waiting.run_id, waiting.request.tool_call_id
-        self._pending.setdefault(run_id, {})[call_id] = waiting
+        run_id, key = waiting.run_id, waiting.key
+        self._pending.setdefault(run_id, {})[key] = waiting
         self.count += 1
         if self.on_change is not None:
-            self.on_change(run_id, call_id, waiting)
+            self.on_change(run_id, key, waiting)
         return waiting
 
-    def _drop(self, run_id: str, call_id: str) -> None:
+    def _drop(self, run_id: str, key: CallKey) -> None:
         calls = self._pending.get(run_id)
-        if calls is None or calls.pop(call_id, None) is None:
+        if calls is None or calls.pop(key, None) is None:
             return
         self.count -= 1
         if not calls:
             del self._pending[run_id]
         if self.on_change is not None:
-            self.on_change(run_id, call_id, None)
+            self.on_change(run_id, key, None)
+
+
+_T = TypeVar("_T")
+
+
+def _matching(
+    calls: dict[CallKey, _T], tool_call_id: str, agent_key: AgentKey
+) -> list[tuple[CallKey, _T]]:
+    """The entries of `calls` for call `tool_call_id` of `agent_key` (unset: of any
+    agent); a scan of one run's calls."""
+    if agent_key is not msgspec.UNSET:
+        key = (agent_key, tool_call_id)
+        return [(key, calls[key])] if key in calls else []
+    return [(key, value) for key, value in calls.items() if key[1] == tool_call_id]
 
 
 class RunGate:
@@ -355,6 +387,16 @@ def already_answered(run_id: str, tool_call_id: str, earlier: str) -> ApprovalEr
     return ApprovalError(
         "not_found",
         f"tool call {tool_call_id!r} of run {run_id!r} was already answered ({earlier})",
+    )
+
+
+def ambiguous(run_id: str, tool_call_id: str, keys: list[str | None]) -> ApprovalError:
+    """The refusal of an answer that does not say which of several calls it is for."""
+    agents = ", ".join("the root agent" if k is None else k for k in keys)
+    return ApprovalError(
+        "invalid",
+        f"{len(keys)} tool calls {tool_call_id!r} wait in run {run_id!r} ({agents}): "
+        "say which with agentKey",
     )
 
 

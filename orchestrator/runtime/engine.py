@@ -14,6 +14,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcon
 from typing import Any, Literal
 
 import httpx
+import msgspec
 import trio
 
 from agents.errors import SpecError
@@ -23,7 +24,7 @@ from agents.spec import AgentSpec, load_specs
 from agents.tools.base import Tool
 from agents.tools.builtin import BUILTIN_TOOLS, builtin_tools
 from orchestrator.config import ServerConfig
-from orchestrator.core.approvals import Answer
+from orchestrator.core.approvals import AgentKey, Answer
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.events import Event
 from orchestrator.mcp.hub import McpHub
@@ -92,16 +93,25 @@ class RunStream:
         tool_call_id: str,
         decision: Literal["approve", "deny"] = "approve",
         *,
+        agent_key: AgentKey = msgspec.UNSET,
         reason: str | None = None,
         args: dict[str, Any] | None = None,
     ) -> PendingApproval:
         """Answer a waiting tool call (`Run.approve`); its APPROVAL_RESOLVED follows.
+        `agent_key`: the calling agent's (None: the root), needed only when calls of
+        several agents of the run have that id.
 
         Raises:
             ApprovalError: no such waiting call, already answered, or bad `args`.
         """
         return self._run.approve(
-            Answer(tool_call_id=tool_call_id, decision=decision, reason=reason, args=args)
+            Answer(
+                tool_call_id=tool_call_id,
+                decision=decision,
+                agent_key=agent_key,
+                reason=reason,
+                args=args,
+            )
         )
 
     async def next_batch(self) -> list[Event]:

@@ -36,6 +36,7 @@ from agents.errors import ToolError
 from agents.runner import Cancellation
 from agents.spec import AgentSpec
 from orchestrator.client import Client, ClientError
+from orchestrator.core.approvals import CallKey
 from orchestrator.core.bus import AnyBus
 from orchestrator.core.events import Event, EventType, RemoteRef, Source
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError, PendingApproval
@@ -104,8 +105,8 @@ class RemoteLink:
         self.where = ""
         self.keys: set[str] = {child_key}
         """The agentKeys of the subtree (registered in `registry`)."""
-        self.held: list[tuple[str, str]] = []
-        """(local runId, toolCallId) of calls waiting there, listed in `desk`."""
+        self.held: list[tuple[str, CallKey]] = []
+        """(local runId, call) of calls waiting there, listed in `desk`."""
         registry[child_key] = self
 
     def cancel(self, cancellation: Cancellation) -> None:
@@ -169,20 +170,22 @@ class RemoteLink:
         """List a call that waits there in this run's desk (once)."""
         if self.desk is None:
             return
-        call_id = request.tool_call_id
-        waiting = PendingApproval(run_id, source, request, functools.partial(self.answer, call_id))
+        there = functools.partial(self.answer, source.agent_key, request.tool_call_id)
+        waiting = PendingApproval(run_id, source, request, there)
         if self.desk.hold(waiting):
-            self.held.append((run_id, call_id))
+            self.held.append((run_id, waiting.key))
 
-    def resolved(self, run_id: str, event: Event) -> None:
-        """A forwarded APPROVAL_RESOLVED: the call no longer waits."""
-        call_id = event.data.get("toolCallId")
-        if self.desk is not None and (run_id, call_id) in self.held:
-            self.held.remove((run_id, str(call_id)))
-            self.desk.release(run_id, str(call_id), str(event.data.get("decision")))
+    def resolved(self, run_id: str, source: Source, event: Event) -> None:
+        """A forwarded APPROVAL_RESOLVED (`source`: its agent, tagged here): the call
+        no longer waits."""
+        held = (run_id, (source.agent_key, str(event.data.get("toolCallId"))))
+        if self.desk is not None and held in self.held:
+            self.held.remove(held)
+            self.desk.release(run_id, held[1], str(event.data.get("decision")))
 
-    async def answer(self, call_id: str, decision: Decision) -> None:
-        """Hand an answer given here to the server the call waits on.
+    async def answer(self, agent_key: str, call_id: str, decision: Decision) -> None:
+        """Hand an answer given here to the server the call of `agent_key` (its key
+        here; the child is the root there) waits on.
 
         Raises:
             ApprovalError: that server refused it (its code and message), or could not
@@ -196,6 +199,7 @@ class RemoteLink:
                 await client.approve(
                     run_id,
                     call_id,
+                    agent_key=None if agent_key == self.child_key else agent_key,
                     deny=decision.decision == "deny",
                     reason=decision.reason,
                     args=decision.args,
@@ -207,12 +211,12 @@ class RemoteLink:
 
     def close(self) -> None:
         """The child ended: nothing of its subtree is controlled or listed here now."""
-        for key in self.keys:
-            if self.registry.get(key) is self:
-                del self.registry[key]
+        for agent_key in self.keys:
+            if self.registry.get(agent_key) is self:
+                del self.registry[agent_key]
         if self.desk is not None:
-            for run_id, call_id in self.held:
-                self.desk.release(run_id, call_id)
+            for run_id, call in self.held:
+                self.desk.release(run_id, call)
         self.held.clear()
 
     def _there(self) -> tuple[Client, str]:
@@ -329,7 +333,7 @@ async def run_remote(
                     elif kind is EventType.APPROVAL_REQUESTED:
                         link.hold(here, source, event)
                     elif kind is EventType.APPROVAL_RESOLVED:
-                        link.resolved(here, event)
+                        link.resolved(here, source, event)
                     forward.publish(source, event)
                 await forward.wait_writable()
     except ClientError as exc:

@@ -179,6 +179,7 @@ class AguiEndpoint:
         ):
             return {**out, "code": "not_found", "message": "no such interrupt in this run"}
         tool_call_id = str(asked[0].event.data.get("toolCallId", ""))
+        source = asked[0].event.source
         out["toolCallId"] = tool_call_id
         answer = answer_of(entry.status, entry.payload)
         if isinstance(answer, str):
@@ -191,6 +192,7 @@ class AguiEndpoint:
             given = Answer(
                 tool_call_id=tool_call_id,
                 decision=answer.decision,
+                agent_key=source.agent_key if source is not None else None,
                 by=principal.name or "client",
                 reason=answer.reason,
                 args=answer.args,

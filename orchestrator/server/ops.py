@@ -160,6 +160,7 @@ async def approve(conn: Connection, op: protocol.Approve) -> None:
     answer = Answer(
         tool_call_id=op.tool_call_id,
         decision=op.decision,
+        agent_key=op.agent_key,
         by=conn.principal.name or "client",
         reason=op.reason,
         args=op.args,

@@ -27,7 +27,7 @@ TOKENS = [{"name": "ann", "token": "a-secret", "role": "user"}]
 AUTH = {"Authorization": "Bearer a-secret"}
 
 
-def writer(path: str, *, first: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def writer(path: str) -> dict[str, Any]:
     """A child whose write_file waits for approval (edits allowed)."""
     call = {"name": "write_file", "args": {"path": path, "content": path.upper()}}
     return {
@@ -36,7 +36,7 @@ def writer(path: str, *, first: list[dict[str, Any]] | None = None) -> dict[str,
         "tools": ["write_file", "read_file"],
         "approval": ["write_file"],
         "approval_edit": True,
-        "script": {"turns": [{"calls": [*(first or []), call]}, {"say": "wrote: {results}"}]},
+        "script": {"turns": [{"calls": [call]}, {"say": "wrote: {results}"}]},
     }
 
 
@@ -58,10 +58,11 @@ AGENTS: dict[str, dict[str, Any]] = {
             ]
         },
     },
+    # Both writes are `call_0`: the scripted model numbers each agent's calls from 0
+    # (regression: the desk knew a run's waiting calls by id alone, and the second
+    # replaced the first, which could then only time out).
     "writer_a": writer("a.txt"),
-    # Its write is its second call (`call_1`): the approval desk knows a run's waiting
-    # calls by tool call id, and the scripted model numbers each agent's from 0.
-    "writer_b": writer("b.txt", first=[{"name": "read_file", "args": {"path": "none.txt"}}]),
+    "writer_b": writer("b.txt"),
 }
 
 
@@ -132,15 +133,17 @@ async def test_two_interrupts_answered_in_one_resume_each_run_once(tmp_path: Pat
     assert all(r["data"]["by"] == "ann" for r in resolved)
     denied = next(r for r in resolved if r["data"]["decision"] == "deny")
     assert denied["data"]["reason"] == "not b"
-    asked = next(e for e in everything if e["type"] == "APPROVAL_REQUESTED")
-    writes = [
-        e
-        for e in everything
-        if e["type"] == "TOOL_RESULT"
-        and e["source"] == asked["source"]
-        and e["data"]["toolCallId"] == asked["data"]["toolCallId"]
-    ]
-    assert len(writes) == 1
+    asks = [e for e in everything if e["type"] == "APPROVAL_REQUESTED"]
+    assert [a["data"]["toolCallId"] for a in asks] == ["call_0", "call_0"]
+    for asked in asks:  # each call got one result: it ran (or was refused) once
+        results = [
+            e
+            for e in everything
+            if e["type"] == "TOOL_RESULT"
+            and e["source"] == asked["source"]
+            and e["data"]["toolCallId"] == asked["data"]["toolCallId"]
+        ]
+        assert len(results) == 1
     # The second segment goes on where the first ended: nothing twice, in order, to the end.
     cursor = last.metadata["seq"]
     assert max(e.metadata["seq"] for e in first) == cursor
@@ -159,7 +162,13 @@ async def test_the_first_answer_wins_across_doors(tmp_path: Path) -> None:
         run_id, call_id = item.metadata["runId"], item.metadata["toolCallId"]
         async with connect(server.url, additional_headers=AUTH) as ws:
             answer = {"runId": run_id, "toolCallId": call_id, "decision": "deny", "reason": "ws"}
-            assert (await request(ws, op="approve", id=1, **answer))["op"] == "ack"
+            # Both writers wait on `call_0`: an answer must say whose.
+            refused = await request(ws, op="approve", id=1, **answer)
+            assert (
+                refused["code"] == "bad_request" and "say which with agentKey" in refused["message"]
+            )
+            answer["agentKey"] = item.metadata["agentKey"]
+            assert (await request(ws, op="approve", id=2, **answer))["op"] == "ack"
         resume = [
             {"interruptId": i.id, "status": "resolved", "payload": True} for i in items.values()
         ]

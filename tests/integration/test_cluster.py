@@ -404,3 +404,49 @@ async def test_an_approval_survives_its_worker_and_is_answered_through_another_g
         assert len(results) == 1 and not results[0]["data"]["isError"]
         async with connect(one.url, max_size=None) as ws:
             assert (await request(ws, op="pending", id="p"))["approvals"] == []
+
+
+async def test_two_agents_waiting_on_the_same_call_id_are_two_calls(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    """Regression: the cluster's list and its claims knew a run's waiting calls by id
+    alone, so two agents' `call_0` were one entry and one answer. Now an answer that
+    does not say whose is refused, and each, named by agentKey, runs once."""
+    from tests.integration.test_agui_resume import AGENTS
+
+    async with cluster(tmp_path, redis_url, extra_agents=AGENTS) as c:
+        gateway = await c.start("serve")
+        await c.start("worker")
+        async with connect(gateway.url, max_size=None) as ws:
+            ack = await request(ws, op="run", id=1, agent="pair", input="go", stream=False)
+            run_id = ack["runId"]
+
+            async def both_listed() -> bool:
+                reply = await request(ws, op="pending", id="p", runId=run_id)
+                return len(reply["approvals"]) == 2
+
+            await until(both_listed)
+            listed = (await request(ws, op="pending", id="p", runId=run_id))["approvals"]
+            assert {a["toolCallId"] for a in listed} == {"call_0"}
+            answer = {"runId": run_id, "toolCallId": "call_0", "decision": "approve"}
+            vague = await request(ws, op="approve", id="v", **answer)
+            assert vague["code"] == "bad_request" and "agentKey" in vague["message"]
+            for n, item in enumerate(listed):
+                named = {**answer, "agentKey": item["agentKey"]}
+                assert (await request(ws, op="approve", id=f"a{n}", **named))["op"] == "ack"
+                again = await request(ws, op="approve", id=f"b{n}", **named)
+                assert "already answered (approve)" in again["message"]
+            sub = await request(ws, op="subscribe", id="s", runId=run_id)
+            assert sub["op"] == "ack"
+            events, status = await watch_all(ws, within=60)
+    assert status == "completed", events[-1]
+    writes = [
+        e
+        for e in events
+        if e["type"] == "TOOL_RESULT"
+        and e["source"] is not None
+        and e["source"]["agentId"].startswith("writer_")
+        and e["data"]["toolCallId"] == "call_0"
+    ]
+    assert len(writes) == 2 and not any(e["data"]["isError"] for e in writes)

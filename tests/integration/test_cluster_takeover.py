@@ -157,8 +157,9 @@ async def test_a_live_worker_takes_every_kind_of_run_over(
         async def all_resumed() -> bool:
             return all(any(e["type"] == "RUN_RESUMED" for e in w.events) for w in watchers.values())
 
-        # Every run is taken over within lease_seconds and a few seconds.
-        await until(all_resumed, within=2 + 5 - (trio.current_time() - killed_at))
+        # Every run is taken over within lease_seconds and a few seconds (5 on a quiet
+        # machine; 10 leaves room for the rest of the suite running beside it).
+        await until(all_resumed, within=2 + 10 - (trio.current_time() - killed_at))
 
         async def all_ended() -> bool:
             return all(w.status is not None for w in watchers.values())

@@ -113,11 +113,15 @@ async def test_a_call_waiting_there_is_listed_here_until_resolved_there() -> Non
         desk.answer_here("run-here", Answer(tool_call_id="c1", decision="approve", by="ann"))
     await waiting.there(Decision(decision="approve", by="ann", reason="fine"))
     assert client.asked == [
-        ("approve", "run-there", "c1", {"deny": False, "reason": "fine", "args": None})
+        (
+            "approve",
+            "run-there",
+            "c1",
+            {"agent_key": None, "deny": False, "reason": "fine", "args": None},
+        )
     ]
-    link.resolved(
-        "run-here", event(6, EventType.APPROVAL_RESOLVED, None, toolCallId="c1", decision="approve")
-    )
+    resolved = event(6, EventType.APPROVAL_RESOLVED, None, toolCallId="c1", decision="approve")
+    link.resolved("run-here", tagged, resolved)
     assert desk.pending("run-here") == [] and desk.count == 0
     with pytest.raises(ApprovalError, match=r"already answered \(approve\)"):
         desk.claim("run-here", "c1")
@@ -138,7 +142,9 @@ async def test_a_refusal_there_is_the_answers_error_here() -> None:
     assert info.value.code == "not_found"
 
 
-async def test_a_local_call_with_the_same_id_wins_and_a_closed_link_lists_nothing() -> None:
+async def test_a_local_call_with_a_held_calls_id_is_another_call_and_close_lists_none() -> None:
+    """Regression: a call's id alone named it, so the root's `c1` dropped the remote
+    child's `c1` (each agent numbers its own calls)."""
     link, desk, _ = linked()
     link.hold("run-here", CHILD, asked("c1"))
     link.hold("run-here", CHILD, asked("c2"))
@@ -152,9 +158,12 @@ async def test_a_local_call_with_the_same_id_wins_and_a_closed_link_lists_nothin
         edit=False,
         parameters={},
     )
-    decision = await desk.wait("run-here", None, request)  # ours, not the held one
+    decision = await desk.wait("run-here", None, request)  # the root's own c1
     assert decision.decision == "timeout"
-    assert [w.request.tool_call_id for w in desk.pending("run-here")] == ["c2"]
+    assert [w.key for w in desk.pending("run-here")] == [
+        (CHILD.agent_key, "c1"),
+        (CHILD.agent_key, "c2"),
+    ]
     link.close()
     assert desk.pending() == [] and desk.count == 0 and link.registry == {}
 

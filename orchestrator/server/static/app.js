@@ -650,7 +650,8 @@ function approvalBox(run, key, approval) {
   form.onsubmit = async (e) => {
     e.preventDefault();
     const decision = e.submitter && e.submitter.value === "deny" ? "deny" : "approve";
-    const fields = { runId: run.runId, toolCallId: approval.id, decision };
+    // The agent says whose call it is: two agents of a run may both say `call_0`.
+    const fields = { runId: run.runId, toolCallId: approval.id, agentKey: key === ROOT ? null : key, decision };
     if (reason.value.trim()) fields.reason = reason.value.trim();
     if (approval.edit && decision === "approve" && args.value.trim() !== text.trim()) {
       try { fields.args = JSON.parse(args.value); } catch { notice("the arguments are not valid JSON"); return; }
