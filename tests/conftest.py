@@ -4,10 +4,17 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.redis_helpers import redis_url
 
 __all__ = ["redis_url"]
+
+# No per-example deadline: how long an example takes says how loaded the machine is
+# (the suite runs on every core), not whether the code is right. Speed is measured in
+# bench/.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 
 @pytest.fixture(autouse=True)
@@ -25,3 +32,24 @@ def _logger_levels() -> Iterator[None]:
         level = before.get(name, logging.NOTSET)
         if isinstance(logger, logging.Logger) and logger.level != level:
             logger.setLevel(level)
+
+
+# Tests that run several server processes, a browser, or a chaos run, and that check
+# what happens within seconds (a takeover within the lease, a page that keeps up). The
+# suite runs on every core (pytest-xdist, `--dist loadgroup`): these run one at a time,
+# on one worker, beside the light tests on the others — two of them side by side on 2
+# cores starve each other past those seconds.
+HEAVY = (
+    "tests/browser/",
+    "tests/integration/test_chaos.py",
+    "tests/integration/test_cluster",
+    "tests/integration/test_remote",
+    "tests/integration/test_restart_resume.py",
+    "tests/integration/test_serve_start.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(HEAVY):
+            item.add_marker(pytest.mark.xdist_group("heavy"))
