@@ -34,7 +34,8 @@ def _logger_levels() -> Iterator[None]:
             logger.setLevel(level)
 
 
-# Tests that run several server processes, a browser, or a chaos run, and that check
+# Tests that run several server processes, a browser, the official clients or a chaos
+# run, and that check
 # what happens within seconds (a takeover within the lease, a page that keeps up). The
 # suite runs on every core (pytest-xdist, `--dist loadgroup`): these run one at a time,
 # on one worker, beside the light tests on the others — two of them side by side on 2
@@ -42,6 +43,7 @@ def _logger_levels() -> Iterator[None]:
 HEAVY = (
     "tests/browser/",
     "tests/integration/test_chaos.py",
+    "tests/integration/test_official_clients.py",  # Node clients, Arize Phoenix's start
     "tests/integration/test_cluster",
     "tests/integration/test_remote",
     "tests/integration/test_restart_resume.py",
