@@ -11,7 +11,7 @@ from tests.redis_helpers import redis_url
 __all__ = ["redis_url"]
 
 # No per-example deadline: how long an example takes says how loaded the machine is
-# (the suite runs on every core), not whether the code is right. Speed is measured in
+# (other tests and processes share it), not whether the code is right. Speed is measured in
 # bench/.
 settings.register_profile("suite", deadline=None)
 settings.load_profile("suite")
@@ -37,9 +37,9 @@ def _logger_levels() -> Iterator[None]:
 # Tests that run several server processes, a browser, the official clients or a chaos
 # run, and that check
 # what happens within seconds (a takeover within the lease, a page that keeps up). The
-# suite runs on every core (pytest-xdist, `--dist loadgroup`): these run one at a time,
-# on one worker, beside the light tests on the others — two of them side by side on 2
-# cores starve each other past those seconds.
+# suite is run on every core (pytest-xdist, `-n auto --dist loadgroup`): these run one at
+# a time, on one worker, beside the light tests on the others — two of them side by side
+# on 2 cores starve each other past those seconds.
 HEAVY = (
     "tests/browser/",
     "tests/integration/test_chaos.py",
