@@ -115,6 +115,10 @@ def answer_of(status: str, payload: Any) -> Answer | str:
     return Answer("approve" if payload["approved"] else "deny", reason, args)
 
 
+_TOOL_EVENTS = frozenset({EventType.TOOL_CALL_DELTA, EventType.TOOL_CALL, EventType.TOOL_RESULT})
+_AGENT_ENDS = frozenset({EventType.AGENT_RESULT, EventType.AGENT_ERROR})
+
+
 @dataclass
 class _Waiting:
     """A tool call that waits for a person (its APPROVAL_REQUESTED)."""
@@ -224,7 +228,7 @@ class AguiStream:
             sub = {"subagent_run_id": key} if key is not None else {}
             out.append(ToolCallEndEvent(tool_call_id=wire_id, **common, **sub))
         self._streaming.clear()
-        interrupts = [self._interrupt(w) for w in self.waiting.values()]
+        interrupts = [_interrupt(w, self.run_id, self.last_seq) for w in self.waiting.values()]
         owned: dict[str, list[str]] = {}
         for item in interrupts:
             if item.subagent_run_id is not None:
@@ -249,37 +253,6 @@ class AguiStream:
         self._begun = False
         return out
 
-    def _interrupt(self, waiting: _Waiting) -> Interrupt:
-        data = waiting.data
-        name = str(data.get("name", "tool"))
-        agent = waiting.metadata.get("agentId") or "the agent"
-        schema: dict[str, Any] = {
-            "type": "object",
-            "properties": {
-                "approved": {"type": "boolean"},
-                "reason": {"type": "string"},
-            },
-            "required": ["approved"],
-        }
-        if data.get("edit"):
-            schema["properties"]["args"] = {"type": "object"}
-        timeout_at = data.get("timeoutAt")
-        return Interrupt(
-            id=interrupt_id(self.run_id, waiting.seq, self.last_seq),
-            reason="tool_approval",
-            message=f"{agent} asks to run {name} with {json.dumps(data.get('args'))}",
-            tool_call_id=waiting.wire_id,
-            response_schema=schema,
-            expires_at=(_iso(float(timeout_at)) if isinstance(timeout_at, (int, float)) else None),
-            metadata={
-                **waiting.metadata,
-                "name": name,
-                "args": data.get("args"),
-                "edit": bool(data.get("edit")),
-            },
-            **({"subagent_run_id": waiting.key} if waiting.key is not None else {}),
-        )
-
     def feed(self, event: Event) -> list[BaseEvent]:
         """The AG-UI events for one of the run's events."""
         self.last_seq = event.seq
@@ -289,7 +262,7 @@ class AguiStream:
     def _feed(self, event: Event) -> list[BaseEvent]:
         kind, data = event.type, event.data
         key = event.source.agent_key if event.source is not None else None
-        common = self._common(event)
+        common = _common(self.run_id, event)
         if kind is EventType.RUN_STARTED:
             self._agents[None] = _Agent(None, str(data.get("agentId", "root")))
             if self._begun:
@@ -303,15 +276,32 @@ class AguiStream:
         sub: dict[str, Any] = {"subagent_run_id": key} if key is not None else {}
         if kind is EventType.REASONING:
             return self._reasoning(agent, event, common, sub)
+        if kind in _TOOL_EVENTS:
+            return self._tool_event(event, agent, common, sub)
+        if kind is EventType.APPROVAL_REQUESTED:
+            theirs = str(data.get("toolCallId", ""))
+            wire = self._wire.get((key, theirs), theirs)
+            metadata = {**common["metadata"], "toolCallId": theirs}
+            self.waiting[(key, theirs)] = _Waiting(event.seq, key, wire, data, metadata)
+        elif kind is EventType.APPROVAL_RESOLVED:
+            self.waiting.pop((key, str(data.get("toolCallId", ""))), None)
+        elif kind in _AGENT_ENDS or (kind is EventType.AGENT_STARTED and key is not None):
+            return self._agent_event(event, agent, key, common, sub)
+        return [CustomEvent(name=f"orchestrator.{kind.value}", value=data, **common, **sub)]
+
+    def _tool_event(
+        self, event: Event, agent: _Agent, common: dict[str, Any], sub: dict[str, Any]
+    ) -> list[BaseEvent]:
+        """A tool call's events: its arguments streaming, the call, its result."""
+        kind, data = event.type, event.data
+        call_id = self._call_id(agent, str(data.get("toolCallId", "")), common)
         if kind is EventType.TOOL_CALL_DELTA:
-            call_id = self._call_id(agent, str(data.get("toolCallId", "")), common)
             out = self._start_call(agent, call_id, str(data.get("name", "")), common, sub)
             delta = str(data.get("argsDelta", ""))
             if delta:
                 out.append(ToolCallArgsEvent(tool_call_id=call_id, delta=delta, **common, **sub))
             return out
         if kind is EventType.TOOL_CALL:
-            call_id = self._call_id(agent, str(data.get("toolCallId", "")), common)
             out = []
             if call_id not in agent.calls:
                 out = self._start_call(agent, call_id, str(data.get("name", "")), common, sub)
@@ -324,26 +314,29 @@ class AguiStream:
             self._streaming.pop(call_id, None)
             out.append(ToolCallEndEvent(tool_call_id=call_id, **common, **sub))
             return out
-        if kind is EventType.APPROVAL_REQUESTED:
-            theirs = str(data.get("toolCallId", ""))
-            wire = self._wire.get((key, theirs), theirs)
-            metadata = {**common["metadata"], "toolCallId": theirs}
-            self.waiting[(key, theirs)] = _Waiting(event.seq, key, wire, data, metadata)
-        elif kind is EventType.APPROVAL_RESOLVED:
-            self.waiting.pop((key, str(data.get("toolCallId", ""))), None)
-        if kind is EventType.TOOL_RESULT:
-            call_id = self._call_id(agent, str(data.get("toolCallId", "")), common)
-            agent.calls.discard(call_id)
-            return [
-                ToolCallResultEvent(
-                    message_id=f"{self._prefix(agent)}:result:{call_id}",
-                    tool_call_id=call_id,
-                    content=str(data.get("content", "")),
-                    role="tool",
-                    **common,
-                    **sub,
-                )
-            ]
+        call_id = self._call_id(agent, str(data.get("toolCallId", "")), common)
+        agent.calls.discard(call_id)  # TOOL_RESULT
+        return [
+            ToolCallResultEvent(
+                message_id=f"{self._prefix(agent)}:result:{call_id}",
+                tool_call_id=call_id,
+                content=str(data.get("content", "")),
+                role="tool",
+                **common,
+                **sub,
+            )
+        ]
+
+    def _agent_event(
+        self,
+        event: Event,
+        agent: _Agent,
+        key: str | None,
+        common: dict[str, Any],
+        sub: dict[str, Any],
+    ) -> list[BaseEvent]:
+        """A subagent starts (SUBAGENT_STARTED, a step) or ends (its result or error)."""
+        kind, data = event.type, event.data
         if kind is EventType.AGENT_STARTED and key is not None and event.source is not None:
             source = event.source
             parent = self._sessions.get(source.parent_session_id) if source.depth > 1 else None
@@ -363,48 +356,32 @@ class AguiStream:
                 SubagentStartedEvent(**started, **common),
                 StepStartedEvent(step_name=source.agent_name, subagent_run_id=key, **common),
             ]
-        if kind in (EventType.AGENT_RESULT, EventType.AGENT_ERROR):
-            out = self._close(agent, common, sub)
-            if key is None:
-                return out  # the root's end is the run's (RUN_FINISHED)
-            self._active.pop(key, None)
-            out.append(StepFinishedEvent(step_name=agent.name, subagent_run_id=key, **common))
-            if kind is EventType.AGENT_RESULT:
-                out.append(
-                    SubagentFinishedEvent(
-                        subagent_run_id=key,
-                        result=str(data.get("text", "")),
-                        outcome=SubagentFinishedSuccessOutcome(),
-                        **common,
-                    )
+        out = self._close(agent, common, sub)  # AGENT_RESULT, AGENT_ERROR
+        if key is None:
+            return out  # the root's end is the run's (RUN_FINISHED)
+        self._active.pop(key, None)
+        out.append(StepFinishedEvent(step_name=agent.name, subagent_run_id=key, **common))
+        if kind is EventType.AGENT_RESULT:
+            out.append(
+                SubagentFinishedEvent(
+                    subagent_run_id=key,
+                    result=str(data.get("text", "")),
+                    outcome=SubagentFinishedSuccessOutcome(),
+                    **common,
                 )
-            else:
-                out.append(
-                    SubagentErrorEvent(
-                        subagent_run_id=key,
-                        message=str(data.get("message", "")) or "failed",
-                        code=str(data.get("errorType", "error")),
-                        **common,
-                    )
-                )
-            return out
-        return [CustomEvent(name=f"orchestrator.{kind.value}", value=data, **common, **sub)]
-
-    # -- parts -----------------------------------------------------------------------
-
-    def _common(self, event: Event) -> dict[str, Any]:
-        source = event.source
-        metadata: dict[str, Any] = {"runId": self.run_id, "seq": event.seq}
-        if source is not None:
-            metadata.update(
-                agentKey=source.agent_key,
-                agentId=source.agent_id,
-                path=source.path,
-                depth=source.depth,
             )
         else:
-            metadata.update(agentKey=None, depth=0)
-        return {"timestamp": int(event.ts * 1000), "metadata": metadata}
+            out.append(
+                SubagentErrorEvent(
+                    subagent_run_id=key,
+                    message=str(data.get("message", "")) or "failed",
+                    code=str(data.get("errorType", "error")),
+                    **common,
+                )
+            )
+        return out
+
+    # -- parts -----------------------------------------------------------------------
 
     def _agent(self, event: Event) -> _Agent:
         source = event.source
@@ -509,7 +486,7 @@ class AguiStream:
         run that has ended)."""
         if self.final is None or not self._begun:
             return []
-        return self._finish_run(self.final, self._common(self.final))
+        return self._finish_run(self.final, _common(self.run_id, self.final))
 
     def _finish_run(self, event: Event, common: dict[str, Any]) -> list[BaseEvent]:
         data, out = event.data, []
@@ -553,6 +530,56 @@ class AguiStream:
             message = str(data.get("error") or f"the run ended {status}")
             out.append(RunErrorEvent(message=message, code=status, **common))
         return out
+
+
+def _interrupt(waiting: _Waiting, run_id: str, end_seq: int) -> Interrupt:
+    """The AG-UI interrupt of a call that waits for a person, in a segment ending at
+    `end_seq`."""
+    data = waiting.data
+    name = str(data.get("name", "tool"))
+    agent = waiting.metadata.get("agentId") or "the agent"
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "approved": {"type": "boolean"},
+            "reason": {"type": "string"},
+        },
+        "required": ["approved"],
+    }
+    if data.get("edit"):
+        schema["properties"]["args"] = {"type": "object"}
+    timeout_at = data.get("timeoutAt")
+    return Interrupt(
+        id=interrupt_id(run_id, waiting.seq, end_seq),
+        reason="tool_approval",
+        message=f"{agent} asks to run {name} with {json.dumps(data.get('args'))}",
+        tool_call_id=waiting.wire_id,
+        response_schema=schema,
+        expires_at=(_iso(float(timeout_at)) if isinstance(timeout_at, (int, float)) else None),
+        metadata={
+            **waiting.metadata,
+            "name": name,
+            "args": data.get("args"),
+            "edit": bool(data.get("edit")),
+        },
+        **({"subagent_run_id": waiting.key} if waiting.key is not None else {}),
+    )
+
+
+def _common(run_id: str, event: Event) -> dict[str, Any]:
+    """The fields every AG-UI event of `event` has: its time and where it came from."""
+    source = event.source
+    metadata: dict[str, Any] = {"runId": run_id, "seq": event.seq}
+    if source is not None:
+        metadata.update(
+            agentKey=source.agent_key,
+            agentId=source.agent_id,
+            path=source.path,
+            depth=source.depth,
+        )
+    else:
+        metadata.update(agentKey=None, depth=0)
+    return {"timestamp": int(event.ts * 1000), "metadata": metadata}
 
 
 def _iso(ts: float) -> str:

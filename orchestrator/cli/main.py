@@ -54,6 +54,8 @@ ACCESS_LOGGERS = (
 """Loggers that speak once per request: quiet (WARNING) unless `serve --access-log`."""
 
 
+# Long on purpose: the command's whole surface, one subcommand after another, as
+# `orchestrator --help` shows it: split, it would be read in pieces.
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchestrator", description="Run and watch trees of agents."

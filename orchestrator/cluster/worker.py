@@ -22,12 +22,13 @@ import msgspec
 import trio
 
 from orchestrator.cluster.store import ClusterStore, QueueEntry, attempt_of
+from orchestrator.cluster.waiting import WaitingList
 from orchestrator.config import ClusterConfig
-from orchestrator.core.approvals import Answer, CallKey
+from orchestrator.core.approvals import Answer
 from orchestrator.runs.host import HostedRun, RunHost
 from orchestrator.runs.resume import end_unresumable, plan_resume
 from orchestrator.runs.service import AgentNotRunning
-from orchestrator.runtime.approvals import ApprovalError, PendingApproval
+from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UNFINISHED
@@ -84,10 +85,7 @@ class Worker:
         self._changed = trio.lowlevel.ParkingLot()
         """Unparked when a run is taken or let go (slots, control streams)."""
         self._nursery: trio.Nursery | None = None
-        self._approvals: list[tuple[str, CallKey, bytes | None]] = []
-        """Changes to the cluster's list of waiting calls, not yet written."""
-        self._approvals_lot = trio.lowlevel.ParkingLot()
-        host.orchestrator.catalog.desk.on_change = self._approval_changed
+        self._waiting = WaitingList(store, self.journal, self._publishes, name)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Work until cancelled."""
@@ -95,6 +93,13 @@ class Worker:
         journal.writer.fenced_write = self._write
         journal.writer.on_fenced = self._lost
         await self.store.ensure_group()
+        unsubscribe = self.host.approvals.subscribe(self._waiting.changed)
+        try:
+            await self._work(task_status)
+        finally:
+            unsubscribe()
+
+    async def _work(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._take_loop)
@@ -102,7 +107,7 @@ class Worker:
             nursery.start_soon(self._control_loop)
             nursery.start_soon(self._claim_loop)
             nursery.start_soon(self._heartbeat_loop)
-            nursery.start_soon(self._approvals_loop)
+            nursery.start_soon(self._waiting.run)
             task_status.started()
 
     # -- taking runs -------------------------------------------------------------
@@ -418,37 +423,11 @@ class Worker:
 
     # -- approvals ---------------------------------------------------------------
 
-    def _approval_changed(
-        self, run_id: str, call: CallKey, waiting: PendingApproval | None
-    ) -> None:
-        """A call of a run here starts or stops waiting: queue the change for Redis (not
-        for a run this worker lost: its new owner publishes it; nor the calls of the
-        runs it hands over: they stay listed, and wait again on the next worker)."""
-        if run_id not in self.owned or (self.stopping and waiting is None):
-            return
-        info = None
-        if waiting is not None:
-            record = self.journal.get(run_id).record
-            info = msgspec.json.encode(
-                waiting.info(
-                    agent_id=record.agent_id, root_path=record.root_session_id, owner=record.owner
-                )
-            )
-        self._approvals.append((run_id, call, info))
-        self._approvals_lot.unpark_all()
-
-    async def _approvals_loop(self) -> None:
-        while True:
-            if not self._approvals:
-                await self._approvals_lot.park()
-                continue
-            batch, self._approvals = self._approvals, []
-            try:
-                await self.store.publish_approvals(batch)
-            except Exception as exc:
-                logger.warning("worker %s: publishing waiting calls failed: %s", self.name, exc)
-                self._approvals[:0] = batch
-                await trio.sleep(_RETRY)
+    def _publishes(self, run_id: str, starts: bool) -> bool:
+        """A waiting call of `run_id` changed: this worker publishes it (not for a run
+        it lost: its new owner does; nor that the calls of the runs it hands over stop
+        waiting: they stay listed, and wait again on the next worker)."""
+        return run_id in self.owned and (starts or not self.stopping)
 
     async def _apply_approval(self, run_id: str, body: str, again: bool = False) -> None:
         """An `approve` a gateway checked and claimed: give it to the waiting call (or

@@ -229,43 +229,7 @@ def rebuild(events: list[Event]) -> ResumePlan:
         agent = agents.get(key)
         if agent is None:
             continue
-        if kind is EventType.REASONING:
-            if not agent._in_turn:
-                _start_turn(agent)
-            if event.last:
-                _finish_turn(agent, data)
-            else:
-                agent.cut_off = True
-        elif kind is EventType.TOOL_RESULT and not data.get("server"):
-            call_id = str(data.get("toolCallId", ""))
-            agent._results[call_id] = ToolResultMessage(
-                tool_call_id=call_id,
-                name=str(data.get("name", "")),
-                content=str(data.get("content", "")),
-                is_error=bool(data.get("isError", False)),
-            )
-            _settle(agent)
-        elif kind is EventType.USER_MESSAGE:
-            agent._inbox.append(str(data.get("text", "")))
-            agent.heard_from.add(str(data.get("from", "")))
-        elif kind is EventType.COMPACTION_STARTED:
-            _flush_turn(agent)  # as the runner: the turn's results and the inbox are in
-            agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
-            agent._inbox.clear()
-            agent._compacting = len(agent.messages)
-        elif kind is EventType.COMPACTION_FINISHED and agent._compacting is not None:
-            _compacted(agent, data)
-        elif kind is EventType.APPROVAL_REQUESTED:
-            timeout_at = data.get("timeoutAt")
-            if isinstance(timeout_at, (int, float)):
-                agent.approvals[str(data.get("toolCallId", ""))] = (event.ts, float(timeout_at))
-        elif kind is EventType.APPROVAL_RESOLVED:
-            agent.approvals[str(data.get("toolCallId", ""))] = _decision(data)
-        elif kind is EventType.AGENT_RESULT:
-            agent.ended, agent.result = True, str(data.get("text", ""))
-        elif kind is EventType.AGENT_ERROR:
-            agent.ended, agent.error = True, str(data.get("message", ""))
-            agent.error_type = str(data.get("errorType", "failed"))
+        _apply(agent, event)
     for agent in agents.values():
         if not agent._in_turn and agent._turn_calls:
             agent.pending = [c for c in agent._turn_calls if c.id not in agent._results]
@@ -277,6 +241,48 @@ def rebuild(events: list[Event]) -> ResumePlan:
     if None not in agents:
         agents[None] = AgentPlan(None, None, "")
     return ResumePlan(agents, events[-1].seq if events else 0, finished, remote, status)
+
+
+def _apply(agent: AgentPlan, event: Event) -> None:
+    """One of an agent's own events, into its plan (as its runner saw it)."""
+    kind, data = event.type, event.data
+    if kind is EventType.REASONING:
+        if not agent._in_turn:
+            _start_turn(agent)
+        if event.last:
+            _finish_turn(agent, data)
+        else:
+            agent.cut_off = True
+    elif kind is EventType.TOOL_RESULT and not data.get("server"):
+        call_id = str(data.get("toolCallId", ""))
+        agent._results[call_id] = ToolResultMessage(
+            tool_call_id=call_id,
+            name=str(data.get("name", "")),
+            content=str(data.get("content", "")),
+            is_error=bool(data.get("isError", False)),
+        )
+        _settle(agent)
+    elif kind is EventType.USER_MESSAGE:
+        agent._inbox.append(str(data.get("text", "")))
+        agent.heard_from.add(str(data.get("from", "")))
+    elif kind is EventType.COMPACTION_STARTED:
+        _flush_turn(agent)  # as the runner: the turn's results and the inbox are in
+        agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
+        agent._inbox.clear()
+        agent._compacting = len(agent.messages)
+    elif kind is EventType.COMPACTION_FINISHED and agent._compacting is not None:
+        _compacted(agent, data)
+    elif kind is EventType.APPROVAL_REQUESTED:
+        timeout_at = data.get("timeoutAt")
+        if isinstance(timeout_at, (int, float)):
+            agent.approvals[str(data.get("toolCallId", ""))] = (event.ts, float(timeout_at))
+    elif kind is EventType.APPROVAL_RESOLVED:
+        agent.approvals[str(data.get("toolCallId", ""))] = _decision(data)
+    elif kind is EventType.AGENT_RESULT:
+        agent.ended, agent.result = True, str(data.get("text", ""))
+    elif kind is EventType.AGENT_ERROR:
+        agent.ended, agent.error = True, str(data.get("message", ""))
+        agent.error_type = str(data.get("errorType", "failed"))
 
 
 def _start_turn(agent: AgentPlan) -> None:

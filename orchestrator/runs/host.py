@@ -21,7 +21,7 @@ from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.rebuild import ResumePlan
 from orchestrator.runs.resume import end_unresumable, plan_resume
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
-from orchestrator.runtime.approvals import ApprovalError
+from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
 from orchestrator.runtime.remote import RemoteRefused
 from orchestrator.runtime.run import AgentGone, Run, RunResult
@@ -269,6 +269,11 @@ class RunHost:
             f"send {agent_key}", functools.partial(send_to, agent, message, "client"), report=False
         )
 
+    @property
+    def approvals(self) -> ApprovalDesk:
+        """Where the calls of the runs here wait (subscribe to hear of each change)."""
+        return self.orchestrator.catalog.desk
+
     async def approve(self, run_id: str, answer: Answer) -> None:
         """Answer a waiting tool call of a run here (the desk decides; a call of a
         remote subtree is handed to the server it waits on).
@@ -280,14 +285,14 @@ class RunHost:
         self.journal.get(run_id)
         if run_id not in self.active:
             raise ApprovalError("not_found", f"run {run_id!r} is not running")
-        await self.orchestrator.catalog.desk.answer(run_id, answer)
+        await self.approvals.answer(run_id, answer)
 
     async def pending(
         self, run_id: str | None, *, owner: str | None, limit: int
     ) -> tuple[list[ApprovalInfo], bool]:
         """The waiting calls of the runs here (see `RunService.pending`)."""
         found: list[ApprovalInfo] = []
-        for waiting in self.orchestrator.catalog.desk.pending(run_id):
+        for waiting in self.approvals.pending(run_id):
             run = self.active.get(waiting.run_id)
             if run is None:
                 continue

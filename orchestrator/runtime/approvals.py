@@ -28,6 +28,7 @@ __all__ = [
     "NOBODY",
     "ApprovalDesk",
     "ApprovalError",
+    "ApprovalListener",
     "PendingApproval",
     "RunGate",
     "already_answered",
@@ -95,6 +96,10 @@ class PendingApproval:
         )
 
 
+ApprovalListener = Callable[[str, CallKey, "PendingApproval | None"], None]
+"""Hears of each change to the calls waiting: `(run_id, call, waiting or None)`."""
+
+
 class ApprovalDesk:
     """Every waiting call of every run, by run and tool call id."""
 
@@ -108,9 +113,14 @@ class ApprovalDesk:
         self.count = 0
         """Calls waiting now, over every run."""
         self._clocks = StoppedClocks()
-        self.on_change: Callable[[str, CallKey, PendingApproval | None], None] | None = None
-        """Told `(run_id, call, waiting)` when a call starts waiting, and with None
-        when it no longer does (a cluster worker publishes the list)."""
+        self._listeners: list[ApprovalListener] = []
+
+    def subscribe(self, listener: ApprovalListener) -> Callable[[], None]:
+        """Tell `listener(run_id, call, waiting)` when a call starts waiting, and with
+        None when it no longer does (a cluster worker publishes the list); returns
+        what unsubscribes it. Called at once, in the desk's own change: no await."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
 
     def gate(
         self,
@@ -281,8 +291,8 @@ class ApprovalDesk:
         run_id, key = waiting.run_id, waiting.key
         self._pending.setdefault(run_id, {})[key] = waiting
         self.count += 1
-        if self.on_change is not None:
-            self.on_change(run_id, key, waiting)
+        for listener in self._listeners:
+            listener(run_id, key, waiting)
         return waiting
 
     def _drop(self, run_id: str, key: CallKey) -> None:
@@ -292,8 +302,8 @@ class ApprovalDesk:
         self.count -= 1
         if not calls:
             del self._pending[run_id]
-        if self.on_change is not None:
-            self.on_change(run_id, key, None)
+        for listener in self._listeners:
+            listener(run_id, key, None)
 
 
 _T = TypeVar("_T")

@@ -311,50 +311,15 @@ async def run_remote(
         forward.fail("remote", f"{where}: {exc}")
         raise ToolError(f"{where}: {exc}") from None
     link.client, link.run_id = client, run_id
-    tagger = RemoteTagger(bus.source, run_id)
-    here = bus.run_id
-    final: dict[str, Any] = {}
     try:
-        if again is not None:
-            await _rejoin(link, client, here, again, bus.source)
-        after = again.cursor.seq if again is not None else 0
-        async with client.follow_batches(run_id, after_seq=after) as batches:
-            async for batch in batches:  # (a frame's events: one wake-up for all of them)
-                for event in batch:
-                    kind = event.type
-                    if kind is EventType.RUN_FINISHED:
-                        final = event.data
-                        continue
-                    if kind is EventType.RUN_STARTED:  # AGENT_STARTED stands for it
-                        continue
-                    source = tagger.source_of(event)
-                    if kind is EventType.AGENT_STARTED and event.source is not None:
-                        link.adopt(event.source.agent_key)
-                    elif kind is EventType.APPROVAL_REQUESTED:
-                        link.hold(here, source, event)
-                    elif kind is EventType.APPROVAL_RESOLVED:
-                        link.resolved(here, source, event)
-                    forward.publish(source, event)
-                await forward.wait_writable()
+        final = await _follow(link, client, run_id, bus, forward, again)
     except ClientError as exc:
         forward.fail("remote", f"{where}: {exc}")
         raise ToolError(f"{where}: {exc}") from None
     except BaseException:
         if forward.suspended:  # this server stops to resume the run: it follows again then
             raise
-        stopped = link.cancellation
-        if stopped is not None:
-            forward.fail("cancelled", f"agent {spec.id!r} was {stopped.describe()}", stopped)
-        elif link.scope.deadline <= trio.current_time():
-            forward.fail("timeout", f"agent {spec.id!r} timed out")
-        else:
-            forward.fail("cancelled", f"{where}: cancelled")
-        with (
-            trio.CancelScope(shield=True),
-            trio.move_on_after(_CANCEL_SECONDS),
-            contextlib.suppress(ClientError),
-        ):  # this child was cancelled (or timed out): so is its run there
-            await client.cancel(run_id, reason="cancelled by the spawning tree")
+        await _stop_there(spec.id, where, link, forward, client, run_id)
         raise
     used = final.get("usage")
     if isinstance(used, dict):
@@ -370,6 +335,63 @@ async def run_remote(
         forward.fail(str(status or "remote"), f"{where}: run {run_id} {status}: {error}")
         raise ToolError(f"{where}: run {run_id} {status or 'ended'}: {error}")
     return str(final.get("result") or "")
+
+
+async def _follow(
+    link: RemoteLink,
+    client: Client,
+    run_id: str,
+    bus: AnyBus,
+    forward: _Forward,
+    again: Resumed | None,
+) -> dict[str, Any]:
+    """Forward the remote run's events (retagged under `bus.source`) to its end; its
+    RUN_FINISHED data."""
+    assert bus.source is not None
+    tagger = RemoteTagger(bus.source, run_id)
+    here = bus.run_id
+    final: dict[str, Any] = {}
+    if again is not None:
+        await _rejoin(link, client, here, again, bus.source)
+    after = again.cursor.seq if again is not None else 0
+    async with client.follow_batches(run_id, after_seq=after) as batches:
+        async for batch in batches:  # (a frame's events: one wake-up for all of them)
+            for event in batch:
+                kind = event.type
+                if kind is EventType.RUN_FINISHED:
+                    final = event.data
+                    continue
+                if kind is EventType.RUN_STARTED:  # AGENT_STARTED stands for it
+                    continue
+                source = tagger.source_of(event)
+                if kind is EventType.AGENT_STARTED and event.source is not None:
+                    link.adopt(event.source.agent_key)
+                elif kind is EventType.APPROVAL_REQUESTED:
+                    link.hold(here, source, event)
+                elif kind is EventType.APPROVAL_RESOLVED:
+                    link.resolved(here, source, event)
+                forward.publish(source, event)
+            await forward.wait_writable()
+    return final
+
+
+async def _stop_there(
+    agent_id: str, where: str, link: RemoteLink, forward: _Forward, client: Client, run_id: str
+) -> None:
+    """This child was cancelled (or timed out): it ends here, and so does its run there."""
+    stopped = link.cancellation
+    if stopped is not None:
+        forward.fail("cancelled", f"agent {agent_id!r} was {stopped.describe()}", stopped)
+    elif link.scope.deadline <= trio.current_time():
+        forward.fail("timeout", f"agent {agent_id!r} timed out")
+    else:
+        forward.fail("cancelled", f"{where}: cancelled")
+    with (
+        trio.CancelScope(shield=True),
+        trio.move_on_after(_CANCEL_SECONDS),
+        contextlib.suppress(ClientError),
+    ):
+        await client.cancel(run_id, reason="cancelled by the spawning tree")
 
 
 class Resumed(msgspec.Struct, frozen=True):

@@ -17,6 +17,7 @@ from agents.core.turn import parse_arguments
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed
 from agents.runner import AgentRunner, Cancellation
+from agents.spec import AgentSpec
 from orchestrator.core.approvals import Answer
 from orchestrator.core.bus import (
     AnyBus,
@@ -245,15 +246,7 @@ class Run:
         text = error = None
         timeout = self.limits.run_timeout
         deadline = trio.CancelScope(relative_deadline=timeout)
-        budgets = [
-            (b, src)
-            for b, src in (
-                (self.limits.max_tokens, "limits.max_tokens"),
-                (spec.budget_tokens, "budget_tokens"),
-            )
-            if b is not None
-        ]
-        budget, source = min(budgets) if budgets else (None, "budget_tokens")
+        budget, source = self._root_budget(spec)
         unavailable = None
         if self.catalog.uses_mcp(spec):  # its MCP servers start (bounded by their timeouts)
             try:
@@ -274,22 +267,7 @@ class Run:
                 try:
                     if unavailable is not None:
                         runner.fail("mcp_unavailable", unavailable)
-                    if plan is not None and plan.root.ended:  # only RUN_FINISHED was missing
-                        if plan.root.result is None:
-                            raise AgentFailed(plan.root.error or "failed", error_type="failed")
-                        text = plan.root.result
-                    elif plan is not None:
-                        runner.messages = list(plan.root.messages)
-                        root = plan.root
-                        outcome = await runner.continue_run(
-                            tuple(root.pending),
-                            tuple(root.done),
-                            root.approvals,
-                            self.context.background_again(root),
-                        )
-                        text = outcome.text
-                    else:
-                        text = (await runner.run(self.input)).text
+                    text = await self._drive(runner, plan)
                     status = "completed"
                 except AgentFailed as exc:
                     error = f"{exc.error_type}: {exc}"
@@ -317,18 +295,55 @@ class Run:
         )
         if plan is not None and not self._suspended:
             self._end_unresumed(bus, plan, status)
-        data: dict[str, object] = {"status": status}
-        if text is not None:
-            data["result"] = text
-        if error is not None:
-            data["error"] = error
-        if status == "cancelled" and self._cancelled is not None:
+        self._emit_finished(bus, runner)
+        return self.result
+
+    def _root_budget(self, spec: AgentSpec) -> tuple[int | None, str]:
+        """The root's token budget: the smaller of the run's and the agent's, and
+        which setting it is (named when it trips)."""
+        budgets = [
+            (b, src)
+            for b, src in (
+                (self.limits.max_tokens, "limits.max_tokens"),
+                (spec.budget_tokens, "budget_tokens"),
+            )
+            if b is not None
+        ]
+        return min(budgets) if budgets else (None, "budget_tokens")
+
+    async def _drive(self, runner: AgentRunner, plan: ResumePlan | None) -> str:
+        """The root agent's final text: run on the input, or continued from `plan`."""
+        if plan is not None and plan.root.ended:  # only RUN_FINISHED was missing
+            if plan.root.result is None:
+                raise AgentFailed(plan.root.error or "failed", error_type="failed")
+            return plan.root.result
+        if plan is not None:
+            runner.messages = list(plan.root.messages)
+            root = plan.root
+            outcome = await runner.continue_run(
+                tuple(root.pending),
+                tuple(root.done),
+                root.approvals,
+                self.context.background_again(root),
+            )
+            return outcome.text
+        return (await runner.run(self.input)).text
+
+    def _emit_finished(self, bus: AnyBus, runner: AgentRunner) -> None:
+        """RUN_FINISHED, from `self.result` (and who cancelled the run)."""
+        result = self.result
+        assert result is not None
+        data: dict[str, object] = {"status": result.status}
+        if result.text is not None:
+            data["result"] = result.text
+        if result.error is not None:
+            data["error"] = result.error
+        if result.status == "cancelled" and self._cancelled is not None:
             data["by"] = self._cancelled.by
             if self._cancelled.reason is not None:
                 data["reason"] = self._cancelled.reason
         data["usage"] = runner.subtree_usage.to_dict()
         bus.emit_nowait(EventType.RUN_FINISHED, data, last=True)
-        return self.result
 
     def _end_unresumed(self, bus: AnyBus, plan: ResumePlan, status: str) -> None:
         """Rebuilt children the run ended before continuing (a cancel during the

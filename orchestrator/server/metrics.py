@@ -22,6 +22,8 @@ class AppCollector(Collector):
     def __init__(self, app: ServerApp) -> None:
         self.app = app
 
+    # Long on purpose: one metric family after another, each a few lines; the list of
+    # what /metrics says reads best in one place (docs/server.md lists them).
     def collect(self) -> Iterator[Any]:
         app = self.app
         runs = GaugeMetricFamily(

@@ -260,3 +260,53 @@ def test_every_door_is_a_setting_with_its_own_prefix() -> None:
     for door in DOORS:
         assert ServerSection.model_fields[door.setting].annotation is bool, door.setting
         assert ENDPOINT_SETTINGS[door.prefix] == f"server.{door.setting}"
+
+
+MAX_CLASS_LINES = 400
+MAX_FUNCTION_LINES = 80
+LONG_ON_PURPOSE = "# Long on purpose:"
+"""The comment, in the lines right above a class or function (or its decorators), that
+says why it must be one piece."""
+
+
+def oversized(source: str) -> list[tuple[str, int]]:
+    """Classes over MAX_CLASS_LINES and functions over MAX_FUNCTION_LINES (name, lines)
+    whose line above does not say why they are long on purpose."""
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            limit = MAX_CLASS_LINES
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            limit = MAX_FUNCTION_LINES
+        else:
+            continue
+        assert node.end_lineno is not None
+        size = node.end_lineno - node.lineno + 1
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        comment, at = [], first - 2
+        while at >= 0 and lines[at].strip().startswith("#"):
+            comment.append(lines[at].strip())
+            at -= 1
+        if size > limit and not any(line.startswith(LONG_ON_PURPOSE) for line in comment):
+            found.append((node.name, size))
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    [*modules("agents"), *modules("orchestrator")],
+    ids=lambda p: str(p.relative_to(REPO)),
+)
+def test_no_class_or_function_is_too_long_to_read(path: Path) -> None:
+    """A change to one idea should not mean reading 900 lines: classes up to 400
+    lines, functions up to 80, unless a comment above says why it must be one."""
+    assert oversized(path.read_text(encoding="utf-8")) == []
+
+
+def test_the_size_check_finds_a_long_function_and_takes_a_reason() -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    assert oversized(f"def long():\n{body}") == [("long", MAX_FUNCTION_LINES + 1)]
+    assert oversized(f"{LONG_ON_PURPOSE} a table,\n# one row a line\ndef long():\n{body}") == []
+    assert oversized(f"{LONG_ON_PURPOSE} a table\n\ndef long():\n{body}") != []
+    assert oversized(f"def short():\n{body[: body.index('x1')]}") == []
