@@ -8,9 +8,29 @@ bus?".
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol, overload
 
 from agents.core.events import EventType
+from agents.core.payloads import (
+    AgentErrorData,
+    AgentResultData,
+    AgentStartedData,
+    ApprovalRequestedData,
+    ApprovalResolvedData,
+    CompactionFinishedData,
+    CompactionStartedData,
+    ReasoningData,
+    RunFinishedData,
+    RunResumedData,
+    RunStartedData,
+    ToolCallData,
+    ToolCallDeltaData,
+    ToolProgressData,
+    ToolResultData,
+    TurnAbandonedData,
+    UserMessageData,
+)
 
 __all__ = ["NULL_EMITTER", "Emitter", "NullEmitter"]
 
@@ -33,15 +53,218 @@ class Emitter(Protocol):
         """True once the run finished: nothing more may be emitted."""
         ...
 
-    async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+    # Each type takes its own payload (agents/core/payloads.py): mypy checks producers.
+    @overload
+    async def emit(
+        self, type: Literal[EventType.RUN_STARTED], data: RunStartedData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.AGENT_STARTED], data: AgentStartedData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.REASONING], data: ReasoningData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.TOOL_CALL_DELTA], data: ToolCallDeltaData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.TOOL_CALL], data: ToolCallData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.TOOL_RESULT], data: ToolResultData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.AGENT_RESULT], data: AgentResultData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.AGENT_ERROR], data: AgentErrorData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.USER_MESSAGE], data: UserMessageData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.TOOL_PROGRESS], data: ToolProgressData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.RUN_RESUMED], data: RunResumedData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.TURN_ABANDONED], data: TurnAbandonedData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
+        self,
+        type: Literal[EventType.APPROVAL_REQUESTED],
+        data: ApprovalRequestedData,
+        last: bool = False,
+    ) -> None: ...
+    @overload
+    async def emit(
+        self,
+        type: Literal[EventType.APPROVAL_RESOLVED],
+        data: ApprovalResolvedData,
+        last: bool = False,
+    ) -> None: ...
+    @overload
+    async def emit(
+        self,
+        type: Literal[EventType.COMPACTION_STARTED],
+        data: CompactionStartedData,
+        last: bool = False,
+    ) -> None: ...
+    @overload
+    async def emit(
+        self,
+        type: Literal[EventType.COMPACTION_FINISHED],
+        data: CompactionFinishedData,
+        last: bool = False,
+    ) -> None: ...
+    @overload
+    async def emit(
+        self, type: Literal[EventType.RUN_FINISHED], data: RunFinishedData, last: bool = False
+    ) -> None: ...
+    async def emit(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
         """Emit one event, waiting while the run's outlet is full (backpressure)."""
         ...
 
-    def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.RUN_STARTED], data: RunStartedData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.AGENT_STARTED], data: AgentStartedData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.REASONING], data: ReasoningData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.TOOL_CALL_DELTA], data: ToolCallDeltaData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.TOOL_CALL], data: ToolCallData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.TOOL_RESULT], data: ToolResultData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.AGENT_RESULT], data: AgentResultData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.AGENT_ERROR], data: AgentErrorData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.USER_MESSAGE], data: UserMessageData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.TOOL_PROGRESS], data: ToolProgressData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.RUN_RESUMED], data: RunResumedData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.TURN_ABANDONED], data: TurnAbandonedData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self,
+        type: Literal[EventType.APPROVAL_REQUESTED],
+        data: ApprovalRequestedData,
+        last: bool = False,
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self,
+        type: Literal[EventType.APPROVAL_RESOLVED],
+        data: ApprovalResolvedData,
+        last: bool = False,
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self,
+        type: Literal[EventType.COMPACTION_STARTED],
+        data: CompactionStartedData,
+        last: bool = False,
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self,
+        type: Literal[EventType.COMPACTION_FINISHED],
+        data: CompactionFinishedData,
+        last: bool = False,
+    ) -> None: ...
+    @overload
+    def emit_nowait(
+        self, type: Literal[EventType.RUN_FINISHED], data: RunFinishedData, last: bool = False
+    ) -> None: ...
+    def emit_nowait(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
         """Emit without waiting: lifecycle events, also while being cancelled."""
         ...
 
-    def offer(self, type: EventType, data: dict[str, Any]) -> bool:
+    @overload
+    def offer(self, type: Literal[EventType.RUN_STARTED], data: RunStartedData) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.AGENT_STARTED], data: AgentStartedData) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.REASONING], data: ReasoningData) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.TOOL_CALL_DELTA], data: ToolCallDeltaData) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.TOOL_CALL], data: ToolCallData) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.TOOL_RESULT], data: ToolResultData) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.AGENT_RESULT], data: AgentResultData) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.AGENT_ERROR], data: AgentErrorData) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.USER_MESSAGE], data: UserMessageData) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.TOOL_PROGRESS], data: ToolProgressData) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.RUN_RESUMED], data: RunResumedData) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.TURN_ABANDONED], data: TurnAbandonedData) -> bool: ...
+    @overload
+    def offer(
+        self, type: Literal[EventType.APPROVAL_REQUESTED], data: ApprovalRequestedData
+    ) -> bool: ...
+    @overload
+    def offer(
+        self, type: Literal[EventType.APPROVAL_RESOLVED], data: ApprovalResolvedData
+    ) -> bool: ...
+    @overload
+    def offer(
+        self, type: Literal[EventType.COMPACTION_STARTED], data: CompactionStartedData
+    ) -> bool: ...
+    @overload
+    def offer(
+        self, type: Literal[EventType.COMPACTION_FINISHED], data: CompactionFinishedData
+    ) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.RUN_FINISHED], data: RunFinishedData) -> bool: ...
+    def offer(self, type: EventType, data: Mapping[str, Any]) -> bool:
         """Emit one event now; True: the outlet is full, `await wait_writable()` next.
 
         `emit` split in two for the per-delta hot path: a plain call per delta, and
@@ -81,13 +304,13 @@ class NullEmitter:
         """No agent instance: None."""
         return None
 
-    async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+    async def emit(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
         """Nothing to do."""
 
-    def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+    def emit_nowait(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
         """Nothing to do."""
 
-    def offer(self, type: EventType, data: dict[str, Any]) -> bool:
+    def offer(self, type: EventType, data: Mapping[str, Any]) -> bool:
         """Nothing to do; never full."""
         return False
 

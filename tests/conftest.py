@@ -2,11 +2,15 @@
 
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
 
 from tests.redis_helpers import redis_url
+
+if TYPE_CHECKING:
+    from orchestrator.core.events import Event
 
 __all__ = ["redis_url"]
 
@@ -15,6 +19,34 @@ __all__ = ["redis_url"]
 # bench/.
 settings.register_profile("suite", deadline=None)
 settings.load_profile("suite")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _payloads_checked() -> Iterator[None]:
+    """Every event of every in-process run in the suite has its type's payload
+    (tests/payload_check.py): a producer that drifts from agents/core/payloads.py
+    fails the test that made it emit."""
+    from orchestrator.runtime.queue import EventQueue
+    from orchestrator.storage.journal import RunOutlet
+    from tests.payload_check import check
+
+    patch = pytest.MonkeyPatch()
+    for outlet in (EventQueue, RunOutlet):
+        put_nowait, put_many = outlet.put_nowait, outlet.put_many
+
+        def checked_one(self: object, event: "Event", _put: Any = put_nowait) -> bool:
+            check(event)
+            return bool(_put(self, event))
+
+        def checked_many(self: object, events: "list[Event]", _put: Any = put_many) -> bool:
+            for event in events:
+                check(event)
+            return bool(_put(self, events))
+
+        patch.setattr(outlet, "put_nowait", checked_one)
+        patch.setattr(outlet, "put_many", checked_many)
+    yield
+    patch.undo()
 
 
 @pytest.fixture(autouse=True)

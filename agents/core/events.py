@@ -7,8 +7,12 @@ agents never see the envelope, only this vocabulary and an `Emitter`.
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
 import msgspec
+
+if TYPE_CHECKING:
+    from agents.core.payloads import UsageData
 
 __all__ = ["EventType", "Usage"]
 
@@ -58,6 +62,6 @@ class Usage(msgspec.Struct, kw_only=True, rename="camel"):
         """A snapshot that later `add` calls do not change."""
         return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> UsageData:
         """The JSON shape used inside event `data`."""
         return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}

@@ -12,6 +12,7 @@ anything (`tests/unit/test_loop.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from agents.core.compaction import CONTINUE_PROMPT, OUTPUT_LIMIT_REASONS
 
@@ -42,7 +43,7 @@ class AskModel:
 class Compact:
     """Compact the conversation (`reason`: `threshold`), then ask the model (`AskModel`)."""
 
-    reason: str
+    reason: Literal["threshold"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
+from typing import Literal
 
 import trio
 
@@ -123,7 +124,10 @@ class Compactor:
             ) from exc
 
     async def compact(
-        self, messages: list[Message], reason: str, overflow: Overflow | None = None
+        self,
+        messages: list[Message],
+        reason: Literal["threshold", "prompt_too_long"],
+        overflow: Overflow | None = None,
     ) -> None:
         """Replace the older part of `messages` by a summary (COMPACTION_STARTED, then
         COMPACTION_FINISHED). Nothing changes until the summary is in: a cancel or a

@@ -8,12 +8,12 @@ that arrives while the answer is being published finds it out and adds nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 import trio
 
 from agents.core.events import EventType, Usage
+from agents.core.payloads import AgentErrorData
 from agents.core.usage import UsageNode
 from agents.emitter import Emitter
 
@@ -70,13 +70,16 @@ class Ending:
         if self.ended or self._bus.closed:
             return
         self.ended = True
-        data: dict[str, Any] = {"errorType": error_type, "message": message}
+        data: AgentErrorData = {
+            "errorType": error_type,
+            "message": message,
+            "usage": self._usage.own.to_dict(),
+            "subtreeUsage": self._usage.subtree.to_dict(),
+        }
         if error_type == "cancelled" and cancelled is not None:
             data["by"] = cancelled.by
             if cancelled.reason is not None:
                 data["reason"] = cancelled.reason
-        data["usage"] = self._usage.own.to_dict()
-        data["subtreeUsage"] = self._usage.subtree.to_dict()
         if self._estimated():
             data["usageEstimated"] = True
         self._bus.emit_nowait(EventType.AGENT_ERROR, data, last=True)

@@ -18,6 +18,7 @@ import trio
 from agents.approval import ApprovalGate, ApprovalPolicy, ApprovalRequest, Decision, Prior
 from agents.core.events import EventType
 from agents.core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage
+from agents.core.payloads import ApprovalResolvedData, ToolProgressData
 from agents.core.turn import parse_arguments
 from agents.core.usage import UsageNode
 from agents.emitter import Emitter
@@ -260,14 +261,16 @@ class ToolRoom:
         policy, bus, now = self._approval, self._bus, time.time()
         if waited is None:
             requested_at, timeout_at = now, now + policy.timeout
-            data: dict[str, Any] = {
-                "toolCallId": call.id,
-                "name": call.name,
-                "args": args,
-                "timeoutAt": timeout_at,
-                "edit": policy.edit,
-            }
-            await bus.emit(EventType.APPROVAL_REQUESTED, data)
+            await bus.emit(
+                EventType.APPROVAL_REQUESTED,
+                {
+                    "toolCallId": call.id,
+                    "name": call.name,
+                    "args": args,
+                    "timeoutAt": timeout_at,
+                    "edit": policy.edit,
+                },
+            )
         else:
             requested_at, timeout_at = waited
         request = ApprovalRequest(
@@ -285,7 +288,7 @@ class ToolRoom:
         except BaseException as exc:
             if is_cancellation(exc) and not bus.closed:
                 stopped = self._stopped_by()
-                data = {
+                data: ApprovalResolvedData = {
                     "toolCallId": call.id,
                     "decision": "cancelled",
                     "by": stopped[0] if stopped is not None else "server",
@@ -326,7 +329,7 @@ class Progress:
         if (now < self._next and progress != total) or self._bus.closed:
             return
         self._next = now + _PROGRESS_EVERY
-        data: dict[str, Any] = {"toolCallId": self._call_id, "progress": progress}
+        data: ToolProgressData = {"toolCallId": self._call_id, "progress": progress}
         if total is not None:
             data["total"] = total
         if message:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import trio
@@ -35,6 +35,13 @@ from agents.core.messages import (
     UsageReport,
 )
 from agents.core.partial_json import PartialJson
+from agents.core.payloads import (
+    ToolCallData,
+    ToolCallDeltaData,
+    ToolResultData,
+    TurnCallData,
+    TurnEndData,
+)
 from agents.core.turn import TurnAssembler, parse_arguments
 from agents.core.usage import UsageNode
 from agents.emitter import Emitter
@@ -44,7 +51,7 @@ from agents.runner.tools import ToolRoom
 
 __all__ = ["TurnLimits", "TurnOutcome", "TurnReader"]
 
-_REASONING = EventType.REASONING
+_REASONING: Final = EventType.REASONING
 _CHECK_EVERY = 256
 """A turn's size is checked every this-many stream parts (so a limit may be passed by
 up to this many parts; the check costs nothing per delta)."""
@@ -249,7 +256,7 @@ class TurnReader:
         elif isinstance(part, ToolCallArgs):
             ready = assembler.add_args(part.key, part.delta)
             call_id, name = assembler.call_name(part.key)
-            data: dict[str, Any] = {"toolCallId": call_id, "name": name, "argsDelta": part.delta}
+            data: ToolCallDeltaData = {"toolCallId": call_id, "name": name, "argsDelta": part.delta}
             reader = turn.readers.get(part.key)
             if reader is not None:
                 fields = reader.feed(part.delta)
@@ -262,7 +269,10 @@ class TurnReader:
             turn.usage = part
         elif isinstance(part, (ServerToolCall, ServerToolResult)):
             assembler.add_server(part)  # the provider ran it: show, never run
-            await bus.emit(*_server_event(part))
+            if isinstance(part, ServerToolCall):
+                await bus.emit(EventType.TOOL_CALL, _server_call(part))
+            else:
+                await bus.emit(EventType.TOOL_RESULT, _server_result(part))
         else:  # ThinkingEnd, ToolCallEnd, Finish: the assembler decides
             for ready in assembler.apply(part):
                 await self._tools.start(turn.tools, turn.results, ready)
@@ -274,7 +284,7 @@ class TurnReader:
         for ready in assembler.finish("unknown"):
             await self._tools.start(turn.tools, turn.results, ready)
         message = assembler.message()
-        data: dict[str, Any] = {
+        data: TurnEndData = {
             "text": message.text,
             "toolCalls": [_call_json(call) for call in message.tool_calls],
             "finishReason": assembler.finish_reason or "unknown",
@@ -329,19 +339,17 @@ class _Turn:
         """Why reading the stream failed (raised by `turn` once the tool calls have ended)."""
 
 
-def _server_event(part: ServerToolCall | ServerToolResult) -> tuple[EventType, dict[str, Any]]:
-    """TOOL_CALL / TOOL_RESULT with `server: true` for a tool the provider ran."""
-    if isinstance(part, ServerToolCall):
-        return EventType.TOOL_CALL, {
-            "toolCallId": part.id,
-            "name": part.name,
-            "args": part.input,
-            "server": True,
-        }
+def _server_call(part: ServerToolCall) -> ToolCallData:
+    """TOOL_CALL with `server: true` for a tool the provider ran."""
+    return {"toolCallId": part.id, "name": part.name, "args": part.input, "server": True}
+
+
+def _server_result(part: ServerToolResult) -> ToolResultData:
+    """TOOL_RESULT with `server: true` for a tool the provider ran (its JSON, as text)."""
     content = part.content
     if not isinstance(content, str):
         content = msgspec.json.encode(content).decode()
-    return EventType.TOOL_RESULT, {
+    return {
         "toolCallId": part.tool_call_id,
         "name": part.name,
         "content": content,
@@ -350,7 +358,7 @@ def _server_event(part: ServerToolCall | ServerToolResult) -> tuple[EventType, d
     }
 
 
-def _call_json(call: ToolCall) -> dict[str, Any]:
+def _call_json(call: ToolCall) -> TurnCallData:
     try:
         args: Any = parse_arguments(call.arguments)
     except ValueError:

@@ -25,7 +25,36 @@ from a2a.types import a2a_pb2 as pb
 
 from orchestrator.core.events import Event, EventType
 
-__all__ = ["ChildEvent", "TaskFollower", "TaskUpdate", "TaskView", "text_of"]
+__all__ = ["HANDLES", "IGNORES", "ChildEvent", "TaskFollower", "TaskUpdate", "TaskView", "text_of"]
+
+HANDLES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.AGENT_STARTED,
+        EventType.REASONING,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types `TaskView` turns into A2A task updates."""
+IGNORES = frozenset(
+    {
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.USER_MESSAGE,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.TURN_ABANDONED,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+    }
+)
+"""Event types an A2A task does not show (it has a status, a message and the answer);
+tests/unit/test_payloads.py checks that every type is in one of the two."""
 
 ChildEvent = tuple[EventType, dict[str, Any], bool]
 """(type, data, last) of one event of the child."""

@@ -67,7 +67,46 @@ from ag_ui.core import (
 
 from orchestrator.core.events import Event, EventType
 
-__all__ = ["AguiStream", "Answer", "answer_of", "interrupt_id", "parse_interrupt_id"]
+__all__ = [
+    "HANDLES",
+    "IGNORES",
+    "AguiStream",
+    "Answer",
+    "answer_of",
+    "interrupt_id",
+    "parse_interrupt_id",
+]
+
+HANDLES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.AGENT_STARTED,
+        EventType.REASONING,
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types with an AG-UI mapping of their own (approvals: interrupts, and CUSTOM
+too)."""
+IGNORES = frozenset(
+    {
+        EventType.USER_MESSAGE,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.TURN_ABANDONED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+    }
+)
+"""Event types with no AG-UI event of their own: they pass as CUSTOM
+`orchestrator.<type>`; tests/unit/test_payloads.py checks that every type is in one
+of the two."""
 
 
 def interrupt_id(run_id: str, asked_seq: int, end_seq: int) -> str:

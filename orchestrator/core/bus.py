@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
 from agents.emitter import NullEmitter
@@ -174,7 +174,7 @@ class RunSink:
         self,
         source: Source | None,
         type: EventType,
-        data: dict[str, Any],
+        data: Mapping[str, Any],
         last: bool = False,
     ) -> Event:
         """Number and hand over one event without waiting for room.
@@ -193,7 +193,7 @@ class RunSink:
             type=type,
             source=source,
             last=last,
-            data=data,
+            data=data,  # type: ignore[arg-type]  # a payload is a plain dict at run time
         )
         self._outlet.put_nowait(event)  # lifecycle events never wait
         if type is EventType.RUN_FINISHED:
@@ -259,12 +259,12 @@ class Bus:
         if not self.sink.closed:
             self.sink.publish_nowait(source, type, data, last)
 
-    async def emit(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+    async def emit(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
         """Emit one event of this agent, waiting if the run's outlet is full."""
         if self.offer(type, data, last):
             await self.sink._outlet.wait_writable()
 
-    def offer(self, type: EventType, data: dict[str, Any], last: bool = False) -> bool:
+    def offer(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> bool:
         """Emit one event now; True: the outlet is full, `await wait_writable()` next.
 
         `RunSink.publish`, inlined: this is the hot path of every delta of every
@@ -274,9 +274,10 @@ class Bus:
         if sink.closed:
             raise RuntimeError(f"run {sink.run_id} already finished; cannot emit {type}")
         sink._seq = seq = sink._seq + 1
-        # Positional, in field order (run_id, seq, ts, type, source, last, data).
+        # Positional, in field order (run_id, seq, ts, type, source, last, data); a
+        # typed payload (agents/core/payloads.py) is a plain dict at run time.
         return sink._outlet.put_nowait(
-            Event(sink.run_id, seq, sink._clock(), type, self.source, last, data)
+            Event(sink.run_id, seq, sink._clock(), type, self.source, last, data)  # type: ignore[arg-type]
         )
 
     def offer_deltas(self, texts: list[str]) -> bool:
@@ -306,7 +307,7 @@ class Bus:
         """Return once the run's events so far are stored (`Emitter.durable`)."""
         return await self.sink.durable()
 
-    def emit_nowait(self, type: EventType, data: dict[str, Any], last: bool = False) -> None:
+    def emit_nowait(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
         """Emit without waiting: for lifecycle events, also during cancellation."""
         self.sink.publish_nowait(self.source, type, data, last)
 

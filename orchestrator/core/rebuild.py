@@ -54,7 +54,37 @@ from agents.core.messages import (
 )
 from orchestrator.core.events import Event, EventType, RemoteRef, Source
 
-__all__ = ["AgentPlan", "ResumePlan", "rebuild"]
+__all__ = ["HANDLES", "IGNORES", "AgentPlan", "ResumePlan", "rebuild"]
+
+HANDLES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.AGENT_STARTED,
+        EventType.REASONING,
+        EventType.TOOL_RESULT,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.USER_MESSAGE,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types a rebuild reads (the conversation, approvals, ends)."""
+IGNORES = frozenset(
+    {
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_CALL,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.TURN_ABANDONED,
+    }
+)
+"""Event types a rebuild leaves aside: a turn's calls are in its `last` REASONING, a
+cut-off turn is known by its missing `last`; tests/unit/test_payloads.py checks that
+every type is in one of the two."""
 
 
 @dataclass

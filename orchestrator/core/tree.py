@@ -12,7 +12,36 @@ from typing import Any
 
 from orchestrator.core.events import Event, EventType, Source
 
-__all__ = ["AgentNode", "TreeView"]
+__all__ = ["HANDLES", "IGNORES", "AgentNode", "TreeView"]
+
+HANDLES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.AGENT_STARTED,
+        EventType.REASONING,
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.USER_MESSAGE,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types the tree view reads."""
+IGNORES = frozenset(
+    {
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.TURN_ABANDONED,
+    }
+)
+"""Event types the tree view leaves aside: progress, and a resume's notices;
+tests/unit/test_payloads.py checks that every type is in one of the two."""
 
 ROOT = "root"
 _TAIL = 4000

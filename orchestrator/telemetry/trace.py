@@ -28,7 +28,45 @@ from opentelemetry.semconv.attributes import error_attributes
 
 from orchestrator.core.events import Event, EventType
 
-__all__ = ["ModelInfo", "SpanRecord", "TraceBuilder", "span_id_of", "trace_id_of"]
+__all__ = [
+    "HANDLES",
+    "IGNORES",
+    "ModelInfo",
+    "SpanRecord",
+    "TraceBuilder",
+    "span_id_of",
+    "trace_id_of",
+]
+
+HANDLES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.AGENT_STARTED,
+        EventType.REASONING,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.USER_MESSAGE,
+        EventType.TURN_ABANDONED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.COMPACTION_FINISHED,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types that open, close or annotate spans."""
+IGNORES = frozenset(
+    {
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.APPROVAL_REQUESTED,
+        EventType.COMPACTION_STARTED,
+    }
+)
+"""Event types a trace leaves aside: argument deltas, progress, a resume's notice, a
+request (its answer is the span event); tests/unit/test_payloads.py checks that
+every type is in one of the two."""
 
 ModelInfo = Callable[[str], tuple[str, str]]
 """agentId → (gen_ai.provider.name, gen_ai.request.model)."""

@@ -100,7 +100,7 @@ async def test_different_filters_and_subs_make_their_own_frames() -> None:
         assert plain.seqs() == other_sub.seqs() == [1, 2]
         assert b'"sub":"s2"' in other_sub.wire[0][1]
         assert filtered.wire == [] and feed.cursor == 2  # nothing matched, but handled
-        bus.emit_nowait(EventType.TOOL_CALL, {"name": "x"})
+        bus.emit_nowait(EventType.TOOL_CALL, {"toolCallId": "c", "name": "x", "args": {}})
         await journal.writer.flush()
         await trio.testing.wait_all_tasks_blocked()
         assert filtered.seqs() == [3] and filtered.wire[0][0] == "live"

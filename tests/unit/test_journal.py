@@ -94,7 +94,7 @@ async def test_wait_wakes_on_commit_and_on_finish(factory: Factory) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(waiter)
             await trio.testing.wait_all_tasks_blocked()
-            bus.emit_nowait(EventType.RUN_STARTED, {})
+            bus.emit_nowait(EventType.RUN_STARTED, {"agentId": "a", "input": "q"})
             await journal.writer.flush()
             await trio.testing.wait_all_tasks_blocked()
             assert woke == [1]
@@ -145,7 +145,7 @@ async def test_restart_keeps_history_and_interrupts_running_runs(
     async with open_journal(storage()) as journal:
         journal.create_run(record("run-done"))
         done = Bus(RunSink("run-done", "sess-1", journal.outlet("run-done")))
-        done.emit_nowait(EventType.RUN_STARTED, {})
+        done.emit_nowait(EventType.RUN_STARTED, {"agentId": "a", "input": "q"})
         done.emit_nowait(EventType.RUN_FINISHED, {"status": "completed"}, last=True)
         journal.create_run(record("run-live"))
         live = Bus(RunSink("run-live", "sess-1", journal.outlet("run-live")))
@@ -186,7 +186,7 @@ async def test_flush_waits_for_a_write_in_progress() -> None:
     async with open_journal(SlowStorage.open()) as journal:
         journal.create_run(record())
         Bus(RunSink("run-1", "sess-1", journal.outlet("run-1"))).emit_nowait(
-            EventType.RUN_STARTED, {}
+            EventType.RUN_STARTED, {"agentId": "a", "input": "q"}
         )
         await trio.testing.wait_all_tasks_blocked()  # the writer took the batch and waits
         flushed = False

@@ -62,7 +62,7 @@ async def test_failed_writes_are_retried_without_loss(
     async with flaky_journal(tmp_path / "j.db", max_pending=16) as (journal, storage):
         journal.create_run(record("run-1"))
         bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
-        bus.emit_nowait(EventType.RUN_STARTED, {})
+        bus.emit_nowait(EventType.RUN_STARTED, {"agentId": "a", "input": "q"})
         await journal.writer.flush()
         storage.failing = True
         produced = 0
@@ -99,7 +99,7 @@ async def test_runs_that_cannot_be_stored_are_reported_once(
         await journal.writer.flush()
         storage.failing = True
         Bus(RunSink("run-1", "sess-1", journal.outlet("run-1"))).emit_nowait(
-            EventType.RUN_STARTED, {}
+            EventType.RUN_STARTED, {"agentId": "a", "input": "q"}
         )
         await trio.sleep(9)
         assert stalled == []
@@ -117,7 +117,7 @@ async def test_start_on_a_failing_store_is_read_only_until_it_recovers(
     async with SqliteStorage.open(path) as first_storage, Journal.open(first_storage) as first:
         first.create_run(record("run-old"))
         Bus(RunSink("run-old", "sess-1", first.outlet("run-old"))).emit_nowait(
-            EventType.RUN_STARTED, {}
+            EventType.RUN_STARTED, {"agentId": "a", "input": "q"}
         )
         await first.writer.flush()
     FlakyStorage.fail_from_start = True
@@ -159,7 +159,7 @@ async def test_retention_trims_runs_and_events_and_feeds_see_a_gap(
             run_id = f"run-{n}"
             journal.create_run(record(run_id, created_at=float(n)))
             bus = Bus(RunSink(run_id, "sess-1", journal.outlet(run_id)))
-            bus.emit_nowait(EventType.RUN_STARTED, {})
+            bus.emit_nowait(EventType.RUN_STARTED, {"agentId": "a", "input": "q"})
             for _ in range(300 if n == 3 else 2):
                 bus.emit_nowait(EventType.REASONING, {"delta": "x"})
             if n < 3:

@@ -6,6 +6,14 @@
 // (interrupted after a crash, cancelled, …), so no card says "running" for ever.
 
 export const ROOT = "root";
+// The event types `RunModel.apply` reads, and those it leaves aside (progress; a
+// resume's notice): tests/unit/test_payloads.py checks every type is in one of them.
+export const HANDLES = [
+  "RUN_STARTED", "AGENT_STARTED", "REASONING", "TURN_ABANDONED", "TOOL_CALL_DELTA",
+  "TOOL_CALL", "TOOL_RESULT", "USER_MESSAGE", "COMPACTION_STARTED", "COMPACTION_FINISHED",
+  "APPROVAL_REQUESTED", "APPROVAL_RESOLVED", "AGENT_RESULT", "AGENT_ERROR", "RUN_FINISHED",
+];
+export const IGNORES = ["TOOL_PROGRESS", "RUN_RESUMED"];
 const RAW_KEPT = 3000;   // the run's latest events kept whole for the JSON view
 // (keeping every parsed event of a 100k-event run made the browser's garbage
 // collector pause the page for over 50 ms)

@@ -1,0 +1,219 @@
+"""One typed payload per event type: what `data` holds (docs/events.md, contract §2).
+
+TypedDicts cost nothing at run time (an event's data stays a plain dict, built by
+a literal on the hot path) and let mypy check every producer: the `Emitter`
+protocol (`agents/emitter.py`) takes, for each `EventType`, only its payload.
+`PAYLOADS` maps each type to its payload (REASONING has three shapes); a test
+checks it against the table in docs/events.md and validates the events of real
+runs with it (`msgspec.convert`).
+
+Consumers say which types they handle and which they ignore (`HANDLES`/`IGNORES`
+next to each), and a test fails when a type is added that one of them does not
+name: see `tests/unit/test_payloads.py`.
+"""
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+from agents.core.events import EventType
+
+__all__ = [
+    "PAYLOADS",
+    "AgentErrorData",
+    "AgentResultData",
+    "AgentStartedData",
+    "ApprovalRequestedData",
+    "ApprovalResolvedData",
+    "CompactionFinishedData",
+    "CompactionStartedData",
+    "ReasoningData",
+    "ReasoningDeltaData",
+    "RunFinishedData",
+    "RunResumedData",
+    "RunStartedData",
+    "ThinkingDeltaData",
+    "ToolCallData",
+    "ToolCallDeltaData",
+    "ToolProgressData",
+    "ToolResultData",
+    "TurnAbandonedData",
+    "TurnEndData",
+    "UsageData",
+    "UserMessageData",
+]
+
+
+class UsageData(TypedDict):
+    """Token counts, as `Usage.to_dict` writes them."""
+
+    inputTokens: int
+    outputTokens: int
+
+
+class RunStartedData(TypedDict):
+    agentId: str
+    input: str
+
+
+class AgentStartedData(TypedDict):
+    agentId: str
+    task: str
+    remote: NotRequired[dict[str, str]]
+    """A remote subagent's: `{url, agent}` (our server) or `{a2a}` (an A2A agent)."""
+
+
+class ReasoningDeltaData(TypedDict):
+    """A piece of the turn's text, as it streams."""
+
+    delta: str
+
+
+class ThinkingDeltaData(TypedDict):
+    """A piece of the model's reasoning (thinking), as it streams."""
+
+    thinkingDelta: str
+
+
+class TurnCallData(TypedDict):
+    toolCallId: str
+    name: str
+    args: Any
+
+
+class TurnEndData(TypedDict):
+    """The end of a model turn (`last: true`): its text, calls and finish reason."""
+
+    text: str
+    toolCalls: list[TurnCallData]
+    finishReason: str
+    usage: NotRequired[UsageData]
+
+
+ReasoningData = ReasoningDeltaData | ThinkingDeltaData | TurnEndData
+
+
+class ToolCallDeltaData(TypedDict):
+    toolCallId: str
+    name: str
+    argsDelta: str
+    fields: NotRequired[dict[str, Any]]
+
+
+class ToolCallData(TypedDict):
+    toolCallId: str
+    name: str
+    args: Any
+    server: NotRequired[bool]
+
+
+class ToolResultData(TypedDict):
+    toolCallId: str
+    name: str
+    content: str
+    isError: bool
+    server: NotRequired[bool]
+
+
+class AgentResultData(TypedDict):
+    text: str
+    usage: UsageData
+    subtreeUsage: UsageData
+
+
+class AgentErrorData(TypedDict):
+    errorType: str
+    message: str
+    by: NotRequired[str]
+    reason: NotRequired[str]
+    usage: NotRequired[UsageData]
+    """Absent from an error the orchestrator writes for an agent it no longer runs
+    (lost with a worker, a run ended before it was continued, a remote child)."""
+    subtreeUsage: NotRequired[UsageData]
+    usageEstimated: NotRequired[bool]
+
+
+UserMessageData = TypedDict(
+    "UserMessageData",
+    {"text": str, "from": str, "continuation": NotRequired[bool]},
+)
+
+
+class ToolProgressData(TypedDict):
+    toolCallId: str
+    progress: float
+    total: NotRequired[float]
+    message: NotRequired[str]
+
+
+class RunResumedData(TypedDict):
+    attempt: int
+    afterSeq: int
+    worker: NotRequired[str]
+    reason: NotRequired[Literal["restart"]]
+
+
+class TurnAbandonedData(TypedDict):
+    reason: Literal["worker_lost", "restart"]
+    attempt: int
+
+
+class ApprovalRequestedData(TypedDict):
+    toolCallId: str
+    name: str
+    args: dict[str, Any]
+    timeoutAt: float
+    edit: bool
+
+
+class ApprovalResolvedData(TypedDict):
+    toolCallId: str
+    decision: Literal["approve", "deny", "timeout", "cancelled"]
+    by: str
+    reason: NotRequired[str]
+    edited: bool
+    args: NotRequired[dict[str, Any]]
+
+
+class CompactionStartedData(TypedDict):
+    reason: Literal["threshold", "prompt_too_long"]
+    beforeTokens: int
+
+
+class CompactionFinishedData(TypedDict):
+    afterTokens: int
+    summarizedTurns: int
+    summarizedMessages: int
+    keptMessages: int
+    summary: str
+
+
+class RunFinishedData(TypedDict):
+    status: Literal["completed", "failed", "cancelled", "interrupted"]
+    result: NotRequired[str]
+    error: NotRequired[str]
+    errorType: NotRequired[str]
+    by: NotRequired[str]
+    reason: NotRequired[str]
+    usage: NotRequired[UsageData]
+
+
+PAYLOADS: dict[EventType, tuple[type, ...]] = {
+    EventType.RUN_STARTED: (RunStartedData,),
+    EventType.AGENT_STARTED: (AgentStartedData,),
+    EventType.REASONING: (ReasoningDeltaData, ThinkingDeltaData, TurnEndData),
+    EventType.TOOL_CALL_DELTA: (ToolCallDeltaData,),
+    EventType.TOOL_CALL: (ToolCallData,),
+    EventType.TOOL_RESULT: (ToolResultData,),
+    EventType.AGENT_RESULT: (AgentResultData,),
+    EventType.AGENT_ERROR: (AgentErrorData,),
+    EventType.USER_MESSAGE: (UserMessageData,),
+    EventType.TOOL_PROGRESS: (ToolProgressData,),
+    EventType.RUN_RESUMED: (RunResumedData,),
+    EventType.TURN_ABANDONED: (TurnAbandonedData,),
+    EventType.APPROVAL_REQUESTED: (ApprovalRequestedData,),
+    EventType.APPROVAL_RESOLVED: (ApprovalResolvedData,),
+    EventType.COMPACTION_STARTED: (CompactionStartedData,),
+    EventType.COMPACTION_FINISHED: (CompactionFinishedData,),
+    EventType.RUN_FINISHED: (RunFinishedData,),
+}
+"""Each event type's payload (its shapes, for REASONING: a delta, a thinking delta, or
+the turn's end, told apart by `last` and by its one key)."""
