@@ -1,9 +1,10 @@
 """Compaction, the pure part: how big a conversation is, where it may be cut, what the
 summarizer reads, and which provider errors say the prompt is too long.
 
-The runner (`agents/runner.py`) decides when to compact and runs the summarizer;
-`orchestrator/core/rebuild.py` replays a journaled compaction the same way, with the
-same `summary_message`, so a resumed run continues from the compacted conversation.
+The loop (`agents/core/loop.py`) decides when to compact, and the runner's compactor
+(`agents/runner/compactor.py`) runs the summarizer; `orchestrator/core/rebuild.py`
+replays a journaled compaction the same way, with the same `summary_message`, so a
+resumed run continues from the compacted conversation.
 
 Sizes are tokens as the provider counts them where it said (the input and output
 tokens of the agent's last turn), plus an estimate for what was added since:

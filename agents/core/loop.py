@@ -5,7 +5,7 @@ ended, the agent went quiet) and answers with the next step: ask the model,
 compact first, continue a cut answer, wait for background work, finish, or fail.
 It holds the loop's counters (turns taken, the parts of an answer cut by the
 output limit) and nothing else: no trio, no bus, no provider. The runner
-(`agents/runner.py`) carries each step out; these tests read it without running
+(`agents/runner/agent.py`) carries each step out; tests read it without running
 anything (`tests/unit/test_loop.py`).
 """
 

@@ -313,22 +313,6 @@ class AgentRunner:
         self.messages.append(UserMessage(text=message))
         return await self._run()
 
-    def start_background(
-        self,
-        label: str,
-        work: Callable[[], Awaitable[str]],
-        *,
-        report: bool = True,
-        call_id: str | None = None,
-    ) -> None:
-        """Run `work` beside this agent, which does not finish before it.
-
-        With `report`, the work's text (or failure) comes back to the agent as a
-        message before its next model turn, from the label's first word. `call_id`:
-        the tool call that started it (kept out of compaction while it runs).
-        """
-        self.background.start(label, work, report=report, call_id=call_id)
-
     def deliver(self, text: str, sender: str) -> bool:
         """Queue a message for the agent's next model turn and emit USER_MESSAGE.
 
@@ -353,7 +337,7 @@ class AgentRunner:
                     self.background.open(background)
                     for label, call_id, work in again:
                         context = self.tools.context(call_id)
-                        self.start_background(
+                        self.background.start(
                             label, functools.partial(work, context), call_id=call_id
                         )
                     try:

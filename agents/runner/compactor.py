@@ -107,19 +107,14 @@ class Compactor:
         try:
             return await turns.turn(messages)
         except ProviderError as exc:
-            overflow = overflow_of(exc)
-            if overflow is None:
-                raise
+            overflow = _too_long(exc)
         await self.compact(messages, "prompt_too_long", overflow)
         try:
             return await turns.turn(messages)
         except ProviderError as exc:
-            again = overflow_of(exc)
-            if again is None:
-                raise
             raise AgentFailed(
                 f"agent {self._agent_id!r}: the conversation is still too long for the model "
-                f"after compaction: {again.describe()}",
+                f"after compaction: {_too_long(exc).describe()}",
                 error_type="context_overflow",
             ) from exc
 
@@ -249,3 +244,11 @@ class Compactor:
         if deadline.cancelled_caught:
             raise ToolError(f"the summary took over {limits.timeout:g} s")
         return "".join(parts)
+
+
+def _too_long(exc: ProviderError) -> Overflow:
+    """What the provider said of a prompt too long; any other failure is raised on."""
+    overflow = overflow_of(exc)
+    if overflow is None:
+        raise exc
+    return overflow

@@ -265,7 +265,7 @@ class RunHost:
         if agent is root or root is None or not root.running:
             raise AgentNotRunning(f"{who} of run {run_id!r} is not running")
         # An idle child runs again on the message; the run waits for it.
-        root.start_background(
+        root.background.start(
             f"send {agent_key}", functools.partial(send_to, agent, message, "client"), report=False
         )
 

@@ -198,3 +198,30 @@ async def test_a_server_that_does_not_answer_a_control_is_an_error_in_bounded_ti
     with pytest.raises(RemoteRefused, match=r"unreachable: .*no answer within 10 s"):
         await link.send(CHILD.agent_key, "anyone?")
     assert trio.current_time() - start == 10
+
+
+def test_listeners_hear_each_call_start_and_stop_waiting_until_they_unsubscribe() -> None:
+    """What must hear of waiting calls (a cluster worker's list) subscribes to the desk;
+    every listener hears each change, and none after it unsubscribes."""
+    desk = ApprovalDesk()
+    heard: list[tuple[str, str, bool]] = []
+    also: list[str] = []
+    stop = desk.subscribe(lambda run, call, waiting: heard.append((run, call[1], bool(waiting))))
+    desk.subscribe(lambda run, call, waiting: also.append(call[1]))
+    now = time.time()
+    request = ApprovalRequest(
+        tool_call_id="c1",
+        name="write_file",
+        args={},
+        requested_at=now,
+        timeout_at=now + 60,
+        wait=60.0,
+        edit=False,
+        parameters={},
+    )
+    desk.adopt("run-1", None, request)
+    desk.forget_run("run-1")
+    assert heard == [("run-1", "c1", True), ("run-1", "c1", False)]
+    stop()
+    desk.adopt("run-2", None, request)
+    assert len(heard) == 2 and also == ["c1", "c1", "c1"]
