@@ -7,14 +7,11 @@ agents never see the envelope, only this vocabulary and an `Emitter`.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
+from typing import TypedDict
 
 import msgspec
 
-if TYPE_CHECKING:
-    from agents.core.payloads import UsageData
-
-__all__ = ["EventType", "Usage"]
+__all__ = ["EventType", "Usage", "UsageData"]
 
 
 class EventType(enum.StrEnum):
@@ -45,6 +42,13 @@ class EventType(enum.StrEnum):
     COMPACTION_FINISHED = "COMPACTION_FINISHED"
     """The older part was replaced by a summary (the text is in the event)."""
     RUN_FINISHED = "RUN_FINISHED"
+
+
+class UsageData(TypedDict):
+    """Token counts in event data, as `Usage.to_dict` writes them."""
+
+    inputTokens: int
+    outputTokens: int
 
 
 class Usage(msgspec.Struct, kw_only=True, rename="camel"):

@@ -14,7 +14,7 @@ name: see `tests/unit/test_payloads.py`.
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from agents.core.events import EventType
+from agents.core.events import EventType, UsageData
 
 __all__ = [
     "PAYLOADS",
@@ -40,13 +40,6 @@ __all__ = [
     "UsageData",
     "UserMessageData",
 ]
-
-
-class UsageData(TypedDict):
-    """Token counts, as `Usage.to_dict` writes them."""
-
-    inputTokens: int
-    outputTokens: int
 
 
 class RunStartedData(TypedDict):

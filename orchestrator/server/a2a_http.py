@@ -37,12 +37,18 @@ from starlette.requests import Request
 
 from orchestrator.a2a.mapping import TaskUpdate, TaskView, text_of
 from orchestrator.server.auth import Principal
-from orchestrator.server.endpoints import Refused, authorize, refuse, serve_connection, start_run
+from orchestrator.server.endpoints import (
+    DoorContext,
+    Refused,
+    authorize,
+    refuse,
+    serve_connection,
+    start_run,
+)
 from orchestrator.server.follow import follow_run
 from orchestrator.storage.runlog import UnknownRun
 
 if TYPE_CHECKING:
-    from orchestrator.server.app import ServerApp
     from orchestrator.storage.journal import RunLog
 
 __all__ = ["A2aEndpoint"]
@@ -64,7 +70,7 @@ BEARER = "bearer"
 class A2aEndpoint:
     """The subagents of `app`, each an A2A agent at `/a2a/AGENT/`."""
 
-    def __init__(self, app: ServerApp) -> None:
+    def __init__(self, app: DoorContext) -> None:
         self.app = app
         self.handler = RunTasks(app)
         self._apps: dict[str, Starlette] = {}
@@ -208,7 +214,7 @@ def _view(log: RunLog) -> TaskView:
 class RunTasks(RequestHandler):
     """A2A requests answered from this server's runs (one task = one run)."""
 
-    def __init__(self, app: ServerApp) -> None:
+    def __init__(self, app: DoorContext) -> None:
         self.app = app
 
     # -- messages: a new run each ---------------------------------------------------

@@ -33,12 +33,18 @@ from orchestrator.core.approvals import Answer
 from orchestrator.core.events import EventType
 from orchestrator.runs.service import AgentNotRunning
 from orchestrator.runtime.approvals import ApprovalError
-from orchestrator.server.endpoints import Refused, authorize, refuse, serve_connection, start_run
+from orchestrator.server.endpoints import (
+    DoorContext,
+    Refused,
+    authorize,
+    refuse,
+    serve_connection,
+    start_run,
+)
 from orchestrator.server.follow import follow_run
 from orchestrator.storage.runlog import UnknownRun
 
 if TYPE_CHECKING:
-    from orchestrator.server.app import ServerApp
     from orchestrator.server.auth import Principal
 
 __all__ = ["AguiEndpoint"]
@@ -56,7 +62,7 @@ PRIME_BATCH = 1024
 class AguiEndpoint:
     """The subagents of `app`, each runnable as an AG-UI agent."""
 
-    def __init__(self, app: ServerApp) -> None:
+    def __init__(self, app: DoorContext) -> None:
         self.app = app
         self.encoder = EventEncoder()
         self.max_body = max(4 * app.config.limits.max_input_bytes, 1024 * 1024)

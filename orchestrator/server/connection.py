@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+from collections import Counter
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 from websockets.exceptions import ConnectionClosed
@@ -37,11 +38,8 @@ from orchestrator.runs.service import StartedRun
 from orchestrator.server import direct_send
 from orchestrator.server.auth import Principal
 from orchestrator.server.feed import Feed, Sent
-from orchestrator.server.ops import dispatch
+from orchestrator.server.ops import OpContext, dispatch
 from orchestrator.storage.runlog import UnknownRun
-
-if TYPE_CHECKING:
-    from orchestrator.server.app import ServerApp
 
 __all__ = ["SLOW_CLIENT_CLOSE", "Connection", "release"]
 
@@ -84,10 +82,22 @@ class _FeedSink:
         await self._connection.flush()
 
 
+class ConnectionContext(OpContext, Protocol):
+    """What a connection uses of the server, besides what its ops read."""
+
+    @property
+    def frame_bytes(self) -> int: ...
+    @property
+    def feed_ended(self) -> trio.lowlevel.ParkingLot: ...
+    @property
+    def subscriptions(self) -> Counter[str | None]: ...
+    def subscriptions_of(self, principal: Principal) -> int: ...
+
+
 class Connection:
     """Serves one client until it disconnects."""
 
-    def __init__(self, app: ServerApp, ws: ServerConnection, principal: Principal) -> None:
+    def __init__(self, app: ConnectionContext, ws: ServerConnection, principal: Principal) -> None:
         self.app = app
         self.ws = ws
         self.principal = principal

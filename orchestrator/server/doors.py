@@ -3,8 +3,8 @@ like the ops (`ops.py`): a door is a path prefix, the setting that turns it on, 
 to make its endpoint. `open_doors` makes the endpoints that are on; the front door
 (`front.py`) routes each connection to the first whose prefix its path has.
 
-To add a door: write its endpoint (a class made from the `ServerApp`, with `serve(stream)`
-for one routed connection and, if it owns something while the server runs, an async
+To add a door: write its endpoint (a class made from a `DoorContext`, what a door may
+use of the server, with `serve(stream)` for one routed connection and, if it owns something while the server runs, an async
 context manager `running()`), add its setting to `ServerSection`, and add a row here.
 Each endpoint's module is imported only when its door is on: it may need an extra.
 """
@@ -14,15 +14,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import trio
 
-if TYPE_CHECKING:
-    from orchestrator.server.app import ServerApp
-    from orchestrator.server.front import Route
+from orchestrator.server.endpoints import DoorContext
 
-__all__ = ["DOORS", "Door", "Endpoint", "open_doors"]
+__all__ = ["DOORS", "Door", "Endpoint", "Route", "open_doors"]
+
+Route = tuple[bytes, Callable[[trio.SocketStream], Awaitable[None]]]
+"""(path, serve): connections whose request path is `path` or below it go to `serve`
+(`front.route_connections`)."""
 
 
 class Endpoint(Protocol):
@@ -37,12 +39,12 @@ class Door:
     """The path prefix routed to it (`/mcp`)."""
     setting: str
     """The `server.` setting that turns it on."""
-    make: Callable[[ServerApp], Endpoint]
+    make: Callable[[DoorContext], Endpoint]
     running: Callable[[Endpoint], contextlib.AbstractAsyncContextManager[object]] | None = None
     """What the endpoint owns while the server runs (entered once, before serving)."""
 
 
-def _mcp(app: ServerApp) -> Endpoint:
+def _mcp(app: DoorContext) -> Endpoint:
     from orchestrator.server.mcp_http import McpEndpoint  # the `mcp` extra, only here
 
     return McpEndpoint(app)
@@ -55,13 +57,13 @@ def _mcp_running(endpoint: Endpoint) -> contextlib.AbstractAsyncContextManager[o
     return endpoint.running()
 
 
-def _agui(app: ServerApp) -> Endpoint:
+def _agui(app: DoorContext) -> Endpoint:
     from orchestrator.server.agui_http import AguiEndpoint  # the `agui` extra
 
     return AguiEndpoint(app)
 
 
-def _a2a(app: ServerApp) -> Endpoint:
+def _a2a(app: DoorContext) -> Endpoint:
     from orchestrator.server.a2a_http import A2aEndpoint  # the `a2a` extra
 
     return A2aEndpoint(app)
@@ -75,7 +77,7 @@ DOORS: tuple[Door, ...] = (
 
 
 @contextlib.asynccontextmanager
-async def open_doors(app: ServerApp) -> AsyncIterator[list[Route]]:
+async def open_doors(app: DoorContext) -> AsyncIterator[list[Route]]:
     """The routes of the doors that are on, their endpoints running until this ends."""
     routes: list[Route] = []
     async with contextlib.AsyncExitStack() as stack:

@@ -6,21 +6,22 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 from websockets.datastructures import Headers
 
-from orchestrator.runs.service import LimitExceeded, StartedRun, StorageUnavailable
+from orchestrator.config import ServerConfig
+from orchestrator.runs.service import LimitExceeded, RunService, StartedRun, StorageUnavailable
 from orchestrator.runtime.context import UnknownAgent
+from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.asgi import ASGIApp, Message, serve_http
 from orchestrator.server.auth import Auth, Principal
-
-if TYPE_CHECKING:
-    from orchestrator.server.app import ServerApp
+from orchestrator.storage.journal import Journal
 
 __all__ = [
     "HOST_REFUSED",
+    "DoorContext",
     "Refused",
     "authorize",
     "refuse",
@@ -30,6 +31,24 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+class DoorContext(Protocol):
+    """What an HTTP door (`/mcp`, `/ag-ui`, `/a2a`) uses of the server: its settings and
+    tokens, the runs, their journal, and the agents."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+    @property
+    def auth(self) -> Auth: ...
+    @property
+    def runs(self) -> RunService: ...
+    @property
+    def journal(self) -> Journal: ...
+    @property
+    def orchestrator(self) -> Orchestrator: ...
+    @property
+    def closing(self) -> bool: ...
 
 
 class Refused(Exception):
@@ -42,7 +61,7 @@ class Refused(Exception):
 
 
 async def start_run(
-    app: ServerApp,
+    app: DoorContext,
     principal: Principal,
     agent_id: str,
     task: str,
@@ -108,7 +127,7 @@ def refused_host(host: str | None, path: str) -> None:
 
 
 async def authorize(
-    app: ServerApp, scope: MutableMapping[str, Any], send: Any, *, writes: bool
+    app: DoorContext, scope: MutableMapping[str, Any], send: Any, *, writes: bool
 ) -> Principal | None:
     """The request's principal, or None once it was refused: a cross-site `Origin`
     (403), no or a wrong token (401), a viewer token where the request `writes` (403)."""

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from orchestrator.server.doors import DOORS
+from orchestrator.server.doors import DOORS, Route
 
 __all__ = ["HandoffListener", "Route", "request_path", "route_connections"]
 
@@ -30,10 +30,6 @@ PEEK_SECONDS = 10.0
 _PEEK_PAUSE = 0.01
 _FULL_PAUSE = 0.1
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
-
-
-Route = tuple[bytes, Callable[[trio.SocketStream], Awaitable[None]]]
-"""(path, serve): connections whose request path is `path` or below it go to `serve`."""
 
 
 def request_path(peeked: bytes) -> bytes | None:

@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sized
 from http import HTTPStatus
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import urlsplit
 
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from websockets.http11 import Request, Response
 from websockets.trio.server import ServerConnection
 
+from orchestrator.cluster.node import Node
+from orchestrator.config import ServerConfig
+from orchestrator.server.auth import Auth
 from orchestrator.server.endpoints import HOST_REFUSED, refused_host
+from orchestrator.storage.journal import Journal
 
-if TYPE_CHECKING:
-    from orchestrator.server.app import ServerApp
-
-__all__ = ["STATIC_FILES", "Routes"]
+__all__ = ["STATIC_FILES", "RouteContext", "Routes"]
 
 STATIC_FILES = {
     "app.js": "text/javascript; charset=utf-8",
@@ -35,10 +37,28 @@ STATIC_FILES = {
 """The console's files under /static/ (a fixed list: no path from a request reaches the disk)."""
 
 
+class RouteContext(Protocol):
+    """What the HTTP routes use of the server: settings and tokens, how many are
+    connected, the journal's and the cluster's health, the metrics."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+    @property
+    def auth(self) -> Auth: ...
+    @property
+    def connections(self) -> Sized: ...
+    @property
+    def journal(self) -> Journal: ...
+    @property
+    def node(self) -> Node | None: ...
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+
 class Routes:
     """The server's HTTP routes (`process_request` for websockets' `serve`)."""
 
-    def __init__(self, app: ServerApp) -> None:
+    def __init__(self, app: RouteContext) -> None:
         self.app = app
 
     def process_request(self, conn: ServerConnection, request: Request) -> Response | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import aclosing, asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 from mcp.server.mcpserver import Context
@@ -24,11 +24,14 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from orchestrator.mcp.expose import TreeProgress, subagent_server
 from orchestrator.server.auth import Principal
-from orchestrator.server.endpoints import Refused, authorize, serve_connection, start_run
+from orchestrator.server.endpoints import (
+    DoorContext,
+    Refused,
+    authorize,
+    serve_connection,
+    start_run,
+)
 from orchestrator.server.follow import follow_run
-
-if TYPE_CHECKING:
-    from orchestrator.server.app import ServerApp
 
 __all__ = ["McpEndpoint"]
 
@@ -42,7 +45,7 @@ _FOLLOW_END_SECONDS = 5.0
 class McpEndpoint:
     """The subagents of `app` as an MCP server on `/mcp`."""
 
-    def __init__(self, app: ServerApp) -> None:
+    def __init__(self, app: DoorContext) -> None:
         self.app = app
         specs = app.orchestrator.specs.values()
         self.server = subagent_server(((s.id, s.description) for s in specs), self._call)

@@ -2,24 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Iterator, Sized
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from orchestrator.cluster.node import Node
 from orchestrator.core.events import RUN_STATUSES
+from orchestrator.storage.journal import Journal
 
 if TYPE_CHECKING:
-    from orchestrator.server.app import ServerApp
+    from orchestrator.telemetry.export import Telemetry
 
-__all__ = ["AppCollector"]
+__all__ = ["AppCollector", "MetricsContext"]
+
+
+class Watching(Protocol):
+    """A connection, as the metrics count it: its subscriptions."""
+
+    @property
+    def feeds(self) -> Sized: ...
+
+
+class MetricsContext(Protocol):
+    """What the metrics read of the server at scrape time."""
+
+    @property
+    def connections(self) -> Collection[Watching]: ...
+    @property
+    def journal(self) -> Journal: ...
+    @property
+    def node(self) -> Node | None: ...
+    @property
+    def telemetry(self) -> Telemetry | None: ...
+    def slowest_lag(self) -> int: ...
 
 
 class AppCollector(Collector):
     """Prometheus metrics read from the live server state at scrape time."""
 
-    def __init__(self, app: ServerApp) -> None:
+    def __init__(self, app: MetricsContext) -> None:
         self.app = app
 
     # Long on purpose: one metric family after another, each a few lines; the list of

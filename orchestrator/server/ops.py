@@ -15,24 +15,75 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
 from orchestrator import protocol
+from orchestrator.cluster.node import Node
+from orchestrator.config import ServerConfig
 from orchestrator.core.approvals import Answer
+from orchestrator.core.filters import FilterSpec
 from orchestrator.protocol import ProtocolError
-from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
+from orchestrator.runs.service import (
+    AgentNotRunning,
+    LimitExceeded,
+    RunService,
+    StartedRun,
+    StorageUnavailable,
+)
 from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.runtime.context import UnknownAgent
+from orchestrator.runtime.engine import Orchestrator
+from orchestrator.server.auth import Principal
+from orchestrator.server.feed import Feed
+from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import RunLog, UnknownRun
 
-if TYPE_CHECKING:
-    from orchestrator.server.connection import Connection
+__all__ = ["OPS", "Caller", "OpContext", "dispatch"]
 
-__all__ = ["OPS", "dispatch"]
 
-Handler = Callable[["Connection", Any], Awaitable[None]]
+class OpContext(Protocol):
+    """What the ops read of the server: its settings, runs, journal and agents."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+    @property
+    def journal(self) -> Journal: ...
+    @property
+    def runs(self) -> RunService: ...
+    @property
+    def orchestrator(self) -> Orchestrator: ...
+    @property
+    def node(self) -> Node | None: ...
+    @property
+    def closing(self) -> bool: ...
+
+
+class Caller(Protocol):
+    """What an op's handler uses of the connection it serves (`connection.Connection`)."""
+
+    @property
+    def app(self) -> OpContext: ...
+    @property
+    def principal(self) -> Principal: ...
+    async def reply(self, frame: bytes) -> None: ...
+    def new_feed(
+        self,
+        run_id: str,
+        after_seq: int,
+        filter: FilterSpec | None,
+        detail: str,
+        msg_id: protocol.MessageId,
+        format: str = "events",
+    ) -> Feed: ...
+    def start_feed(self, feed: Feed) -> None: ...
+    def end_feed(self, sub: str) -> bool: ...
+    def check_sub_limit(self, msg_id: protocol.MessageId) -> None: ...
+    def await_result(self, run: StartedRun, msg_id: protocol.MessageId) -> None: ...
+
+
+Handler = Callable[[Caller, Any], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +96,7 @@ class Op:
     writes: bool = False
 
 
-async def dispatch(conn: Connection, op: protocol.ClientOp) -> None:
+async def dispatch(conn: Caller, op: protocol.ClientOp) -> None:
     """Authorize the op, then run its handler.
 
     Raises:
@@ -76,7 +127,7 @@ async def dispatch(conn: Connection, op: protocol.ClientOp) -> None:
         raise ProtocolError(kind, exc.message, op.id) from None
 
 
-async def visible(conn: Connection, run_id: str, msg_id: protocol.MessageId) -> RunLog:
+async def visible(conn: Caller, run_id: str, msg_id: protocol.MessageId) -> RunLog:
     """The run, if this principal may see it (else `not_found`, as if it did not exist)."""
     try:
         log = await conn.app.journal.mirrors.find(run_id)
@@ -87,7 +138,7 @@ async def visible(conn: Connection, run_id: str, msg_id: protocol.MessageId) -> 
     return log
 
 
-def check_size(conn: Connection, field: str, text: str, msg_id: protocol.MessageId) -> None:
+def check_size(conn: Caller, field: str, text: str, msg_id: protocol.MessageId) -> None:
     """Refuse a client text over `limits.max_input_bytes`."""
     limit = conn.app.config.limits.max_input_bytes
     if len(text) > limit or len(text.encode()) > limit:
@@ -99,23 +150,23 @@ def check_size(conn: Connection, field: str, text: str, msg_id: protocol.Message
 # -- the handlers ----------------------------------------------------------------
 
 
-async def ping(conn: Connection, op: protocol.Ping) -> None:
+async def ping(conn: Caller, op: protocol.Ping) -> None:
     await conn.reply(protocol.encode(protocol.Pong(id=op.id)))
 
 
-async def subscribe(conn: Connection, op: protocol.Subscribe) -> None:
+async def subscribe(conn: Caller, op: protocol.Subscribe) -> None:
     feed = conn.new_feed(op.run_id, op.after_seq, op.filter, op.detail, op.id, op.format)
     await conn.reply(protocol.ack(op.id, sub=feed.sub))
     conn.start_feed(feed)
 
 
-async def unsubscribe(conn: Connection, op: protocol.Unsubscribe) -> None:
+async def unsubscribe(conn: Caller, op: protocol.Unsubscribe) -> None:
     if not conn.end_feed(op.sub):
         raise ProtocolError("not_found", f"no subscription {op.sub!r}", op.id)
     await conn.reply(protocol.ack(op.id))
 
 
-async def run(conn: Connection, op: protocol.Run) -> None:
+async def run(conn: Caller, op: protocol.Run) -> None:
     app = conn.app
     if app.closing:
         raise ProtocolError("limit_exceeded", "the server is shutting down", op.id)
@@ -139,20 +190,20 @@ async def run(conn: Connection, op: protocol.Run) -> None:
     conn.start_feed(feed)
 
 
-async def cancel(conn: Connection, op: protocol.Cancel) -> None:
+async def cancel(conn: Caller, op: protocol.Cancel) -> None:
     if op.reason is not None:
         check_size(conn, "reason", op.reason, op.id)
     await conn.app.runs.cancel(op.run_id, op.agent_key, op.reason)
     await conn.reply(protocol.ack(op.id))
 
 
-async def send(conn: Connection, op: protocol.Send) -> None:
+async def send(conn: Caller, op: protocol.Send) -> None:
     check_size(conn, "message", op.message, op.id)
     await conn.app.runs.send(op.run_id, op.agent_key, op.message)
     await conn.reply(protocol.ack(op.id))
 
 
-async def approve(conn: Connection, op: protocol.Approve) -> None:
+async def approve(conn: Caller, op: protocol.Approve) -> None:
     if op.reason is not None:
         check_size(conn, "reason", op.reason, op.id)
     if op.args is not None:
@@ -169,14 +220,14 @@ async def approve(conn: Connection, op: protocol.Approve) -> None:
     await conn.reply(protocol.ack(op.id))
 
 
-async def pending(conn: Connection, op: protocol.Pending) -> None:
+async def pending(conn: Caller, op: protocol.Pending) -> None:
     owner = None if conn.principal.sees_all else conn.principal.name
     found, more = await conn.app.runs.pending(op.run_id, owner=owner, limit=op.limit)
     shown = [msgspec.structs.replace(info, parameters=None) for info in found]
     await conn.reply(protocol.encode(protocol.PendingReply(approvals=shown, more=more, id=op.id)))
 
 
-async def runs(conn: Connection, op: protocol.Runs) -> None:
+async def runs(conn: Caller, op: protocol.Runs) -> None:
     app = conn.app
     owner = None if conn.principal.sees_all else conn.principal.name
     records, more = await app.runs.page(limit=op.limit, before=op.before, owner=owner)
@@ -198,7 +249,7 @@ async def runs(conn: Connection, op: protocol.Runs) -> None:
     await conn.reply(protocol.encode(protocol.RunsReply(runs=infos, more=more, id=op.id)))
 
 
-async def agents(conn: Connection, op: protocol.Agents) -> None:
+async def agents(conn: Caller, op: protocol.Agents) -> None:
     infos = [
         protocol.AgentInfo(
             id=s.id,

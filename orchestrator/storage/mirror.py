@@ -13,24 +13,33 @@ In one process `find` is `Journal.get`, and `watch` only counts.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
 from orchestrator.core.events import EventType, decode_event
-from orchestrator.storage.base import RunRecord
+from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.runlog import Entry, RunLog, UnknownRun, hand_over
 
-if TYPE_CHECKING:
-    from orchestrator.storage.journal import Journal
+__all__ = ["MirroredJournal", "RunMirrors"]
 
-__all__ = ["RunMirrors"]
+
+class MirroredJournal(Protocol):
+    """What the mirrors use of their journal: its runs' logs and its store."""
+
+    @property
+    def logs(self) -> dict[str, RunLog]: ...
+    @property
+    def storage(self) -> Storage: ...
+    @property
+    def tail(self) -> int: ...
+    def get(self, run_id: str) -> RunLog: ...
 
 
 class RunMirrors:
     """The journal's mirrors of runs executed by other instances."""
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: MirroredJournal) -> None:
         self.journal = journal
         self.lookup: Callable[[str], Awaitable[RunRecord | None]] | None = None
         """Cluster mode: fetches the record of a run this instance has not seen yet."""

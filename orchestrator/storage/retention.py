@@ -10,15 +10,32 @@ storage failure skips the pass (the writer reports the storage's health).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
-if TYPE_CHECKING:
-    from orchestrator.storage.journal import Journal
+from orchestrator.storage.base import Storage
+from orchestrator.storage.runlog import RunLog
+from orchestrator.storage.writer import JournalWriter
 
-__all__ = ["Retention", "RetentionPolicy"]
+__all__ = ["RetainedJournal", "Retention", "RetentionPolicy"]
+
+
+class RetainedJournal(Protocol):
+    """What retention uses of its journal: the runs' logs, the store, the writer's
+    unwritten runs, the clock."""
+
+    @property
+    def logs(self) -> dict[str, RunLog]: ...
+    @property
+    def storage(self) -> Storage: ...
+    @property
+    def writer(self) -> JournalWriter: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +60,7 @@ class RetentionPolicy:
 class Retention:
     """Applies a `RetentionPolicy` to a journal."""
 
-    def __init__(self, journal: Journal, policy: RetentionPolicy) -> None:
+    def __init__(self, journal: RetainedJournal, policy: RetentionPolicy) -> None:
         self.journal = journal
         self.policy = policy
         self.runs_deleted = 0

@@ -310,3 +310,35 @@ def test_the_size_check_finds_a_long_function_and_takes_a_reason() -> None:
     assert oversized(f"{LONG_ON_PURPOSE} a table,\n# one row a line\ndef long():\n{body}") == []
     assert oversized(f"{LONG_ON_PURPOSE} a table\n\ndef long():\n{body}") != []
     assert oversized(f"def short():\n{body[: body.index('x1')]}") == []
+
+
+def module_graph(package: str) -> dict[str, set[str]]:
+    """Module → the modules of `package` it imports (anywhere in the file, under
+    TYPE_CHECKING too; `from a import b` counts the module `a.b` when it is one)."""
+    modules = {module_name(path): path for path in (REPO / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    found.add(full if full in modules else base)
+        graph[name] = {m for m in found if m in modules and m not in (name, package)}
+    return graph
+
+
+@pytest.mark.parametrize("package", ["orchestrator", "agents"])
+def test_no_import_cycle_between_modules(package: str) -> None:
+    """No two modules need each other, not even for a type: a module that only needs
+    a few things of another states them as a Protocol of its own (`server/ops.py`
+    `Caller`, `server/endpoints.py` `DoorContext`, `storage/mirror.py`
+    `MirroredJournal`, …) instead of importing the class that has them."""
+    assert cycles(module_graph(package)) == []
