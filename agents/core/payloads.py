@@ -39,6 +39,7 @@ __all__ = [
     "TurnEndData",
     "UsageData",
     "UserMessageData",
+    "agent_error",
 ]
 
 
@@ -187,6 +188,32 @@ class RunFinishedData(TypedDict):
     by: NotRequired[str]
     reason: NotRequired[str]
     usage: NotRequired[UsageData]
+
+
+def agent_error(
+    error_type: str,
+    message: str,
+    *,
+    by: str | None = None,
+    reason: str | None = None,
+    usage: UsageData | None = None,
+    subtree_usage: UsageData | None = None,
+    estimated: bool = False,
+) -> AgentErrorData:
+    """AGENT_ERROR's data, the one way every producer writes it: `by` and `reason` for
+    an agent a person cancelled, the usages when the agent ran here."""
+    data: AgentErrorData = {"errorType": error_type, "message": message}
+    if by is not None:
+        data["by"] = by
+        if reason is not None:
+            data["reason"] = reason
+    if usage is not None:
+        data["usage"] = usage
+    if subtree_usage is not None:
+        data["subtreeUsage"] = subtree_usage
+    if estimated:
+        data["usageEstimated"] = True
+    return data
 
 
 PAYLOADS: dict[EventType, tuple[type, ...]] = {

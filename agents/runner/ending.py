@@ -13,7 +13,7 @@ import msgspec
 import trio
 
 from agents.core.events import EventType, Usage
-from agents.core.payloads import AgentErrorData
+from agents.core.payloads import agent_error
 from agents.core.usage import UsageNode
 from agents.emitter import Emitter
 
@@ -70,18 +70,16 @@ class Ending:
         if self.ended or self._bus.closed:
             return
         self.ended = True
-        data: AgentErrorData = {
-            "errorType": error_type,
-            "message": message,
-            "usage": self._usage.own.to_dict(),
-            "subtreeUsage": self._usage.subtree.to_dict(),
-        }
-        if error_type == "cancelled" and cancelled is not None:
-            data["by"] = cancelled.by
-            if cancelled.reason is not None:
-                data["reason"] = cancelled.reason
-        if self._estimated():
-            data["usageEstimated"] = True
+        stopped = cancelled if error_type == "cancelled" else None
+        data = agent_error(
+            error_type,
+            message,
+            by=stopped.by if stopped is not None else None,
+            reason=stopped.reason if stopped is not None else None,
+            usage=self._usage.own.to_dict(),
+            subtree_usage=self._usage.subtree.to_dict(),
+            estimated=self._estimated(),
+        )
         self._bus.emit_nowait(EventType.AGENT_ERROR, data, last=True)
 
     async def finish(self, text: str) -> AgentOutcome:

@@ -23,6 +23,7 @@ from typing import Any
 
 from a2a.types import a2a_pb2 as pb
 
+from agents.core.payloads import agent_error
 from orchestrator.core.events import Event, EventType
 
 __all__ = ["HANDLES", "IGNORES", "ChildEvent", "TaskFollower", "TaskUpdate", "TaskView", "text_of"]
@@ -167,7 +168,7 @@ class TaskFollower:
             out.append((EventType.AGENT_RESULT, result, True))
         else:
             self.error = error
-            out.append((EventType.AGENT_ERROR, {"errorType": error[0], "message": error[1]}, True))
+            out.append((EventType.AGENT_ERROR, dict(agent_error(*error)), True))
 
 
 TaskUpdate = pb.TaskStatusUpdateEvent | pb.TaskArtifactUpdateEvent

@@ -90,14 +90,17 @@ class Worker:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Work until cancelled."""
         journal = self.journal
-        journal.writer.fenced_write = self._write
-        journal.writer.on_fenced = self._lost
+        journal.writer.fence_with(self._write)
         await self.store.ensure_group()
-        unsubscribe = self.host.approvals.subscribe(self._waiting.changed)
+        unsubscribe = (
+            journal.writer.fenced.subscribe(self._lost),
+            self.host.approvals.subscribe(self._waiting.changed),
+        )
         try:
             await self._work(task_status)
         finally:
-            unsubscribe()
+            for stop in unsubscribe:
+                stop()
 
     async def _work(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:

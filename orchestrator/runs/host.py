@@ -68,8 +68,9 @@ class RunHost:
         self.active: dict[str, Run] = {}
         self._done: dict[str, trio.Event] = {}
         self.max_concurrent = orchestrator.config.limits.max_concurrent_runs
-        journal.writer.on_stalled = self.fail_unstorable
-        journal.writer.on_fenced = self._taken_over  # (a cluster worker sets its own)
+        journal.writer.stalled.subscribe(self.fail_unstorable)
+        if not journal.cluster:  # (in a cluster, a run's worker stops what it lost)
+            journal.writer.fenced.subscribe(self._taken_over)
 
     # -- starting ------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from agents.core.payloads import agent_error
 from orchestrator.core.events import Event, EventType
 from orchestrator.core.rebuild import ResumePlan, rebuild
 from orchestrator.storage.base import RunRecord
@@ -40,7 +41,7 @@ async def end_unresumable(
     outlet = journal.outlet(run_id)
     now = time.time()
     ending = [
-        (EventType.AGENT_ERROR, agent.source, False, {"errorType": error_type, "message": message})
+        (EventType.AGENT_ERROR, agent.source, False, dict(agent_error(error_type, message)))
         for agent in plan.agents.values()
         if not agent.ended and agent.agent_id
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncGenerator
-from typing import Any, cast
+from typing import cast
 
 import httpx
 import trio
@@ -20,6 +20,7 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.types import a2a_pb2 as pb
 
+from agents.core.payloads import AgentErrorData, agent_error
 from agents.errors import ToolError
 from agents.spec import AgentSpec
 from orchestrator.a2a.mapping import ChildEvent, TaskFollower
@@ -71,7 +72,7 @@ async def run_a2a(spec: AgentSpec, task: str, bus: AnyBus, link: RemoteLink) -> 
             _emit(bus, follower.stopped())
         except Exception as exc:  # (httpx's, the SDK's, a timeout: all an error result)
             problem = _describe(exc)
-            _fail(bus, follower, {"errorType": "remote", "message": problem})
+            _fail(bus, follower, agent_error("remote", problem))
             raise ToolError(f"{where}: {problem}") from None
         except BaseException:  # cancelled here (a person, a timeout, the run): there too
             _fail(bus, follower, _cancelled(spec, link))
@@ -97,22 +98,20 @@ def _emit(bus: AnyBus, events: list[ChildEvent]) -> None:
         bus.emit_nowait(kind, data, last)
 
 
-def _cancelled(spec: AgentSpec, link: RemoteLink) -> dict[str, Any]:
+def _cancelled(spec: AgentSpec, link: RemoteLink) -> AgentErrorData:
     """The child's AGENT_ERROR when it was stopped here (as a local agent says it)."""
     stopped = link.cancellation
     if stopped is None:  # a deadline, or the whole run
-        return {"errorType": "cancelled", "message": f"agent {spec.id!r} was stopped"}
-    data: dict[str, Any] = {
-        "errorType": "cancelled",
-        "message": f"agent {spec.id!r} was {stopped.describe()}",
-        "by": stopped.by,
-    }
-    if stopped.reason is not None:
-        data["reason"] = stopped.reason
-    return data
+        return agent_error("cancelled", f"agent {spec.id!r} was stopped")
+    return agent_error(
+        "cancelled",
+        f"agent {spec.id!r} was {stopped.describe()}",
+        by=stopped.by,
+        reason=stopped.reason,
+    )
 
 
-def _fail(bus: AnyBus, follower: TaskFollower, data: dict[str, Any]) -> None:
+def _fail(bus: AnyBus, follower: TaskFollower, data: AgentErrorData) -> None:
     """The child's end, when the task's own end did not come through."""
     if follower.ended:
         return

@@ -23,6 +23,7 @@ import trio
 from agents.approval import ApprovalRequest, Decision
 from orchestrator.core.approvals import AgentKey, Answer, ApprovalInfo, CallKey
 from orchestrator.core.events import Source
+from orchestrator.core.listeners import Listeners
 
 __all__ = [
     "NOBODY",
@@ -113,14 +114,15 @@ class ApprovalDesk:
         self.count = 0
         """Calls waiting now, over every run."""
         self._clocks = StoppedClocks()
-        self._listeners: list[ApprovalListener] = []
+        self.changed: Listeners[[str, CallKey, PendingApproval | None]] = Listeners()
+        """Told `(run_id, call, waiting)` when a call starts waiting, and with None
+        when it no longer does (`subscribe`)."""
 
     def subscribe(self, listener: ApprovalListener) -> Callable[[], None]:
         """Tell `listener(run_id, call, waiting)` when a call starts waiting, and with
         None when it no longer does (a cluster worker publishes the list); returns
         what unsubscribes it. Called at once, in the desk's own change: no await."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+        return self.changed.subscribe(listener)
 
     def gate(
         self,
@@ -291,8 +293,7 @@ class ApprovalDesk:
         run_id, key = waiting.run_id, waiting.key
         self._pending.setdefault(run_id, {})[key] = waiting
         self.count += 1
-        for listener in self._listeners:
-            listener(run_id, key, waiting)
+        self.changed(run_id, key, waiting)
         return waiting
 
     def _drop(self, run_id: str, key: CallKey) -> None:
@@ -302,8 +303,7 @@ class ApprovalDesk:
         self.count -= 1
         if not calls:
             del self._pending[run_id]
-        for listener in self._listeners:
-            listener(run_id, key, None)
+        self.changed(run_id, key, None)
 
 
 _T = TypeVar("_T")

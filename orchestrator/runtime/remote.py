@@ -31,6 +31,7 @@ import trio
 
 from agents.approval import ApprovalRequest, Decision
 from agents.core.events import Usage
+from agents.core.payloads import agent_error
 from agents.core.usage import UsageNode
 from agents.errors import ToolError
 from agents.runner import Cancellation
@@ -464,11 +465,12 @@ class _Forward:
         if self.ended or self.bus.closed:
             return
         self.ended = True
-        data: dict[str, Any] = {"errorType": error_type, "message": message}
-        if stopped is not None:  # as an agent here says who cancelled it (`AgentRunner`)
-            data["by"] = stopped.by
-            if stopped.reason is not None:
-                data["reason"] = stopped.reason
+        data = agent_error(  # as an agent here says who cancelled it (`AgentRunner`)
+            error_type,
+            message,
+            by=stopped.by if stopped is not None else None,
+            reason=stopped.reason if stopped is not None else None,
+        )
         self.bus.emit_nowait(EventType.AGENT_ERROR, data, last=True)
 
 

@@ -13,6 +13,7 @@ import msgspec
 import trio
 
 from agents.approval import ApprovalRequest
+from agents.core.payloads import agent_error
 from agents.core.turn import parse_arguments
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed
@@ -364,11 +365,11 @@ class Run:
                 continue
             Bus(bus.sink, agent.source).emit_nowait(
                 EventType.AGENT_ERROR,
-                {
-                    "errorType": "cancelled" if status == "cancelled" else "worker_lost",
-                    "message": f"agent {agent.agent_id!r}: the run ended ({status}) before "
+                agent_error(
+                    "cancelled" if status == "cancelled" else "worker_lost",
+                    f"agent {agent.agent_id!r}: the run ended ({status}) before "
                     "it was continued after its worker's failure",
-                },
+                ),
                 last=True,
             )
 
@@ -389,10 +390,9 @@ class Run:
             self._orphaned.add(agent.key)
             Bus(bus.sink, agent.source).emit_nowait(
                 EventType.AGENT_ERROR,
-                {
-                    "errorType": "worker_lost",
-                    "message": f"agent {agent.agent_id!r} was lost {lost} and nobody waits "
-                    "for it any more",
-                },
+                agent_error(
+                    "worker_lost",
+                    f"agent {agent.agent_id!r} was lost {lost} and nobody waits for it any more",
+                ),
                 last=True,
             )

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 import trio
 
+from agents.core.payloads import agent_error
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed, ToolError
 from agents.runner import AgentOutcome, AgentRunner, BackgroundAgain
@@ -391,10 +392,7 @@ class AgentSpawnTool:
             assert plan.source is not None
             Bus(parent_bus.sink, plan.source).emit_nowait(
                 EventType.AGENT_ERROR,
-                {
-                    "errorType": "worker_lost",
-                    "message": "the remote run is not followed again after a restart",
-                },
+                agent_error("worker_lost", "the remote run is not followed again after a restart"),
                 last=True,
             )
 

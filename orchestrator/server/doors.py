@@ -4,8 +4,9 @@ to make its endpoint. `open_doors` makes the endpoints that are on; the front do
 (`front.py`) routes each connection to the first whose prefix its path has.
 
 To add a door: write its endpoint (a class made from a `DoorContext`, what a door may
-use of the server, with `serve(stream)` for one routed connection and, if it owns something while the server runs, an async
-context manager `running()`), add its setting to `ServerSection`, and add a row here.
+use of the server, with `serve(stream)` for one routed connection and, if it owns
+something while the server runs, an async context manager `running()`), add its
+setting to `ServerSection`, and add a row here.
 Each endpoint's module is imported only when its door is on: it may need an extra.
 """
 

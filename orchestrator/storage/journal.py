@@ -31,12 +31,13 @@ import trio
 
 from orchestrator.core.capping import cap_event
 from orchestrator.core.events import Event, EventType, decode_event
+from orchestrator.core.listeners import Listeners
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.mirror import RunMirrors
 from orchestrator.storage.paging import RunPage
 from orchestrator.storage.retention import Retention, RetentionPolicy
 from orchestrator.storage.runlog import Entry, Follower, RunLog, UnknownRun, hand_over
-from orchestrator.storage.writer import JournalWriter
+from orchestrator.storage.writer import FencedWrite, JournalWriter
 
 __all__ = ["Entry", "Follower", "Journal", "RunLog", "RunOutlet", "UnknownRun"]
 
@@ -101,6 +102,7 @@ class Journal:
         retention: RetentionPolicy | None = None,
         clock: Callable[[], float] = time.time,
         cluster: bool = False,
+        fenced_write: FencedWrite | None = None,
     ) -> None:
         self.storage = storage
         self.cluster = cluster
@@ -112,8 +114,10 @@ class Journal:
         self.clock = clock
         self.logs: dict[str, RunLog] = {}
         """Every run the journal knows, oldest first."""
-        self.writer = JournalWriter(storage, tail=tail, fail_runs_after=fail_runs_after)
-        self.writer.on_recovered = self._recovered
+        self.writer = JournalWriter(
+            storage, tail=tail, fail_runs_after=fail_runs_after, fenced_write=fenced_write
+        )
+        self.writer.recovered.subscribe(self._recovered)
         self.retention = Retention(self, retention or RetentionPolicy())
         self.mirrors = RunMirrors(self)
         self.events_truncated = 0
@@ -121,9 +125,9 @@ class Journal:
         """Runs a previous server left running, ended `interrupted` at open."""
         self.resumable: list[str] = []
         """Runs a previous server left running, to be resumed (`Journal.open(resume=)`)."""
-        self.on_run: Callable[[RunLog], None] | None = None
+        self.started: Listeners[[RunLog]] = Listeners()
         """Told of every run this instance starts executing (`create_run`, `own`):
-        telemetry follows them (None: nobody, the default)."""
+        telemetry follows them."""
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -141,6 +145,7 @@ class Journal:
         final_flush_timeout: float = 10.0,
         cluster: bool = False,
         resume: bool = False,
+        fenced_write: FencedWrite | None = None,
     ) -> AsyncIterator[Journal]:
         """Load the store's runs and run the writer (and retention) for the block.
 
@@ -161,6 +166,7 @@ class Journal:
             cluster: runs belong to a cluster (none is interrupted at open; see `mirrors`).
             resume: runs left running that have events are listed in `resumable` (the
                 server continues them) instead of ended `interrupted`.
+            fenced_write: writes behind this server's owner lease (storage/owner.py).
         """
         journal = cls(
             storage,
@@ -170,6 +176,7 @@ class Journal:
             fail_runs_after=fail_runs_after,
             retention=retention,
             cluster=cluster,
+            fenced_write=fenced_write,
         )
         for record in await storage.load():
             log = RunLog(record)
@@ -234,8 +241,7 @@ class Journal:
         log = RunLog(record)
         self.logs[record.run_id] = log
         self.writer.mark(log)
-        if self.on_run is not None:
-            self.on_run(log)
+        self.started(log)
         return log
 
     def own(self, record: RunRecord) -> RunLog:
@@ -255,8 +261,7 @@ class Journal:
             log.committed = record.last_seq
             log.tail_first = record.last_seq + 1
         self.writer.mark(log)
-        if self.on_run is not None:
-            self.on_run(log)
+        self.started(log)
         return log
 
     def mirror(self, run_id: str) -> None:

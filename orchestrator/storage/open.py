@@ -72,10 +72,13 @@ async def open_journal(
                 ),
                 cluster=config.cluster is not None,
                 resume=config.server.resume_runs,
+                fenced_write=(
+                    functools.partial(_owned_write, storage, ownership)
+                    if ownership.key is not None and isinstance(storage, RedisStorage)
+                    else None
+                ),
             )
         )
-        if ownership.key is not None and isinstance(storage, RedisStorage):
-            journal.writer.fenced_write = functools.partial(_owned_write, storage, ownership)
         yield journal
 
 

@@ -10,13 +10,13 @@ A failed write never loses a batch and never stops the server: the batch goes
 back in front of the pending events and is retried with backoff (0.05 s doubling
 to 5 s). Meanwhile runs wait as they do when the writer is behind, the writer
 reports itself unhealthy (`/healthz`, `/metrics`), and runs that could not be
-stored for `fail_runs_after` seconds are handed to `on_stalled` (the server fails
-them). A storage that fails from the start (a full disk) leaves the server
+stored for `fail_runs_after` seconds are told to the `stalled` listeners (the
+server fails them). A storage that fails from the start (a full disk) leaves the server
 read-only until it recovers.
 
 In a cluster worker every write goes through `fenced_write` (behind the runs'
 leases); a run whose write was refused is someone else's now: it is fenced, and
-`on_fenced` stops its copy here.
+the `fenced` listeners stop its copy here.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 import trio
 
+from orchestrator.core.listeners import Listeners
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.runlog import Entry, RunLog, hand_over
 
@@ -42,7 +43,14 @@ FencedWrite = Callable[[list[RunRecord], list[tuple[str, int, bytes]]], Awaitabl
 class JournalWriter:
     """Commits the runs' pending events to storage, retrying failures."""
 
-    def __init__(self, storage: Storage, *, tail: int, fail_runs_after: float) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        tail: int,
+        fail_runs_after: float,
+        fenced_write: FencedWrite | None = None,
+    ) -> None:
         self.storage = storage
         self.tail = tail
         self.fail_runs_after = fail_runs_after
@@ -56,14 +64,21 @@ class JournalWriter:
         self.last_error: str | None = None
         """The newest write error while storage is failing; None when healthy."""
         self._failing_since: float | None = None
-        self.on_stalled: Callable[[list[str], str], None] | None = None
-        """Called with runs whose events could not be stored for `fail_runs_after` s."""
-        self.on_recovered: Callable[[], None] | None = None
-        """Called once writes succeed again after failing."""
-        self.fenced_write: FencedWrite | None = None
-        """Cluster workers: writes behind the runs' leases."""
-        self.on_fenced: Callable[[list[str]], None] | None = None
-        """Called with runs whose writes were refused (this instance lost their lease)."""
+        self.stalled: Listeners[[list[str], str]] = Listeners()
+        """Told of runs whose events could not be stored for `fail_runs_after` s (why)."""
+        self.recovered: Listeners[[]] = Listeners()
+        """Told once writes succeed again after failing."""
+        self.fenced: Listeners[[list[str]]] = Listeners()
+        """Told of runs whose writes were refused (this instance lost their lease)."""
+        self.fenced_write = fenced_write
+        """Writes behind leases (a single server's owner lease, given at open; a
+        cluster worker's run leases, `fence_with`); None: plain writes."""
+
+    def fence_with(self, write: FencedWrite) -> None:
+        """A cluster worker writes behind its runs' leases from now (one fence only)."""
+        if self.fenced_write is not None and self.fenced_write != write:
+            raise RuntimeError("the journal's writes are fenced already")
+        self.fenced_write = write
 
     @property
     def healthy(self) -> bool:
@@ -138,8 +153,7 @@ class JournalWriter:
             logger.warning("journal writes recovered after %d failures", self.write_failures)
             self.last_error = None
             self._failing_since = None
-            if self.on_recovered is not None:
-                self.on_recovered()
+            self.recovered()
         return True
 
     def _report_stalled(self) -> None:
@@ -148,8 +162,8 @@ class JournalWriter:
             if log.record.status == "running" and not log.stalled_reported:
                 log.stalled_reported = True
                 stalled.append(log.record.run_id)
-        if stalled and self.on_stalled is not None:
-            self.on_stalled(stalled, self.last_error or "storage unavailable")
+        if stalled:
+            self.stalled(stalled, self.last_error or "storage unavailable")
 
     async def _write_batch(self) -> None:
         if not self.dirty:
@@ -210,5 +224,4 @@ class JournalWriter:
             self._idle.unpark_all()
         if fenced:
             logger.warning("lost the lease of runs %s: their copies here stop", ", ".join(fenced))
-            if self.on_fenced is not None:
-                self.on_fenced(fenced)
+            self.fenced(fenced)

@@ -315,9 +315,9 @@ async def open_telemetry(
     hub = Telemetry(config, journal, models, exporter, names)
     async with trio.open_nursery() as nursery:
         await nursery.start(hub.run)
-        journal.on_run = hub.watch
+        unsubscribe = journal.started.subscribe(hub.watch)
         try:
             yield hub
         finally:
-            journal.on_run = None
+            unsubscribe()
             nursery.cancel_scope.cancel()

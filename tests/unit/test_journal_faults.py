@@ -94,7 +94,7 @@ async def test_runs_that_cannot_be_stored_are_reported_once(
 ) -> None:
     stalled: list[tuple[list[str], str]] = []
     async with flaky_journal(tmp_path / "j.db", fail_runs_after=10) as (journal, storage):
-        journal.writer.on_stalled = lambda runs, why: stalled.append((runs, why))
+        journal.writer.stalled.subscribe(lambda runs, why: stalled.append((runs, why)))
         journal.create_run(record("run-1"))
         await journal.writer.flush()
         storage.failing = True
@@ -189,3 +189,32 @@ async def test_retention_trims_runs_and_events_and_feeds_see_a_gap(
         async with SqliteStorage.open(tmp_path / "r.db") as reopened:
             records = await reopened.load()
         assert [r.run_id for r in records] == ["run-3"] and records[0].first_seq == 202
+
+
+def test_every_listener_hears_and_a_second_fence_is_refused() -> None:
+    """The writer's notices go to every subscriber (a slot had one owner, and a second
+    silently replaced the first); its writes are fenced once."""
+    from orchestrator.core.listeners import Listeners
+    from orchestrator.storage.memory import MemoryStorage
+    from orchestrator.storage.writer import JournalWriter
+
+    heard: list[tuple[str, list[str]]] = []
+    fenced: Listeners[[list[str]]] = Listeners()
+    stop = fenced.subscribe(lambda runs: heard.append(("host", runs)))
+    fenced.subscribe(lambda runs: heard.append(("worker", runs)))
+    fenced(["run-1"])
+    stop()
+    fenced(["run-2"])
+    assert heard == [("host", ["run-1"]), ("worker", ["run-1"]), ("worker", ["run-2"])]
+    assert bool(fenced)
+
+    async def one(records: object, rows: object) -> set[str]:
+        return set()
+
+    async def other(records: object, rows: object) -> set[str]:
+        return set()
+
+    writer = JournalWriter(MemoryStorage(), tail=10, fail_runs_after=1.0, fenced_write=one)
+    writer.fence_with(one)  # the same fence again: nothing changes
+    with pytest.raises(RuntimeError, match="fenced already"):
+        writer.fence_with(other)
