@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 from agents.approval import Decision, Prior
 from agents.core.compaction import summary_message
@@ -51,6 +51,20 @@ from agents.core.messages import (
     ToolCall,
     ToolResultMessage,
     UserMessage,
+)
+from agents.core.payloads import (
+    AgentErrorData,
+    AgentResultData,
+    AgentStartedData,
+    ApprovalRequestedData,
+    ApprovalResolvedData,
+    CompactionFinishedData,
+    RunFinishedData,
+    RunStartedData,
+    ToolResultData,
+    TurnCallData,
+    TurnEndData,
+    UserMessageData,
 )
 from orchestrator.core.events import Event, EventType, RemoteRef, Source
 
@@ -236,16 +250,19 @@ def rebuild(events: list[Event]) -> ResumePlan:
         if event.source is not None and isinstance(event.source.remote, RemoteRef):
             remote[event.source.agent_key] = event.source.remote
         if kind is EventType.RUN_STARTED:
-            agents[None] = AgentPlan(None, None, str(data.get("agentId", "")))
-            agents[None].messages.append(UserMessage(text=str(data.get("input", ""))))
+            started = cast(RunStartedData, data)
+            agents[None] = AgentPlan(None, None, str(started.get("agentId", "")))
+            agents[None].messages.append(UserMessage(text=str(started.get("input", ""))))
             continue
         if kind is EventType.RUN_FINISHED:
-            finished, status = True, str(data.get("status", "failed"))
+            finished, status = True, str(cast(RunFinishedData, data).get("status", "failed"))
             continue
         if kind is EventType.AGENT_STARTED and event.source is not None:
             source = event.source
             child = AgentPlan(key, source, source.agent_id)
-            child.messages.append(UserMessage(text=str(data.get("task", ""))))
+            child.messages.append(
+                UserMessage(text=str(cast(AgentStartedData, data).get("task", "")))
+            )
             agents[key] = child
             by_session[source.session_id] = child
             parent = (
@@ -280,39 +297,43 @@ def _apply(agent: AgentPlan, event: Event) -> None:
         if not agent._in_turn:
             _start_turn(agent)
         if event.last:
-            _finish_turn(agent, data)
+            _finish_turn(agent, cast(TurnEndData, data))
         else:
             agent.cut_off = True
-    elif kind is EventType.TOOL_RESULT and not data.get("server"):
-        call_id = str(data.get("toolCallId", ""))
+    elif kind is EventType.TOOL_RESULT and not (result := cast(ToolResultData, data)).get("server"):
+        call_id = str(result.get("toolCallId", ""))
         agent._results[call_id] = ToolResultMessage(
             tool_call_id=call_id,
-            name=str(data.get("name", "")),
-            content=str(data.get("content", "")),
-            is_error=bool(data.get("isError", False)),
+            name=str(result.get("name", "")),
+            content=str(result.get("content", "")),
+            is_error=bool(result.get("isError", False)),
         )
         _settle(agent)
     elif kind is EventType.USER_MESSAGE:
-        agent._inbox.append(str(data.get("text", "")))
-        agent.heard_from.add(str(data.get("from", "")))
+        message = cast(UserMessageData, data)
+        agent._inbox.append(str(message.get("text", "")))
+        agent.heard_from.add(str(message.get("from", "")))
     elif kind is EventType.COMPACTION_STARTED:
         _flush_turn(agent)  # as the runner: the turn's results and the inbox are in
         agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
         agent._inbox.clear()
         agent._compacting = len(agent.messages)
     elif kind is EventType.COMPACTION_FINISHED and agent._compacting is not None:
-        _compacted(agent, data)
+        _compacted(agent, cast(CompactionFinishedData, data))
     elif kind is EventType.APPROVAL_REQUESTED:
-        timeout_at = data.get("timeoutAt")
+        asked = cast(ApprovalRequestedData, data)
+        timeout_at = asked.get("timeoutAt")
         if isinstance(timeout_at, (int, float)):
-            agent.approvals[str(data.get("toolCallId", ""))] = (event.ts, float(timeout_at))
+            agent.approvals[str(asked.get("toolCallId", ""))] = (event.ts, float(timeout_at))
     elif kind is EventType.APPROVAL_RESOLVED:
-        agent.approvals[str(data.get("toolCallId", ""))] = _decision(data)
+        resolved = cast(ApprovalResolvedData, data)
+        agent.approvals[str(resolved.get("toolCallId", ""))] = _decision(resolved)
     elif kind is EventType.AGENT_RESULT:
-        agent.ended, agent.result = True, str(data.get("text", ""))
+        agent.ended, agent.result = True, str(cast(AgentResultData, data).get("text", ""))
     elif kind is EventType.AGENT_ERROR:
-        agent.ended, agent.error = True, str(data.get("message", ""))
-        agent.error_type = str(data.get("errorType", "failed"))
+        error = cast(AgentErrorData, data)
+        agent.ended, agent.error = True, str(error.get("message", ""))
+        agent.error_type = str(error.get("errorType", "failed"))
 
 
 def _start_turn(agent: AgentPlan) -> None:
@@ -323,7 +344,7 @@ def _start_turn(agent: AgentPlan) -> None:
     agent._in_turn = True
 
 
-def _finish_turn(agent: AgentPlan, data: dict[str, Any]) -> None:
+def _finish_turn(agent: AgentPlan, data: TurnEndData) -> None:
     calls = tuple(_tool_call(c) for c in data.get("toolCalls") or ())
     agent.messages.append(AssistantMessage(text=str(data.get("text", "")), tool_calls=calls))
     agent._turn_calls = list(calls)
@@ -332,7 +353,7 @@ def _finish_turn(agent: AgentPlan, data: dict[str, Any]) -> None:
     _settle(agent)
 
 
-def _compacted(agent: AgentPlan, data: dict[str, Any]) -> None:
+def _compacted(agent: AgentPlan, data: CompactionFinishedData) -> None:
     """Replay a compaction: the task, the summary, the messages it kept — as the runner
     made them (`summary_message`), so the run goes on from the compacted conversation."""
     at = agent._compacting
@@ -363,7 +384,7 @@ def _flush_turn(agent: AgentPlan) -> None:
     agent._results = {}
 
 
-def _decision(data: dict[str, Any]) -> Decision:
+def _decision(data: ApprovalResolvedData) -> Decision:
     kind = data.get("decision")
     args = data.get("args")
     reason = data.get("reason")
@@ -375,7 +396,7 @@ def _decision(data: dict[str, Any]) -> Decision:
     )
 
 
-def _tool_call(data: dict[str, Any]) -> ToolCall:
+def _tool_call(data: TurnCallData) -> ToolCall:
     args = data.get("args")
     arguments = args if isinstance(args, str) else json.dumps(args, separators=(",", ":"))
     return ToolCall(

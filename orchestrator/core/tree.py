@@ -8,8 +8,23 @@ that agent's node on the spot, under its parent if known, else under the root.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
+from agents.core.payloads import (
+    AgentErrorData,
+    AgentResultData,
+    AgentStartedData,
+    ApprovalRequestedData,
+    ApprovalResolvedData,
+    ReasoningDeltaData,
+    RunFinishedData,
+    RunStartedData,
+    ToolCallData,
+    ToolCallDeltaData,
+    ToolResultData,
+    TurnEndData,
+    UserMessageData,
+)
 from orchestrator.core.events import Event, EventType, Source
 
 __all__ = ["HANDLES", "IGNORES", "AgentNode", "TreeView"]
@@ -154,54 +169,37 @@ class TreeView:
         data = event.data
         kind = event.type
         if kind is EventType.RUN_STARTED:
-            root = self.root
-            root.agent_id = root.name = str(data.get("agentId", "root"))
-            self.input = root.task = str(data.get("input", ""))
+            root, started = self.root, cast(RunStartedData, data)
+            root.agent_id = root.name = str(started.get("agentId", "root"))
+            self.input = root.task = str(started.get("input", ""))
             return
         if kind is EventType.RUN_FINISHED:
-            self.run_status = str(data.get("status", "completed"))
-            self.result = data.get("result")
-            self.error = data.get("error")
+            finished = cast(RunFinishedData, data)
+            self.run_status = str(finished.get("status", "completed"))
+            self.result = finished.get("result")
+            self.error = finished.get("error")
             return
         node = self._node(event.source)
         if kind is EventType.REASONING:
             if event.last:
-                node.text = str(data.get("text", ""))[-_TAIL:]
+                node.text = str(cast(TurnEndData, data).get("text", ""))[-_TAIL:]
                 node.turns += 1
                 node.thinking = False
                 node.turn_done = True
             elif "delta" in data:
                 node.thinking = False
+                delta = cast(ReasoningDeltaData, data)["delta"]
                 if node.turn_done:  # a new turn starts: show its text only
-                    node.text, node.turn_done = data["delta"], False
+                    node.text, node.turn_done = delta, False
                 else:
-                    node.text = (node.text + data["delta"])[-_TAIL:]
+                    node.text = (node.text + delta)[-_TAIL:]
             elif "thinkingDelta" in data:
                 node.thinking = True
         elif kind is EventType.AGENT_STARTED:
-            node.task = str(data.get("task", ""))
+            node.task = str(cast(AgentStartedData, data).get("task", ""))
             node.text = ""
-        elif kind is EventType.TOOL_CALL_DELTA:
-            fields = data.get("fields")
-            if fields:  # string fields arrive as pieces: concatenate them
-                shown = node.pending.setdefault(str(data.get("toolCallId")), {})
-                for path, piece in fields.items():
-                    old = shown.get(path)
-                    if isinstance(piece, str) and isinstance(old, str):
-                        shown[path] = (old + piece)[-_TAIL:]
-                    else:
-                        shown[path] = piece
-        elif kind is EventType.TOOL_CALL:
-            node.pending.pop(str(data.get("toolCallId")), None)
-            node.tools_running.append(str(data.get("name", "?")))
-        elif kind is EventType.TOOL_RESULT:
-            name = str(data.get("name", "?"))
-            if name in node.tools_running:
-                node.tools_running.remove(name)
-        elif kind is EventType.APPROVAL_REQUESTED:
-            node.waiting[str(data.get("toolCallId"))] = str(data.get("name", "?"))
-        elif kind is EventType.APPROVAL_RESOLVED:
-            node.waiting.pop(str(data.get("toolCallId")), None)
+        elif kind in _TOOL_EVENTS:
+            _apply_tool(node, kind, data)
         elif kind is EventType.COMPACTION_STARTED:
             node.compacting = True
         elif kind is EventType.COMPACTION_FINISHED:
@@ -210,18 +208,59 @@ class TreeView:
         elif kind is EventType.USER_MESSAGE:
             node.status = "running"  # an idle agent that gets a message runs again
             node.error = None
-            node.text = f"✉ {data.get('text', '')}"
+            node.text = f"✉ {cast(UserMessageData, data).get('text', '')}"
             node.turn_done = True
         elif kind is EventType.AGENT_RESULT:
             node.status = "done"
-            node.result = str(data.get("text", ""))
-            node.usage = data.get("subtreeUsage") or data.get("usage")
+            result = cast(AgentResultData, data)
+            node.result = str(result.get("text", ""))
+            node.usage = dict(result.get("subtreeUsage") or result.get("usage") or {}) or None
             node.tools_running.clear()
             node.waiting.clear()
             node.compacting = False
         elif kind is EventType.AGENT_ERROR:
-            node.status = str(data.get("errorType", "failed"))
-            node.error = str(data.get("message", ""))
+            error = cast(AgentErrorData, data)
+            node.status = str(error.get("errorType", "failed"))
+            node.error = str(error.get("message", ""))
             node.tools_running.clear()
             node.waiting.clear()
             node.compacting = False
+
+
+_TOOL_EVENTS = frozenset(
+    {
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
+    }
+)
+
+
+def _apply_tool(node: AgentNode, kind: EventType, data: dict[str, Any]) -> None:
+    """A tool call's event: its arguments streaming, its start, its end, its approval."""
+    if kind is EventType.TOOL_CALL_DELTA:
+        streaming = cast(ToolCallDeltaData, data)
+        fields = streaming.get("fields")
+        if fields:  # string fields arrive as pieces: concatenate them
+            shown = node.pending.setdefault(str(streaming.get("toolCallId")), {})
+            for path, piece in fields.items():
+                old = shown.get(path)
+                if isinstance(piece, str) and isinstance(old, str):
+                    shown[path] = (old + piece)[-_TAIL:]
+                else:
+                    shown[path] = piece
+    elif kind is EventType.TOOL_CALL:
+        call = cast(ToolCallData, data)
+        node.pending.pop(str(call.get("toolCallId")), None)
+        node.tools_running.append(str(call.get("name", "?")))
+    elif kind is EventType.TOOL_RESULT:
+        name = str(cast(ToolResultData, data).get("name", "?"))
+        if name in node.tools_running:
+            node.tools_running.remove(name)
+    elif kind is EventType.APPROVAL_REQUESTED:
+        asked = cast(ApprovalRequestedData, data)
+        node.waiting[str(asked.get("toolCallId"))] = str(asked.get("name", "?"))
+    elif kind is EventType.APPROVAL_RESOLVED:
+        node.waiting.pop(str(cast(ApprovalResolvedData, data).get("toolCallId")), None)
