@@ -21,11 +21,23 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv.attributes import error_attributes
 
+from agents.core.events import UsageData
+from agents.core.payloads import (
+    AgentErrorData,
+    AgentResultData,
+    AgentStartedData,
+    RunFinishedData,
+    RunStartedData,
+    ToolCallData,
+    ToolResultData,
+    TurnEndData,
+    agent_error,
+)
 from orchestrator.core.events import Event, EventType
 
 __all__ = [
@@ -170,12 +182,16 @@ class TraceBuilder:
             return []
         key = event.source.agent_key if event.source is not None else None
         if kind is EventType.RUN_STARTED:
-            self._start_agent(None, event, str(data.get("agentId", "")), str(data.get("input", "")))
+            started = cast(RunStartedData, data)
+            self._start_agent(
+                None, event, str(started.get("agentId", "")), str(started.get("input", ""))
+            )
             return []
         if kind is EventType.AGENT_STARTED:
             source = event.source
             assert source is not None
-            self._start_agent(key, event, source.agent_id, str(data.get("task", "")))
+            task = str(cast(AgentStartedData, data).get("task", ""))
+            self._start_agent(key, event, source.agent_id, task)
             return []
         agent = self._agents.get(key)
         if agent is None:
@@ -186,7 +202,8 @@ class TraceBuilder:
             self._start_tool(key, agent, event)
         elif kind is EventType.TOOL_RESULT:
             agent.step_ts = event.ts
-            span = self._tools.pop((key, str(data.get("toolCallId", ""))), None)
+            call_id = str(cast(ToolResultData, data).get("toolCallId", ""))
+            span = self._tools.pop((key, call_id), None)
             if span is not None:
                 return [self._end_tool(span, event)]
         elif kind in (
@@ -259,18 +276,19 @@ class TraceBuilder:
         return root.span.span_id if root is not None else None
 
     def _end_agent(self, key: str | None, agent: _Agent, event: Event) -> list[SpanRecord]:
-        data, span = event.data, agent.span
+        span = agent.span
         done = [self._close_chat(agent, event.ts, "the agent ended")]
-        usage = data.get("usage")
-        if isinstance(usage, dict):
-            span.attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] = int(usage.get("inputTokens", 0))
-            span.attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] = int(usage.get("outputTokens", 0))
         if event.type is EventType.AGENT_ERROR:
-            _fail(span, str(data.get("errorType", "error")), str(data.get("message", "")))
-        elif self.capture:
-            span.attributes[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _messages(
-                "assistant", str(data.get("text", ""))
-            )
+            error = cast(AgentErrorData, event.data)
+            _usage(span, error.get("usage"))
+            _fail(span, str(error.get("errorType", "error")), str(error.get("message", "")))
+        else:
+            result = cast(AgentResultData, event.data)
+            _usage(span, result.get("usage"))
+            if self.capture:
+                span.attributes[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _messages(
+                    "assistant", str(result.get("text", ""))
+                )
         span.end = event.ts
         del self._agents[key]
         self._open -= 1
@@ -286,16 +304,17 @@ class TraceBuilder:
 
     def _end_run(self, event: Event) -> list[SpanRecord]:
         """RUN_FINISHED: whatever is still open (an interrupted run) ends here."""
-        status = str(event.data.get("status", "completed"))
+        finished = cast(RunFinishedData, event.data)
+        status = str(finished.get("status", "completed"))
         done: list[SpanRecord] = []
         for key in list(self._agents):
             agent = self._agents[key]
-            ended = {
-                "errorType": status if status != "completed" else "unfinished",
-                "message": str(event.data.get("error", f"the run ended {status}")),
-            }
+            ended = agent_error(
+                status if status != "completed" else "unfinished",
+                str(finished.get("error", f"the run ended {status}")),
+            )
             as_error = Event(
-                self.run_id, event.seq, event.ts, EventType.AGENT_ERROR, None, True, ended
+                self.run_id, event.seq, event.ts, EventType.AGENT_ERROR, None, True, dict(ended)
             )
             done += self._end_agent(key, agent, as_error)
         return done
@@ -332,14 +351,11 @@ class TraceBuilder:
         span = agent.chat
         if span is None:
             return []
-        data = event.data
+        data = cast(TurnEndData, event.data)
         span.attributes[gen_ai.GEN_AI_RESPONSE_FINISH_REASONS] = (
             str(data.get("finishReason", "unknown")),
         )
-        usage = data.get("usage")
-        if isinstance(usage, dict):
-            span.attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] = int(usage.get("inputTokens", 0))
-            span.attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] = int(usage.get("outputTokens", 0))
+        _usage(span, data.get("usage"))
         if self.capture:
             span.attributes[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _messages(
                 "assistant", str(data.get("text", ""))
@@ -364,7 +380,7 @@ class TraceBuilder:
     # -- tool calls ------------------------------------------------------------------
 
     def _start_tool(self, key: str | None, agent: _Agent, event: Event) -> None:
-        data = event.data
+        data = cast(ToolCallData, event.data)
         call_id, name = str(data.get("toolCallId", "")), str(data.get("name", ""))
         if (key, call_id) in self._tools or self._open >= _MAX_OPEN:
             return
@@ -387,7 +403,7 @@ class TraceBuilder:
         self._open += 1
 
     def _end_tool(self, span: SpanRecord, event: Event) -> SpanRecord:
-        data = event.data
+        data = cast(ToolResultData, event.data)
         if data.get("isError"):
             _fail(span, "tool_error", str(data.get("content", ""))[:500])
         if self.capture:
@@ -395,6 +411,13 @@ class TraceBuilder:
         span.end = event.ts
         self._open -= 1
         return span
+
+
+def _usage(span: SpanRecord, usage: UsageData | None) -> None:
+    """A span's token counts, when the event has them."""
+    if isinstance(usage, dict):
+        span.attributes[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] = int(usage.get("inputTokens", 0))
+        span.attributes[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] = int(usage.get("outputTokens", 0))
 
 
 def _fail(span: SpanRecord, error_type: str, message: str) -> None:
