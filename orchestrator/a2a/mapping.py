@@ -19,11 +19,17 @@ end as the task's final state.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from a2a.types import a2a_pb2 as pb
 
-from agents.core.payloads import agent_error
+from agents.core.payloads import (
+    AgentErrorData,
+    ReasoningDeltaData,
+    RunFinishedData,
+    TurnEndData,
+    agent_error,
+)
 from orchestrator.core.events import Event, EventType
 
 __all__ = ["HANDLES", "IGNORES", "ChildEvent", "TaskFollower", "TaskUpdate", "TaskView", "text_of"]
@@ -204,11 +210,11 @@ class TaskView:
             return [self._status(S.TASK_STATE_WORKING, "started")]
         if source is None and kind is EventType.REASONING:
             if event.last:  # a turn that called tools was not the answer: the next replaces it
-                self._replace = bool(data.get("toolCalls"))
+                self._replace = bool(cast(TurnEndData, data).get("toolCalls"))
                 return []
             if "delta" not in data:
                 return []
-            text = str(data["delta"])
+            text = str(cast(ReasoningDeltaData, data)["delta"])
             if self._replace:
                 self.answer.clear()
                 self._replace = False
@@ -218,10 +224,11 @@ class TaskView:
         if source is not None and kind is EventType.AGENT_STARTED:
             return [self._status(S.TASK_STATE_WORKING, f"{source.path}: started")]
         if source is not None and kind in (EventType.AGENT_RESULT, EventType.AGENT_ERROR):
-            how = "done" if kind is EventType.AGENT_RESULT else f"failed: {data.get('message')}"
+            failed = cast(AgentErrorData, data)
+            how = "done" if kind is EventType.AGENT_RESULT else f"failed: {failed.get('message')}"
             return [self._status(S.TASK_STATE_WORKING, f"{source.path}: {how}")]
         if kind is EventType.RUN_FINISHED:
-            return self._final(data)
+            return self._final(cast(RunFinishedData, data))
         return []
 
     @property
@@ -239,7 +246,7 @@ class TaskView:
             task.artifacts.append(self._artifact("".join(self.answer)))
         return task
 
-    def _final(self, data: dict[str, Any]) -> list[TaskUpdate]:
+    def _final(self, data: RunFinishedData) -> list[TaskUpdate]:
         status = str(data.get("status", "failed"))
         if status == "completed":
             out: list[TaskUpdate] = []

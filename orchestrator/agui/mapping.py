@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ag_ui.core import (
     BaseEvent,
@@ -65,6 +65,20 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
+from agents.core.payloads import (
+    AgentErrorData,
+    AgentResultData,
+    AgentStartedData,
+    ApprovalRequestedData,
+    ApprovalResolvedData,
+    ReasoningDeltaData,
+    RunFinishedData,
+    RunStartedData,
+    ThinkingDeltaData,
+    ToolCallData,
+    ToolCallDeltaData,
+    ToolResultData,
+)
 from orchestrator.core.events import Event, EventType
 
 __all__ = [
@@ -165,7 +179,7 @@ class _Waiting:
     seq: int
     key: str | None
     wire_id: str
-    data: dict[str, Any]
+    data: ApprovalRequestedData
     metadata: dict[str, Any]
 
 
@@ -303,7 +317,9 @@ class AguiStream:
         key = event.source.agent_key if event.source is not None else None
         common = _common(self.run_id, event)
         if kind is EventType.RUN_STARTED:
-            self._agents[None] = _Agent(None, str(data.get("agentId", "root")))
+            self._agents[None] = _Agent(
+                None, str(cast(RunStartedData, data).get("agentId", "root"))
+            )
             if self._begun:
                 return []
             self._begun = True
@@ -318,12 +334,14 @@ class AguiStream:
         if kind in _TOOL_EVENTS:
             return self._tool_event(event, agent, common, sub)
         if kind is EventType.APPROVAL_REQUESTED:
-            theirs = str(data.get("toolCallId", ""))
+            asked = cast(ApprovalRequestedData, data)
+            theirs = str(asked.get("toolCallId", ""))
             wire = self._wire.get((key, theirs), theirs)
             metadata = {**common["metadata"], "toolCallId": theirs}
-            self.waiting[(key, theirs)] = _Waiting(event.seq, key, wire, data, metadata)
+            self.waiting[(key, theirs)] = _Waiting(event.seq, key, wire, asked, metadata)
         elif kind is EventType.APPROVAL_RESOLVED:
-            self.waiting.pop((key, str(data.get("toolCallId", ""))), None)
+            resolved = cast(ApprovalResolvedData, data)
+            self.waiting.pop((key, str(resolved.get("toolCallId", ""))), None)
         elif kind in _AGENT_ENDS or (kind is EventType.AGENT_STARTED and key is not None):
             return self._agent_event(event, agent, key, common, sub)
         return [CustomEvent(name=f"orchestrator.{kind.value}", value=data, **common, **sub)]
@@ -332,34 +350,35 @@ class AguiStream:
         self, event: Event, agent: _Agent, common: dict[str, Any], sub: dict[str, Any]
     ) -> list[BaseEvent]:
         """A tool call's events: its arguments streaming, the call, its result."""
-        kind, data = event.type, event.data
-        call_id = self._call_id(agent, str(data.get("toolCallId", "")), common)
+        kind = event.type
+        call_id = self._call_id(agent, str(event.data.get("toolCallId", "")), common)
         if kind is EventType.TOOL_CALL_DELTA:
-            out = self._start_call(agent, call_id, str(data.get("name", "")), common, sub)
-            delta = str(data.get("argsDelta", ""))
+            streaming = cast(ToolCallDeltaData, event.data)
+            out = self._start_call(agent, call_id, str(streaming.get("name", "")), common, sub)
+            delta = str(streaming.get("argsDelta", ""))
             if delta:
                 out.append(ToolCallArgsEvent(tool_call_id=call_id, delta=delta, **common, **sub))
             return out
         if kind is EventType.TOOL_CALL:
+            call = cast(ToolCallData, event.data)
             out = []
             if call_id not in agent.calls:
-                out = self._start_call(agent, call_id, str(data.get("name", "")), common, sub)
-                args = data.get("args")
+                out = self._start_call(agent, call_id, str(call.get("name", "")), common, sub)
+                args = call.get("args")
                 text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
                 if text:
                     out.append(ToolCallArgsEvent(tool_call_id=call_id, delta=text, **common, **sub))
             elif call_id not in self._streaming:  # its start was in an earlier segment
-                out = self._start_call(agent, call_id, str(data.get("name", "")), common, sub)
+                out = self._start_call(agent, call_id, str(call.get("name", "")), common, sub)
             self._streaming.pop(call_id, None)
             out.append(ToolCallEndEvent(tool_call_id=call_id, **common, **sub))
             return out
-        call_id = self._call_id(agent, str(data.get("toolCallId", "")), common)
         agent.calls.discard(call_id)  # TOOL_RESULT
         return [
             ToolCallResultEvent(
                 message_id=f"{self._prefix(agent)}:result:{call_id}",
                 tool_call_id=call_id,
-                content=str(data.get("content", "")),
+                content=str(cast(ToolResultData, event.data).get("content", "")),
                 role="tool",
                 **common,
                 **sub,
@@ -375,7 +394,7 @@ class AguiStream:
         sub: dict[str, Any],
     ) -> list[BaseEvent]:
         """A subagent starts (SUBAGENT_STARTED, a step) or ends (its result or error)."""
-        kind, data = event.type, event.data
+        kind = event.type
         if kind is EventType.AGENT_STARTED and key is not None and event.source is not None:
             source = event.source
             parent = self._sessions.get(source.parent_session_id) if source.depth > 1 else None
@@ -386,7 +405,7 @@ class AguiStream:
             started: dict[str, Any] = {
                 "subagent_run_id": key,
                 "name": source.agent_name,
-                "description": str(data.get("task", "")) or None,
+                "description": str(cast(AgentStartedData, event.data).get("task", "")) or None,
                 "parent_subagent_run_id": parent,
                 "parent_tool_call_id": spawned_by,
             }
@@ -404,17 +423,18 @@ class AguiStream:
             out.append(
                 SubagentFinishedEvent(
                     subagent_run_id=key,
-                    result=str(data.get("text", "")),
+                    result=str(cast(AgentResultData, event.data).get("text", "")),
                     outcome=SubagentFinishedSuccessOutcome(),
                     **common,
                 )
             )
         else:
+            error = cast(AgentErrorData, event.data)
             out.append(
                 SubagentErrorEvent(
                     subagent_run_id=key,
-                    message=str(data.get("message", "")) or "failed",
-                    code=str(data.get("errorType", "error")),
+                    message=str(error.get("message", "")) or "failed",
+                    code=str(error.get("errorType", "error")),
                     **common,
                 )
             )
@@ -439,7 +459,7 @@ class AguiStream:
         data, out = event.data, []
         if event.last:
             return self._close(agent, common, sub)
-        thinking = data.get("thinkingDelta")
+        thinking = cast(ThinkingDeltaData, data).get("thinkingDelta")
         if isinstance(thinking, str):
             if not thinking:
                 return []
@@ -455,7 +475,7 @@ class AguiStream:
                 )
             )
             return out
-        delta = data.get("delta")
+        delta = cast(ReasoningDeltaData, data).get("delta")
         if not isinstance(delta, str) or not delta:
             return []
         out += self._end_reasoning(agent, common, sub)
@@ -528,7 +548,7 @@ class AguiStream:
         return self._finish_run(self.final, _common(self.run_id, self.final))
 
     def _finish_run(self, event: Event, common: dict[str, Any]) -> list[BaseEvent]:
-        data, out = event.data, []
+        data, out = cast(RunFinishedData, event.data), []
         self._begun = False
         for agent in self._agents.values():
             sub: dict[str, Any] = {"subagent_run_id": agent.key} if agent.key is not None else {}

@@ -202,3 +202,20 @@ def test_interrupt_ids_round_trip_and_refuse_others() -> None:
     assert parse_interrupt_id(interrupt_id("run-a@b", 3, 9)) == ("run-a@b", 3, 9)
     for text in ("", "x", "run#3", "run@x#3", "@1#2", "r@1#" + "9" * 600):
         assert parse_interrupt_id(text) is None
+
+
+def test_a_result_whose_call_started_before_the_feed_keeps_the_runs_id() -> None:
+    """A feed that starts after a call's TOOL_CALL (a filtered or resumed one) still
+    gives its TOOL_RESULT the run's own id, once: not `call_0~2`."""
+    steps: list[tuple[EventType, bool, dict[str, Any]]] = [
+        (EventType.RUN_STARTED, False, {"agentId": "solo", "input": "x"}),
+        (
+            EventType.TOOL_RESULT,
+            False,
+            {"toolCallId": "call_0", "name": "read_file", "content": "ok", "isError": False},
+        ),
+        (EventType.RUN_FINISHED, True, {"status": "completed", "result": "done"}),
+    ]
+    out = run(steps, AguiStream("run-1"))
+    (result,) = [e for e in out if e.type.value == "TOOL_CALL_RESULT"]
+    assert result.tool_call_id == "call_0"
