@@ -184,7 +184,7 @@ async def append_cost(batch: int, rounds: int) -> dict[str, float]:
                 if name == "plain":
                     await storage.write([rec], rows)
                 else:
-                    refused = await store.append([rec], rows, {run_id: token})
+                    refused = await storage.append([rec], rows, {run_id: token})
                     assert not refused
             out[name] = (time.perf_counter() - start) / rounds * 1e6
     await _drop(prefix)

@@ -143,6 +143,15 @@ class AgentLoop:
         self.answer = "".join(self.cut_parts) + text
         return _WAIT
 
+    def compacted(self) -> Step:
+        """The conversation was compacted (`Compact`): the turn it was made room for is
+        asked now (it counted already)."""
+        return _ASK
+
+    def continued(self) -> Step:
+        """The continuation prompt of a cut answer is in the conversation (`ContinueCut`)."""
+        return _NEXT
+
     def start(self) -> Step:
         """A run begins (its task, or tool results after a takeover, are in)."""
         return _NEXT

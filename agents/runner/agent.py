@@ -423,14 +423,14 @@ class AgentRunner:
                 step = loop.turn_ended(message.text, bool(message.tool_calls), reason)
             elif isinstance(step, Compact):
                 await self.compactor.compact(self.messages, step.reason)
-                step = AskModel()
+                step = loop.compacted()
             elif isinstance(step, ContinueCut):
                 self.bus.emit_nowait(
                     EventType.USER_MESSAGE,
                     {"text": step.prompt, "from": "orchestrator", "continuation": True},
                 )
                 self.messages.append(UserMessage(text=step.prompt))
-                step = NextTurn()
+                step = loop.continued()
             elif type(step) is WaitQuiet:
                 # A final answer is final only once nothing more can reach the agent:
                 # background children still running wake it for another turn.

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from orchestrator.cluster.gateway import ClusterGateway
+from orchestrator.cluster.leases import Leases
 from orchestrator.cluster.store import ClusterStore
 from orchestrator.cluster.worker import Worker
 from orchestrator.config import ClusterConfig, ConfigError, ServerConfig
@@ -72,9 +73,18 @@ class Node:
 
 @asynccontextmanager
 async def open_node(
-    config: ClusterConfig, journal: Journal, host: RunHost, *, gateway: bool
+    config: ClusterConfig,
+    journal: Journal,
+    host: RunHost,
+    *,
+    gateway: bool,
+    leases: Leases | None = None,
 ) -> AsyncIterator[Node]:
-    """Join the cluster for the block: tail watched runs (gateway), execute runs (worker)."""
+    """Join the cluster for the block: tail watched runs (gateway), execute runs (worker).
+
+    `leases`: the fence the journal was opened with (`open_journal(fence=leases.fence)`);
+    needed when `config.worker` is set.
+    """
     storage = journal.storage
     if not isinstance(storage, RedisStorage):  # the config validator makes this impossible
         raise TypeError("cluster mode needs redis storage")
@@ -84,7 +94,7 @@ async def open_node(
         config,
         store,
         ClusterGateway(store, journal, host.orchestrator.specs) if gateway else None,
-        Worker(config, store, host, instance_name()) if config.worker else None,
+        _worker(config, store, host, leases) if config.worker else None,
     )
     async with trio.open_nursery() as nursery:
         if node.gateway is not None:
@@ -104,6 +114,14 @@ async def open_node(
             nursery.cancel_scope.cancel()
 
 
+def _worker(
+    config: ClusterConfig, store: ClusterStore, host: RunHost, leases: Leases | None
+) -> Worker:
+    if leases is None:
+        raise TypeError("a worker's journal is opened with its leases' fence (cluster/leases.py)")
+    return Worker(config, store, host, instance_name(), leases)
+
+
 async def run_worker(
     config: ServerConfig, *, task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED
 ) -> None:
@@ -118,14 +136,15 @@ async def run_worker(
     cluster = config.cluster
     if cluster is None or not cluster.worker:
         raise ConfigError("orchestrator worker: the config needs `cluster:` with `worker: true`")
+    leases = Leases()
     async with (
-        open_journal(config) as journal,
+        open_journal(config, fence=leases.fence) as journal,
         Orchestrator.open(config) as orch,
         traced(config, journal, orch.specs),
         trio.open_nursery() as run_nursery,
     ):
         host = RunHost(orch, journal, run_nursery)
-        async with open_node(cluster, journal, host, gateway=False) as node:
+        async with open_node(cluster, journal, host, gateway=False, leases=leases) as node:
             task_status.started(node)
             try:
                 await trio.sleep_forever()

@@ -350,18 +350,6 @@ class ClusterStore:
             keys=[self.lease_key(run_id), self.queue], args=[token, GROUP, entry_id]
         )
 
-    async def append(
-        self,
-        records: Sequence[RunRecord],
-        events: Sequence[tuple[str, int, bytes]],
-        tokens: Mapping[str, str],
-    ) -> set[str]:
-        """Append events and records run by run, each behind its lease; the refused runs.
-
-        A run without a token here is refused too (it is not this worker's).
-        """
-        return await self.storage.append(list(records), list(events), tokens)
-
     # -- control -----------------------------------------------------------------
 
     async def send_control(self, run_id: str, control: Control) -> None:

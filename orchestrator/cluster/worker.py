@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
 
 import msgspec
 import trio
 
+from orchestrator.cluster.leases import Leases, Owned
 from orchestrator.cluster.store import ClusterStore, QueueEntry, attempt_of
 from orchestrator.cluster.waiting import WaitingList
 from orchestrator.config import ClusterConfig
@@ -40,23 +40,6 @@ _RETRY = 1.0
 """Seconds to wait after a Redis error before a loop tries again."""
 
 
-@dataclass(slots=True)
-class _Owned:
-    """A run this worker holds the lease of (from taking the lease to letting it go)."""
-
-    token: str
-    entry_id: str
-    control_cursor: str = "0-0"
-    replay_until: tuple[int, int] = (0, 0)
-    """Control requests up to this stream id were applied by an earlier owner. Its
-    cancels and answers are applied again — both are idempotent, and that owner may
-    have stopped before their effect was journaled — its messages are not (they were
-    delivered: a message is delivered at most once)."""
-    started: bool = False
-    """The run executes here now: its control requests can be applied (not before,
-    or a cancel read during the takeover would find nothing to cancel and be lost)."""
-
-
 def _stream_id(entry_id: str) -> tuple[int, int]:
     """A Redis stream id `ms-seq`, comparable."""
     ms, _, seq = entry_id.partition("-")
@@ -67,14 +50,16 @@ class Worker:
     """Executes the cluster's runs on this instance (`run()` until cancelled)."""
 
     def __init__(
-        self, config: ClusterConfig, store: ClusterStore, host: RunHost, name: str
+        self, config: ClusterConfig, store: ClusterStore, host: RunHost, name: str, leases: Leases
     ) -> None:
         self.config = config
         self.store = store
         self.host = host
         self.journal: Journal = host.journal
         self.name = name
-        self.owned: dict[str, _Owned] = {}
+        self.owned = leases.owned
+        """The runs it holds the lease of: the journal writes each behind its token
+        (the fence it was given when it opened, `cluster/leases.py`)."""
         self.lease_renewals = 0
         self.leases_lost = 0
         self.takeovers = 0
@@ -90,7 +75,6 @@ class Worker:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Work until cancelled."""
         journal = self.journal
-        journal.writer.fence_with(self._write)
         await self.store.ensure_group()
         unsubscribe = (
             journal.writer.fenced.subscribe(self._lost),
@@ -172,12 +156,12 @@ class Worker:
         token = await store.acquire(run_id, self.name, self.config.lease_seconds)
         if token is None:  # its lease is alive: the owner is fine, the entry stays its
             return
-        owned = self.owned[run_id] = _Owned(token, entry.entry_id)
+        owned = self.owned[run_id] = Owned(token, entry.entry_id)
         self._changed.unpark_all()
         assert self._nursery is not None
         self._nursery.start_soon(self._execute, run_id, owned)
 
-    async def _execute(self, run_id: str, owned: _Owned) -> None:
+    async def _execute(self, run_id: str, owned: Owned) -> None:
         """Execute the run under `owned`'s lease until it ends here, then let go of it.
 
         Whatever way this ends — the run finished, it was fenced off, taking it over
@@ -197,7 +181,7 @@ class Worker:
                 self.journal.mirror(run_id)  # follows the new owner (unless it is us again)
             self._changed.unpark_all()
 
-    async def _start(self, run_id: str, owned: _Owned) -> HostedRun | None:
+    async def _start(self, run_id: str, owned: Owned) -> HostedRun | None:
         """Start executing the run whose lease `owned` holds, from its journal as it is
         now (None: nothing to execute; its request was let go or it was ended here)."""
         store = self.store
@@ -253,7 +237,7 @@ class Worker:
         self._changed.unpark_all()
         return run
 
-    async def _give_up(self, run_id: str, owned: _Owned, exc: Exception) -> None:
+    async def _give_up(self, run_id: str, owned: Owned, exc: Exception) -> None:
         """Executing the run here failed: let its lease go at once (its request stays
         pending), so another worker tries; after `max_attempts` tries it ends failed."""
         self.takeover_failures += 1
@@ -273,7 +257,7 @@ class Worker:
         with contextlib.suppress(Exception):  # else it expires after lease_seconds
             await self.store.drop(run_id, owned.token)
 
-    async def _let_go(self, run_id: str, owned: _Owned) -> None:
+    async def _let_go(self, run_id: str, owned: Owned) -> None:
         """The run stopped here: once what it published is journaled (flush), release
         it if it ended (its lease and request go), or hand it over if this worker is
         stopping and suspended it (its request stays, for another worker at once)."""
@@ -287,11 +271,11 @@ class Worker:
             return
         await self._release(run_id, owned)
 
-    async def _hand_over(self, run_id: str, owned: _Owned) -> None:
+    async def _hand_over(self, run_id: str, owned: Owned) -> None:
         lease = self.config.lease_seconds
         await self.store.hand_over(run_id, owned.token, owned.entry_id, self.name, lease)
 
-    async def _release(self, run_id: str, owned: _Owned) -> None:
+    async def _release(self, run_id: str, owned: Owned) -> None:
         """The run's terminal event is journaled (flush): drop its lease and request."""
         await self.journal.flush_run(run_id)
         if self.owned.get(run_id) is not owned or self.journal.get(run_id).fenced:
@@ -316,7 +300,7 @@ class Worker:
         while self.owned:  # each run's task hands it over, then leaves `owned`
             await self._changed.park()
 
-    async def _fail_lost(self, record: RunRecord, owned: _Owned, lost: int) -> None:
+    async def _fail_lost(self, record: RunRecord, owned: Owned, lost: int) -> None:
         """End a run whose workers kept stopping: AGENT_ERRORs, then RUN_FINISHED `failed`."""
         run_id = record.run_id
         failure = await self.store.failure(run_id)
@@ -332,13 +316,6 @@ class Worker:
         logger.warning("run %s failed: %s (token %s)", run_id, message, owned.token)
 
     # -- leases ------------------------------------------------------------------
-
-    async def _write(
-        self, records: list[RunRecord], rows: list[tuple[str, int, bytes]]
-    ) -> set[str]:
-        """The journal's writes, each run's behind its lease."""
-        tokens = {run_id: owned.token for run_id, owned in self.owned.items()}
-        return await self.store.append(records, rows, tokens)
 
     def _lost(self, run_ids: list[str]) -> None:
         """These runs are someone else's now: stop our copies, never write for them again."""

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from websockets.trio.server import Server, ServerConnection
 from websockets.trio.server import serve as ws_serve
 
+from orchestrator.cluster.leases import Leases
 from orchestrator.cluster.node import Node, open_node
 from orchestrator.config import ClusterConfig, ServerConfig
 from orchestrator.runs.host import RunHost
@@ -195,10 +196,11 @@ async def _join_cluster(
     config: ClusterConfig,
     journal: Journal,
     host: RunHost,
+    leases: Leases | None,
     *,
     task_status: trio.TaskStatus[Node],
 ) -> None:
-    async with open_node(config, journal, host, gateway=True) as node:
+    async with open_node(config, journal, host, gateway=True, leases=leases) as node:
         task_status.started(node)
         await trio.sleep_forever()
 
@@ -229,8 +231,13 @@ async def serve(
     port = config.server.port if port is None else port
     listeners = await listen(host, port)
     bound = listeners[0].socket.getsockname()
+    leases = Leases() if config.cluster is not None and config.cluster.worker else None
     try:
-        async with open_journal(config, holder=this_server(f"{host}:{bound[1]}")) as journal:
+        async with open_journal(
+            config,
+            holder=this_server(f"{host}:{bound[1]}"),
+            fence=leases.fence if leases is not None else None,
+        ) as journal:
             if journal.interrupted:
                 logger.warning(
                     "ending %d runs left running by the last server: interrupted",
@@ -242,7 +249,7 @@ async def serve(
                     "runs still running when this server stops cannot be resumed (use "
                     "sqlite:// or redis://)"
                 )
-            await _serve(config, journal, listeners, task_status)
+            await _serve(config, journal, leases, listeners, task_status)
     finally:
         for listener in listeners:
             with contextlib.suppress(OSError):
@@ -265,6 +272,7 @@ async def listen(host: str, port: int) -> list[trio.SocketListener]:
 async def _serve(
     config: ServerConfig,
     journal: Journal,
+    leases: Leases | None,
     listeners: list[trio.SocketListener],
     task_status: trio.TaskStatus[RunningServer],
 ) -> None:
@@ -281,7 +289,7 @@ async def _serve(
                 logger.warning("resumed %d runs left running by the last server", count)
             node = None
             if config.cluster is not None:
-                node = await nursery.start(_join_cluster, config.cluster, journal, runs)
+                node = await nursery.start(_join_cluster, config.cluster, journal, runs, leases)
             port = listeners[0].socket.getsockname()[1]
             app = ServerApp(config, orch, journal, runs, node, port)
             app.telemetry = telemetry

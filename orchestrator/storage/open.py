@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from orchestrator.storage.owner import Holder, Ownership, own
 from orchestrator.storage.redis import RedisStorage
 from orchestrator.storage.retention import RetentionPolicy
 from orchestrator.storage.sqlite import SqliteStorage
+from orchestrator.storage.writer import FencedWrite
 
 __all__ = ["journal_name", "open_journal", "open_storage"]
 
@@ -43,12 +44,17 @@ def open_storage(config: ServerConfig) -> AbstractAsyncContextManager[Storage]:
 
 @asynccontextmanager
 async def open_journal(
-    config: ServerConfig, *, holder: Holder | None = None
+    config: ServerConfig,
+    *,
+    holder: Holder | None = None,
+    fence: Callable[[Storage], FencedWrite] | None = None,
 ) -> AsyncIterator[Journal]:
     """The configured storage and the journal over it, with the configured bounds.
 
     `holder`: this process serves the journal alone (not in cluster mode) — it owns it
     first, before anything is read or written, or refuses (storage/owner.py).
+    `fence`: this process is a cluster worker — every write goes behind the lease of
+    its run, from the first (`cluster/leases.py`).
 
     Raises:
         JournalInUse: another live server owns the journal.
@@ -73,7 +79,9 @@ async def open_journal(
                 cluster=config.cluster is not None,
                 resume=config.server.resume_runs,
                 fenced_write=(
-                    functools.partial(_owned_write, storage, ownership)
+                    fence(storage)
+                    if fence is not None
+                    else functools.partial(_owned_write, storage, ownership)
                     if ownership.key is not None and isinstance(storage, RedisStorage)
                     else None
                 ),

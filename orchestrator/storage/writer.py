@@ -71,14 +71,8 @@ class JournalWriter:
         self.fenced: Listeners[[list[str]]] = Listeners()
         """Told of runs whose writes were refused (this instance lost their lease)."""
         self.fenced_write = fenced_write
-        """Writes behind leases (a single server's owner lease, given at open; a
-        cluster worker's run leases, `fence_with`); None: plain writes."""
-
-    def fence_with(self, write: FencedWrite) -> None:
-        """A cluster worker writes behind its runs' leases from now (one fence only)."""
-        if self.fenced_write is not None and self.fenced_write != write:
-            raise RuntimeError("the journal's writes are fenced already")
-        self.fenced_write = write
+        """Writes behind leases (a single server's owner lease, or a cluster worker's
+        run leases: `storage/open.py`), given at open; None: plain writes."""
 
     @property
     def healthy(self) -> bool:

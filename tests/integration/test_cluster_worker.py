@@ -11,10 +11,12 @@ import msgspec
 import pytest
 import trio
 
+from orchestrator.cluster.leases import Leases
 from orchestrator.cluster.node import open_node
 from orchestrator.cluster.store import ClusterStore
 from orchestrator.cluster.worker import Worker
 from orchestrator.config import ClusterConfig, ServerConfig
+from orchestrator.core.bus import Bus, RunSink
 from orchestrator.core.events import Event, EventType, encode_event
 from orchestrator.runs.host import RunHost
 from orchestrator.runtime.engine import Orchestrator
@@ -33,13 +35,14 @@ async def worker_node(
     storage: RedisStorage, config: ServerConfig, cluster: ClusterConfig
 ) -> AsyncIterator[Worker]:
     """A cluster worker in this process, on `storage`, for the block."""
+    leases = Leases()
     async with (
-        Journal.open(storage, cluster=True) as journal,
+        Journal.open(storage, cluster=True, fenced_write=leases.fence(storage)) as journal,
         Orchestrator.open(config) as orch,
         trio.open_nursery() as nursery,
     ):
         host = RunHost(orch, journal, nursery)
-        async with open_node(cluster, journal, host, gateway=False) as node:
+        async with open_node(cluster, journal, host, gateway=False, leases=leases) as node:
             assert node.worker is not None
             yield node.worker
         nursery.cancel_scope.cancel()
@@ -241,3 +244,33 @@ async def test_a_run_its_worker_never_wrote_to_starts_with_its_input(
         kinds = [e["type"] for e in events]
         assert kinds[0] == "RUN_STARTED" and "RUN_RESUMED" not in kinds
         assert events[0]["data"]["input"] == "input of run-quiet"
+
+
+async def test_a_workers_journal_is_fenced_from_its_first_write(
+    redis_url: str,  # noqa: F811
+) -> None:
+    """The fence is given when the journal opens (not set on it afterwards): a write
+    for a run this worker holds no lease of is refused, even the very first."""
+
+    leases = Leases()
+    async with RedisStorage.open(redis_url, durability="relaxed") as storage:
+        refused: list[list[str]] = []
+        async with Journal.open(
+            storage, cluster=True, fenced_write=leases.fence(storage)
+        ) as journal:
+            journal.writer.fenced.subscribe(refused.append)
+            journal.create_run(
+                RunRecord(
+                    run_id="run-x",
+                    agent_id="critic",
+                    input="x",
+                    status="running",
+                    created_at=1.0,
+                    root_session_id="s",
+                )
+            )
+            bus = Bus(RunSink("run-x", "s", journal.outlet("run-x")))
+            bus.emit_nowait(EventType.RUN_STARTED, {"agentId": "critic", "input": "x"})
+            await journal.writer.flush()
+        assert refused == [["run-x"]]
+        assert await storage.load() == []

@@ -112,6 +112,7 @@ def test_a_conversation_over_the_threshold_is_compacted_first() -> None:
     loop = AgentLoop("a", max_turns=5, max_context_tokens=100)
     assert loop.ready(context_tokens=100) == AskModel()
     assert loop.ready(context_tokens=101) == Compact("threshold")
+    assert loop.compacted() == AskModel()  # the turn it made room for, counted once
     assert loop.turns == 2
     assert AgentLoop("a", max_turns=5).ready(context_tokens=10**9) == AskModel()
 
@@ -141,7 +142,7 @@ def test_the_loop_never_asks_more_than_max_turns(
             called, reason = next(script, (False, "stop"))
             step = loop.turn_ended("t", called_tools=called, finish_reason=reason)
         elif isinstance(step, ContinueCut):
-            step = NextTurn()
+            step = loop.continued()
         elif isinstance(step, WaitQuiet):
             step = loop.quiet(inbox=False)
         else:
