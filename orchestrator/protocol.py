@@ -33,6 +33,8 @@ __all__ = [
     "ErrorCode",
     "ErrorFrame",
     "Events",
+    "Fork",
+    "ForkedFrom",
     "Gap",
     "Pending",
     "PendingReply",
@@ -97,6 +99,29 @@ class Run(_Op):
     filter: FilterSpec | None = None
     detail: Detail = "full"
     format: Format = "events"
+
+
+class Fork(_Op):
+    """Start a new run from `runId` as it stood at event `atSeq` (docs/fork.md),
+    answered and streamed like `run`."""
+
+    run_id: str
+    at_seq: int
+    agent_key: str | None = None
+    """Who gets `message` (null or absent: the root agent)."""
+    message: str | None = None
+    replay: bool = False
+    stream: bool = True
+    filter: FilterSpec | None = None
+    detail: Detail = "full"
+    format: Format = "events"
+
+
+class ForkedFrom(msgspec.Struct, rename="camel"):
+    """The run and seq a fork started from."""
+
+    run_id: str
+    seq: int
 
 
 class Subscribe(_Op):
@@ -168,9 +193,12 @@ class Ping(_Op):
     """Liveness check."""
 
 
-ClientOp = Run | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | Agents | Ping
+ClientOp = (
+    Run | Fork | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | Agents | Ping
+)
 OPS: dict[str, type[_Op]] = {
     "run": Run,
+    "fork": Fork,
     "subscribe": Subscribe,
     "unsubscribe": Unsubscribe,
     "cancel": Cancel,
@@ -254,6 +282,8 @@ class RunInfo(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
     """Cluster mode: the instance executing (or that last executed) the run."""
     attempt: int | None = None
     """Cluster mode: 1 for the first worker, +1 per takeover."""
+    forked_from: ForkedFrom | None = None
+    """A fork: the run and seq it started from."""
 
 
 class RunsReply(_Frame, tag="runs"):

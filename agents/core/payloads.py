@@ -25,6 +25,7 @@ __all__ = [
     "ApprovalResolvedData",
     "CompactionFinishedData",
     "CompactionStartedData",
+    "ForkedFromData",
     "ReasoningData",
     "ReasoningDeltaData",
     "RunFinishedData",
@@ -43,9 +44,17 @@ __all__ = [
 ]
 
 
+class ForkedFromData(TypedDict):
+    """The run and seq a fork started from (docs/fork.md)."""
+
+    runId: str
+    seq: int
+
+
 class RunStartedData(TypedDict):
     agentId: str
     input: str
+    forkedFrom: NotRequired[ForkedFromData]
 
 
 class AgentStartedData(TypedDict):
@@ -80,6 +89,10 @@ class TurnEndData(TypedDict):
     toolCalls: list[TurnCallData]
     finishReason: str
     usage: NotRequired[UsageData]
+    request: NotRequired[str]
+    """The key of what the model was asked (agents/core/replay.py)."""
+    replayed: NotRequired[bool]
+    """Answered from the forked run's recording, with no provider call."""
 
 
 ReasoningData = ReasoningDeltaData | ThinkingDeltaData | TurnEndData
@@ -142,11 +155,11 @@ class RunResumedData(TypedDict):
     attempt: int
     afterSeq: int
     worker: NotRequired[str]
-    reason: NotRequired[Literal["restart"]]
+    reason: NotRequired[Literal["restart", "fork"]]
 
 
 class TurnAbandonedData(TypedDict):
-    reason: Literal["worker_lost", "restart"]
+    reason: Literal["worker_lost", "restart", "fork"]
     attempt: int
 
 

@@ -43,6 +43,7 @@ from agents.core.messages import (
     ToolSpec,
     UserMessage,
 )
+from agents.core.replay import Recording
 from agents.core.usage import UsageNode
 from agents.emitter import NULL_EMITTER, Emitter
 from agents.errors import AgentFailed, ProviderError
@@ -102,6 +103,8 @@ class AgentRunner:
         compaction: how the conversation is compacted when it grows too long (the
             spec's, or the server's default); `summarize_with` runs a summarizer
             subagent as a child.
+        recording: a forked run's recorded turns (`replay`): a model turn asked the
+            same as one of them is answered from it (agents/core/replay.py).
     """
 
     def __init__(
@@ -119,6 +122,7 @@ class AgentRunner:
         gate: ApprovalGate | None = None,
         compaction: CompactionSpec | None = None,
         summarize_with: Summarizer | None = None,
+        recording: Recording | None = None,
     ) -> None:
         self.spec = spec
         self.turn_limits = turn_limits or TurnLimits()
@@ -141,10 +145,9 @@ class AgentRunner:
             ToolSpec(name=t.name, description=t.description_for(spec.id), parameters=t.parameters())
             for t in own.values()
         )
-        meter = ContextMeter(
+        self._meter = meter = ContextMeter(
             estimate_request(ModelRequest(system=spec.instructions, messages=(), tools=tool_specs))
         )
-        self._meter = meter
         self.background = Background(bus, self._accepts)
         self._ending = Ending(bus, self.usage_node, lambda: self.turns.usage_estimated)
         self.tools = ToolRoom(
@@ -169,6 +172,8 @@ class AgentRunner:
             limits=self.turn_limits,
             meter=meter,
             usage=self.usage_node,
+            model=spec.model,
+            recording=recording,
         )
         self.compactor = Compactor(
             agent_id=spec.id,
@@ -274,6 +279,7 @@ class AgentRunner:
         done: tuple[ToolResultMessage, ...] = (),
         prior: dict[str, Prior] | None = None,
         background: Sequence[BackgroundAgain] = (),
+        inbox: Sequence[str] = (),
     ) -> Coroutine[Any, Any, AgentOutcome]:
         """Go on after a takeover, from a conversation rebuilt into `messages`.
 
@@ -289,8 +295,9 @@ class AgentRunner:
         its background work to pick up again (children still running, or whose report
         had not reached it), each reporting to it as before. An agent whose last turn
         was its final answer (it waited for background work) does not answer again.
+        `inbox`: a person's messages for it (a fork's), delivered as `send` would.
         """
-        return self._run(pending, done, prior or {}, background)
+        return self._run(pending, done, prior or {}, background, inbox)
 
     async def wait_idle(self) -> None:
         """Return once no run of this agent is in progress."""
@@ -326,6 +333,7 @@ class AgentRunner:
         done: tuple[ToolResultMessage, ...] = (),
         prior: dict[str, Prior] | None = None,
         again: Sequence[BackgroundAgain] = (),
+        inbox: Sequence[str] = (),
     ) -> AgentOutcome:
         self.phase = Phase.RUNNING
         self._ending.reset()
@@ -340,6 +348,8 @@ class AgentRunner:
                         self.background.start(
                             label, functools.partial(work, context), call_id=call_id
                         )
+                    for text in inbox:
+                        self.deliver(text, "client")
                     try:
                         outcome = await self._loop(pending, done, prior)
                     except Exception as exc:  # raised bare below, not as a group

@@ -10,6 +10,7 @@ size.
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any, Final
 
@@ -42,6 +43,7 @@ from agents.core.payloads import (
     TurnCallData,
     TurnEndData,
 )
+from agents.core.replay import Recording, request_key
 from agents.core.turn import TurnAssembler, parse_arguments
 from agents.core.usage import UsageNode
 from agents.emitter import Emitter
@@ -83,6 +85,9 @@ class TurnReader:
         limits: bounds on each turn.
         meter: the conversation's size, told each turn's reported usage.
         usage: charged each turn's tokens.
+        model: the model entry's name (part of each request's key).
+        recording: a forked run's recorded turns (replay): a request found there
+            is answered from it, with no provider call.
     """
 
     __slots__ = (
@@ -90,7 +95,9 @@ class TurnReader:
         "_bus",
         "_instructions",
         "_meter",
+        "_model",
         "_provider",
+        "_recording",
         "_tool_specs",
         "_tools",
         "_usage",
@@ -110,8 +117,12 @@ class TurnReader:
         limits: TurnLimits,
         meter: ContextMeter,
         usage: UsageNode,
+        model: str = "",
+        recording: Recording | None = None,
     ) -> None:
         self._agent_id = agent_id
+        self._model = model
+        self._recording = recording
         self._instructions = instructions
         self._provider = provider
         self._bus = bus
@@ -152,6 +163,8 @@ class TurnReader:
         compaction measures it, and what streamed at characters ÷ 4), and its agent's
         terminal event says `usageEstimated`; one that failed before any part arrived
         (a refused request) is charged nothing."""
+        if turn.replayed:  # no provider call: nothing was spent
+            return
         if turn.usage is not None:
             used = Usage(
                 input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens
@@ -200,6 +213,9 @@ class TurnReader:
         request = ModelRequest(
             system=self._instructions, messages=tuple(messages), tools=self._tool_specs
         )
+        turn.request = request_key(self._model, self._instructions, self._tool_specs, messages)
+        recorded = self._recording.take(turn.request) if self._recording is not None else None
+        turn.replayed = recorded is not None
         assembler = turn.assembler
         parts_seen, check_at = 0, _CHECK_EVERY
         # Looked up once: this loop runs for every network read of every agent.
@@ -207,7 +223,8 @@ class TurnReader:
         offer, offer_deltas, wait_writable = bus.offer, bus.offer_deltas, bus.wait_writable
         add_text, add_texts = assembler.text_parts.append, assembler.text_parts.extend
         with trio.CancelScope(relative_deadline=limits.timeout) as deadline:
-            async with aclosing(self._provider.stream(request)) as batches:
+            stream = _replay(recorded) if recorded is not None else self._provider.stream(request)
+            async with aclosing(stream) as batches:
                 async for batch in batches:
                     turn.streamed = True
                     parts_seen += len(batch)
@@ -294,6 +311,9 @@ class TurnReader:
                 "inputTokens": turn.usage.input_tokens,
                 "outputTokens": turn.usage.output_tokens,
             }
+        data["request"] = turn.request
+        if turn.replayed:
+            data["replayed"] = True
         await self._bus.emit(_REASONING, data, last=True)
         return message
 
@@ -316,6 +336,8 @@ class _Turn:
         "failure",
         "message",
         "readers",
+        "replayed",
+        "request",
         "results",
         "streamed",
         "tools",
@@ -323,6 +345,10 @@ class _Turn:
     )
 
     def __init__(self) -> None:
+        self.request = ""
+        """The key of what the model is asked (agents/core/replay.py)."""
+        self.replayed = False
+        """Answered from a recording: no provider call, no tokens charged."""
         self.assembler = TurnAssembler()
         self.results: dict[str, ToolResultMessage] = {}
         """Tool results by call id, as the calls end."""
@@ -356,6 +382,12 @@ def _server_result(part: ServerToolResult) -> ToolResultData:
         "isError": part.is_error,
         "server": True,
     }
+
+
+async def _replay(parts: list[StreamPart]) -> AsyncGenerator[list[StreamPart]]:
+    """A recorded turn, streamed as it was recorded: one part per read, no pause."""
+    for part in parts:
+        yield [part]
 
 
 def _call_json(call: ToolCall) -> TurnCallData:

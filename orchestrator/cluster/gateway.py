@@ -22,6 +22,7 @@ import trio
 from orchestrator.cluster.store import ClusterStore, Control
 from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.bus import new_run_id, new_session_id
+from orchestrator.runs.fork import check_fork, events_of, fork_record
 from orchestrator.runs.service import StorageUnavailable
 from orchestrator.runtime.approvals import (
     already_answered,
@@ -31,7 +32,7 @@ from orchestrator.runtime.approvals import (
 )
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.run import RunResult
-from orchestrator.storage.base import RunRecord
+from orchestrator.storage.base import ForkPoint, RunRecord
 from orchestrator.storage.journal import Journal
 
 __all__ = ["ClusterGateway", "QueuedRun"]
@@ -97,6 +98,26 @@ class ClusterGateway:
             owner=owner,
             context_id=context_id,
         )
+        return await self._queue(record)
+
+    async def fork(
+        self, point: ForkPoint, *, owner: str | None = None, max_runs: int | None = None
+    ) -> QueuedRun:
+        """Queue a fork (docs/fork.md): checked here against the original's journal,
+        then started by whichever worker takes it (`cluster/worker.py`). `max_runs` is
+        not counted across the cluster.
+
+        Raises:
+            UnknownRun, ForkError: as `RunService.fork` says.
+            UnknownAgent, StorageUnavailable: as `start` says.
+        """
+        original = (await self.journal.mirrors.find(point.run_id)).record
+        if original.agent_id not in self.agents:
+            raise UnknownAgent(original.agent_id, sorted(self.agents))
+        check_fork(await events_of(self.journal, point.run_id), point)
+        return await self._queue(fork_record(original, point, owner, status="queued"))
+
+    async def _queue(self, record: RunRecord) -> QueuedRun:
         try:
             await self.store.submit(record)
         except Exception as exc:

@@ -15,23 +15,25 @@ the journal holds nothing from it after another worker took over.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+from collections.abc import Callable
 
 import msgspec
 import trio
 
+from orchestrator.cluster.control import apply_control
 from orchestrator.cluster.leases import Leases, Owned
 from orchestrator.cluster.store import ClusterStore, QueueEntry, attempt_of
 from orchestrator.cluster.waiting import WaitingList
 from orchestrator.config import ClusterConfig
-from orchestrator.core.approvals import Answer
+from orchestrator.core.fork import ForkError
+from orchestrator.runs.fork import recording_of, started
 from orchestrator.runs.host import HostedRun, RunHost
 from orchestrator.runs.resume import end_unresumable, plan_resume
-from orchestrator.runs.service import AgentNotRunning
-from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
-from orchestrator.storage.runlog import UNFINISHED
+from orchestrator.storage.runlog import UNFINISHED, UnknownRun
 
 __all__ = ["Worker"]
 
@@ -203,6 +205,8 @@ class Worker:
         if self.stopping:  # this worker stops: the next one takes it
             await self._hand_over(run_id, owned)
             return None
+        if not started(record):  # a fork that has not gone on yet
+            return await self._start_fork(record, owned)
         self.journal.own(record)
         plan = None
         if record.last_seq > 0:  # it ran elsewhere: continue from its journal
@@ -226,13 +230,44 @@ class Worker:
                 run_id,
                 attempt,
             )
+        resumed = {"attempt": attempt, "worker": self.name, "afterSeq": record.last_seq}
+        recording = await recording_of(self.journal, record) if plan else None
+        return await self._go(
+            run_id,
+            owned,
+            functools.partial(
+                self.host.resume,
+                record,
+                plan=plan,
+                resumed=resumed if plan else None,
+                recording=recording,
+            ),
+        )
+
+    async def _start_fork(self, record: RunRecord, owned: Owned) -> HostedRun | None:
+        """Start a queued fork (or complete the copy of one whose worker stopped while
+        it copied), then execute it here. A fork that can no longer be made (its
+        original was trimmed or deleted since it was queued) ends `failed`."""
+        try:
+            run = await self.host.begin_fork(
+                record, {"attempt": record.attempt, "worker": self.name}
+            )
+        except (UnknownRun, ForkError) as exc:
+            await self._end(record, owned, "fork_failed", f"fork_failed: {exc}")
+            return None
+        return await self._go(record.run_id, owned, functools.partial(self.host.launch, run))
+
+    async def _go(
+        self, run_id: str, owned: Owned, launch: Callable[[], HostedRun]
+    ) -> HostedRun | None:
+        """Launch the run now that it is ready, unless it was fenced off meanwhile or
+        this worker stops (then the next one takes it)."""
         if self.owned.get(run_id) is not owned:  # fenced off meanwhile: not ours to run
             return None
-        if self.stopping:  # this worker stops: the next one takes it
+        if self.stopping:
             await self._hand_over(run_id, owned)
             return None
-        resumed = {"attempt": attempt, "worker": self.name, "afterSeq": record.last_seq}
-        run = self.host.resume(record, plan=plan, resumed=resumed if plan else None)
+        run = launch()
         owned.started = True
         self._changed.unpark_all()
         return run
@@ -310,10 +345,14 @@ class Worker:
         )
         if failure is not None:
             message += f"; the last takeover failed: {failure}"
-        await end_unresumable(self.journal, record, error_type="worker_lost", message=message)
-        await self.store.forget_approvals(run_id)
-        await self._release(run_id, owned)
-        logger.warning("run %s failed: %s (token %s)", run_id, message, owned.token)
+        await self._end(record, owned, "worker_lost", message)
+
+    async def _end(self, record: RunRecord, owned: Owned, error_type: str, message: str) -> None:
+        """End a run that cannot go on: AGENT_ERRORs, then RUN_FINISHED `failed`."""
+        await end_unresumable(self.journal, record, error_type=error_type, message=message)
+        await self.store.forget_approvals(record.run_id)
+        await self._release(record.run_id, owned)
+        logger.warning("run %s failed: %s (token %s)", record.run_id, message, owned.token)
 
     # -- leases ------------------------------------------------------------------
 
@@ -385,21 +424,8 @@ class Worker:
                 if not again:
                     with contextlib.suppress(Exception):  # best effort: a takeover re-reads it
                         await self.store.set_control_done(run_id, entry_id)
-                if control.op == "cancel":
-                    try:
-                        await self.host.cancel(run_id, control.agent_key, control.message or None)
-                    except (AgentNotRunning, LookupError) as exc:
-                        log = logger.debug if again else logger.warning
-                        log("run %s: cancel not applied: %s", run_id, exc)
-                elif control.op == "approve":
-                    assert self._nursery is not None  # (one of a remote subtree may take a
-                    # round trip to its server: it does not hold up the other controls)
-                    self._nursery.start_soon(self._apply_approval, run_id, control.message, again)
-                elif control.op == "send" and not again:
-                    try:
-                        await self.host.send(run_id, control.agent_key, control.message)
-                    except (AgentNotRunning, LookupError) as exc:
-                        logger.warning("run %s: message not delivered: %s", run_id, exc)
+                assert self._nursery is not None
+                await apply_control(self.host, self._nursery, run_id, control, again=again)
 
     # -- approvals ---------------------------------------------------------------
 
@@ -408,19 +434,6 @@ class Worker:
         it lost: its new owner does; nor that the calls of the runs it hands over stop
         waiting: they stay listed, and wait again on the next worker)."""
         return run_id in self.owned and (starts or not self.stopping)
-
-    async def _apply_approval(self, run_id: str, body: str, again: bool = False) -> None:
-        """An `approve` a gateway checked and claimed: give it to the waiting call (or
-        to the server it waits on, for a call of a remote subtree). `again`: an earlier
-        owner applied it already; it only matters if that owner's answer was lost."""
-        try:
-            answer = msgspec.json.decode(body, type=Answer)
-            if run_id not in self.host.active:
-                raise ApprovalError("not_found", "the run is not running here")
-            await self.host.approve(run_id, answer)
-        except (msgspec.DecodeError, LookupError) as exc:  # (ApprovalError, UnknownRun)
-            log = logger.debug if again else logger.warning
-            log("run %s: approval not applied: %s", run_id, exc)
 
     async def _heartbeat_loop(self) -> None:
         while True:

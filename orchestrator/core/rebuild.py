@@ -127,6 +127,8 @@ class AgentPlan:
     """Senders of the messages it got (`from`: a background child's taskId, …)."""
     approvals: dict[str, Prior] = field(default_factory=dict)
     """Call id → its approval as journaled, for the calls in `pending` that had one."""
+    inbox: list[str] = field(default_factory=list)
+    """A person's messages to deliver as it goes on (a fork's, `core/fork.py`)."""
     # Assembly state: the open turn's calls and the results seen for them.
     _turn_calls: list[ToolCall] = field(default_factory=list)
     _results: dict[str, ToolResultMessage] = field(default_factory=dict)
@@ -148,6 +150,9 @@ class ResumePlan:
     """agentKey → the last forwarded event of that agent (its remote run and seq)."""
     status: str | None = None
     """The status its RUN_FINISHED says (when `finished`)."""
+    end_now: list[AgentPlan] = field(default_factory=list)
+    """Agents the continuation ends first, with their `error_type` and `error` (a
+    fork's remote subtrees, `core/fork.py`)."""
 
     def remote_cursor(self, agent_key: str) -> RemoteRef | None:
         """Where to follow a remote child's run again: its runId and the last seq of
@@ -171,10 +176,9 @@ class ResumePlan:
             a for a in self.agents.values() if a.cut_off and not a.ended and a.key not in followed
         ]
 
-    def followed(self) -> set[str]:
-        """The forwarded agents of remote children that have not ended: their runs
-        there are followed again, so they are neither cut off nor orphaned here."""
-        roots: dict[str, AgentPlan] = {}  # remote runId → the child it runs as here
+    def remote_children(self) -> dict[str, AgentPlan]:
+        """Remote runId → the child it runs as here (the shallowest of its agents)."""
+        roots: dict[str, AgentPlan] = {}
         for key, ref in self.remote.items():
             plan = self.agents.get(key)
             if plan is None or plan.source is None:
@@ -184,6 +188,12 @@ class ResumePlan:
                 known.source is not None and plan.source.depth < known.source.depth
             ):
                 roots[ref.run_id] = plan
+        return roots
+
+    def followed(self) -> set[str]:
+        """The forwarded agents of remote children that have not ended: their runs
+        there are followed again, so they are neither cut off nor orphaned here."""
+        roots = self.remote_children()
         return {
             key
             for key, ref in self.remote.items()

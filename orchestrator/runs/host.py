@@ -16,9 +16,12 @@ import time
 import msgspec
 import trio
 
+from agents.core.replay import Recording
 from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
+from orchestrator.core.fork import ForkError
 from orchestrator.core.rebuild import ResumePlan
+from orchestrator.runs.fork import fork_record, recording_of, start_fork, started
 from orchestrator.runs.resume import end_unresumable, plan_resume
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError
@@ -26,8 +29,9 @@ from orchestrator.runtime.engine import Orchestrator, UnknownAgent
 from orchestrator.runtime.remote import RemoteRefused
 from orchestrator.runtime.run import AgentGone, Run, RunResult
 from orchestrator.runtime.spawn import send_to
-from orchestrator.storage.base import RunRecord
+from orchestrator.storage.base import ForkPoint, RunRecord
 from orchestrator.storage.journal import Journal
+from orchestrator.storage.runlog import UnknownRun
 
 __all__ = ["HostedRun", "RunHost"]
 
@@ -96,23 +100,7 @@ class RunHost:
             StorageUnavailable: journal writes are failing (read-only).
         """
         orch = self.orchestrator
-        if agent_id not in orch.specs:
-            raise UnknownAgent(agent_id, sorted(orch.specs))
-        if not self.journal.writer.healthy:
-            raise StorageUnavailable(
-                "storage is failing: the server is read-only until it recovers (see /healthz)"
-            )
-        if len(self.active) >= self.max_concurrent:
-            raise LimitExceeded(
-                f"{len(self.active)} runs are running (limits.max_concurrent_runs "
-                f"is {self.max_concurrent})"
-            )
-        if owner is not None and max_runs is not None:
-            mine = sum(1 for r in self.active if self.journal.get(r).record.owner == owner)
-            if mine >= max_runs:
-                raise LimitExceeded(
-                    f"token {owner!r} already has {mine} runs running (its limit is {max_runs})"
-                )
+        self._admit(agent_id, owner, max_runs)
         run_id, root_session = new_run_id(), new_session_id(root=True)
         self.journal.create_run(
             RunRecord(
@@ -139,17 +127,65 @@ class RunHost:
         run = Run(
             orch.catalog, agent_id, input, limits=orch.default_limits(), sink=sink, run_id=run_id
         )
-        hosted = self._launch(run)
+        hosted = self.launch(run)
         if stream:
             # A run is acknowledged once its start is journaled: a crash right after
             # the ack finds it at the next start (and resumes it), never loses it.
-            # Bounded: a store that fails for that long fails the run meanwhile.
-            with trio.move_on_after(self.journal.writer.fail_runs_after):
-                if not await self.journal.wait_durable(run_id, 1):
-                    raise StorageUnavailable(
-                        "this server's journal was taken over by another server: "
-                        "nothing it starts is stored"
-                    )
+            await self._durable(run_id, 1)
+        return hosted
+
+    def _admit(self, agent_id: str, owner: str | None, max_runs: int | None) -> None:
+        """May a run of `agent_id` start for `owner` now?
+
+        Raises:
+            UnknownAgent, StorageUnavailable, LimitExceeded: as `start` says.
+        """
+        specs = self.orchestrator.specs
+        if agent_id not in specs:
+            raise UnknownAgent(agent_id, sorted(specs))
+        if not self.journal.writer.healthy:
+            raise StorageUnavailable(
+                "storage is failing: the server is read-only until it recovers (see /healthz)"
+            )
+        if len(self.active) >= self.max_concurrent:
+            raise LimitExceeded(
+                f"{len(self.active)} runs are running (limits.max_concurrent_runs "
+                f"is {self.max_concurrent})"
+            )
+        if owner is not None and max_runs is not None:
+            mine = sum(1 for r in self.active if self.journal.get(r).record.owner == owner)
+            if mine >= max_runs:
+                raise LimitExceeded(
+                    f"token {owner!r} already has {mine} runs running (its limit is {max_runs})"
+                )
+
+    async def _durable(self, run_id: str, seq: int) -> None:
+        """Wait until the run's events up to `seq` are committed, bounded: a store that
+        fails for that long fails the run meanwhile."""
+        with trio.move_on_after(self.journal.writer.fail_runs_after):
+            if not await self.journal.wait_durable(run_id, seq):
+                raise StorageUnavailable(
+                    "this server's journal was taken over by another server: "
+                    "nothing it starts is stored"
+                )
+
+    async def fork(
+        self, point: ForkPoint, *, owner: str | None = None, max_runs: int | None = None
+    ) -> HostedRun:
+        """Start a fork (docs/fork.md): returned once its copied history is journaled.
+
+        Raises:
+            UnknownRun, ForkError: as `RunService.fork` says.
+            UnknownAgent, StorageUnavailable, LimitExceeded: as `start` says.
+        """
+        log = self.journal.get(point.run_id)
+        self._admit(log.record.agent_id, owner, max_runs)
+        if log.committed < point.seq <= log.committed + log.writing + len(log.pending):
+            await self._durable(point.run_id, point.seq)  # just emitted: wait for its commit
+        record = fork_record(log.record, point, owner)
+        run, copied = await start_fork(self.journal, self.orchestrator, record, new=True)
+        hosted = self.launch(run)
+        await self._durable(run.run_id, copied)
         return hosted
 
     def resume(
@@ -158,13 +194,15 @@ class RunHost:
         *,
         plan: ResumePlan | None = None,
         resumed: dict[str, object] | None = None,
+        recording: Recording | None = None,
     ) -> HostedRun:
         """Execute a run whose record already exists: queued elsewhere, or taken over.
 
         The record is the run's new state (`running`, this worker, its attempt); its
         events continue after `record.last_seq`. With a `plan` (runs/resume.py) the
         run goes on from where its journal stopped and announces RUN_RESUMED with
-        `resumed`; without one it starts from its input.
+        `resumed`; without one it starts from its input. `recording`: a replaying
+        fork's original turns (`runs/fork.py` `recording_of`).
         """
         orch = self.orchestrator
         log = self.journal.own(record)
@@ -184,10 +222,27 @@ class RunHost:
             run_id=record.run_id,
             resume=plan,
             resumed=resumed,
+            recording=recording,
         )
-        return self._launch(run)
+        return self.launch(run)
 
-    def _launch(self, run: Run) -> HostedRun:
+    async def begin_fork(self, record: RunRecord, resumed: dict[str, object]) -> Run:
+        """A fork whose record exists but that has not gone on yet (queued, or its
+        executor stopped while it copied): its log is owned here from now, its history
+        completed, and its run returned to `launch`.
+
+        Raises:
+            UnknownRun, ForkError: the original is gone, or changed so that the fork
+                can no longer be made (trimmed).
+        """
+        self.journal.own(record)
+        run, _ = await start_fork(
+            self.journal, self.orchestrator, record, new=False, resumed=resumed
+        )
+        return run
+
+    def launch(self, run: Run) -> HostedRun:
+        """Execute `run` here (in the host's nursery) until it ends."""
         done = self._done[run.run_id] = trio.Event()
         self.active[run.run_id] = run
         self._nursery.start_soon(self._execute, run)
@@ -380,6 +435,19 @@ class RunHost:
                     message=f"interrupted: not resumed after a restart: {problem}",
                 )
                 continue
+            if not started(record):  # a fork that had not gone on: start it
+                try:
+                    self.launch(await self.begin_fork(record, {"attempt": attempt}))
+                except (UnknownRun, ForkError) as exc:
+                    await end_unresumable(
+                        self.journal,
+                        record,
+                        error_type="interrupted",
+                        message=f"interrupted: the fork cannot start after a restart: {exc}",
+                    )
+                    continue
+                resumed += 1
+                continue
             plan = await plan_resume(self.journal, record)
             if plan.finished:  # only its record was behind: it ended
                 self.journal.end_call_run(run_id, plan.status or "failed")
@@ -388,6 +456,7 @@ class RunHost:
                 record,
                 plan=plan,
                 resumed={"attempt": attempt, "afterSeq": record.last_seq, "reason": "restart"},
+                recording=await recording_of(self.journal, record),
             )
             resumed += 1
         return resumed

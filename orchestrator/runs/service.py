@@ -11,7 +11,7 @@ from typing import Protocol
 
 from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.runtime.run import RunResult
-from orchestrator.storage.base import RunRecord
+from orchestrator.storage.base import ForkPoint, RunRecord
 
 __all__ = [
     "AgentNotRunning",
@@ -74,6 +74,21 @@ class RunService(Protocol):
             UnknownAgent: no such subagent.
             LimitExceeded: too many runs are running.
             StorageUnavailable: the run cannot be stored (or queued).
+        """
+        ...
+
+    async def fork(
+        self, point: ForkPoint, *, owner: str | None = None, max_runs: int | None = None
+    ) -> StartedRun:
+        """Start a new run from `point.run_id` as it stood at event `point.seq`, for
+        `owner` (docs/fork.md); `point.message` goes to `point.agent_key` (None: the
+        root agent).
+
+        Raises:
+            UnknownRun: no such run.
+            ForkError: no such seq, a trimmed history, or a message its agent cannot
+                take at that seq.
+            UnknownAgent, LimitExceeded, StorageUnavailable: as `start` says.
         """
         ...
 

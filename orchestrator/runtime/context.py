@@ -15,6 +15,7 @@ import msgspec
 import trio
 
 from agents.approval import ApprovalGate, ApprovalPolicy
+from agents.core.replay import Recording
 from agents.core.usage import UsageNode
 from agents.errors import SpecError
 from agents.providers.factory import ProviderFactory
@@ -200,6 +201,7 @@ class AgentCatalog:
             gate=gate,
             compaction=spec.compaction or self.compaction,
             summarize_with=run.summarizer,
+            recording=run.recording,
         )
 
 
@@ -214,6 +216,7 @@ class RunContext:
         "continued",
         "limits",
         "parents",
+        "recording",
         "remotes",
         "resume",
         "root",
@@ -237,6 +240,8 @@ class RunContext:
         self.resume: ResumePlan | None = None
         """Cluster takeover: the agents rebuilt from the journal (spawn calls left
         without a result continue their child from it)."""
+        self.recording: Recording | None = None
+        """A fork with `replay`: the original's recorded turns (agents/core/replay.py)."""
         self.continued: set[str] = set()
         """agentKeys of rebuilt children that were continued (or answered from the journal)."""
         self.remotes: dict[str, RemoteLink] = {}

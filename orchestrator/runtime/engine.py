@@ -9,7 +9,8 @@ async with Orchestrator.open(config) as orch:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any, Literal
 
@@ -27,6 +28,7 @@ from orchestrator.config import ServerConfig
 from orchestrator.core.approvals import AgentKey, Answer
 from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.events import Event
+from orchestrator.core.fork import fork_run
 from orchestrator.mcp.hub import McpHub
 from orchestrator.runtime.approvals import ApprovalDesk, PendingApproval
 from orchestrator.runtime.context import AgentCatalog, RunLimits, UnknownAgent
@@ -287,6 +289,77 @@ class Orchestrator:
 
         async def execute() -> None:
             try:
+                await run.execute()
+            finally:
+                queue.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(execute)
+            try:
+                yield RunStream(run, queue)
+            finally:
+                if run.result is None:
+                    run.cancel()
+
+    @asynccontextmanager
+    async def fork(
+        self,
+        events: Sequence[Event],
+        at_seq: int,
+        *,
+        agent_key: str | None = None,
+        message: str | None = None,
+        replay: bool = False,
+        max_depth: int | None = None,
+        capacity: int = 4096,
+    ) -> AsyncIterator[RunStream]:
+        """Start a new run from a run's `events` (all of them, from seq 1, as `stream`
+        gave them or the journal keeps them) as it stood at `at_seq` (docs/fork.md).
+
+        The stream begins with the original's events 1..`at_seq` under the fork's
+        runId, then goes on live: agents that had ended stand, a cut-off turn is asked
+        again, waiting calls wait again. `message` is delivered to `agent_key` (None:
+        the root) as a `send` would; with `replay`, a turn asked the same as one of
+        the original's is answered from it, with no provider call.
+
+        Raises:
+            ForkError: no such seq, or a message its agent cannot take there.
+            UnknownAgent: the run's agent is no longer defined.
+        """
+        fork = fork_run(
+            events,
+            at_seq,
+            new_run_id(),
+            agent_key=agent_key,
+            message=message,
+            replay=replay,
+            now=time.time(),
+        )
+        agent_id = str(fork.events[0].data.get("agentId", ""))
+        self._check_agent(agent_id)
+        root_session = next(
+            (e.source.parent_session_id for e in fork.events if e.source and e.source.depth == 1),
+            new_session_id(root=True),
+        )
+        queue = EventQueue(capacity)
+        copied = fork.events[-1].seq
+        sink = RunSink(fork.events[0].run_id, root_session, queue, after_seq=copied)
+        run = Run(
+            self.catalog,
+            agent_id,
+            str(fork.events[0].data.get("input", "")),
+            limits=self.default_limits(max_depth),
+            sink=sink,
+            resume=fork.plan,
+            resumed={"attempt": 1, "afterSeq": copied, "reason": "fork"},
+            recording=fork.recording,
+        )
+
+        async def execute() -> None:
+            try:
+                for event in fork.events:
+                    if queue.put_nowait(event):
+                        await queue.wait_writable()
                 await run.execute()
             finally:
                 queue.close()

@@ -14,6 +14,7 @@ import trio
 
 from agents.approval import ApprovalRequest
 from agents.core.payloads import agent_error
+from agents.core.replay import Recording
 from agents.core.turn import parse_arguments
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed
@@ -61,6 +62,10 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     """The whole tree's token usage."""
 
 
+_LOST = {"restart": "when the server restarted", "fork": "in the fork (its subtree ran elsewhere)"}
+"""How an orphan's AGENT_ERROR says it was lost, by RUN_RESUMED's `reason`."""
+
+
 class Run:
     """Executes one run; `sink` is None for a non-streaming call (a `NullBus` run)."""
 
@@ -75,6 +80,7 @@ class Run:
         run_id: str | None = None,
         resume: ResumePlan | None = None,
         resumed: dict[str, object] | None = None,
+        recording: Recording | None = None,
     ) -> None:
         self.catalog = catalog
         self.agent_id = agent_id
@@ -86,6 +92,7 @@ class Run:
         self.result: RunResult | None = None
         self.context = RunContext(catalog, limits)
         self.context.tools = run_tools(self.context)
+        self.context.recording = recording
         self.agents: dict[str, AgentRunner] = self.context.agents
         """Child instances by agentKey (valid for `agent_send` until the run ends)."""
         self.root: AgentRunner | None = None
@@ -326,6 +333,7 @@ class Run:
                 tuple(root.done),
                 root.approvals,
                 self.context.background_again(root),
+                root.inbox,
             )
             return outcome.text
         return (await runner.run(self.input)).text
@@ -380,7 +388,7 @@ class Run:
         bus.emit_nowait(EventType.RUN_RESUMED, dict(self.resumed))
         attempt = self.resumed.get("attempt")
         reason = self.resumed.get("reason", "worker_lost")
-        lost = "when the server restarted" if reason == "restart" else "with its worker"
+        lost = _LOST.get(str(reason), "with its worker")
         for agent in plan.cut_off():
             Bus(bus.sink, agent.source).emit_nowait(
                 EventType.TURN_ABANDONED, {"reason": reason, "attempt": attempt}
@@ -394,5 +402,11 @@ class Run:
                     "worker_lost",
                     f"agent {agent.agent_id!r} was lost {lost} and nobody waits for it any more",
                 ),
+                last=True,
+            )
+        for agent in plan.end_now:
+            Bus(bus.sink, agent.source).emit_nowait(
+                EventType.AGENT_ERROR,
+                agent_error(agent.error_type or "failed", agent.error or "ended"),
                 last=True,
             )

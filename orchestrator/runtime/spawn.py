@@ -323,6 +323,7 @@ class AgentSpawnTool:
             tuple(rebuilt.done),
             rebuilt.approvals,
             self.background_again(rebuilt),
+            rebuilt.inbox,
         )
         return await child.drive(work, tool_error=not background)
 

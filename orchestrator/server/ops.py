@@ -24,6 +24,7 @@ from orchestrator.cluster.node import Node
 from orchestrator.config import ServerConfig
 from orchestrator.core.approvals import Answer
 from orchestrator.core.filters import FilterSpec
+from orchestrator.core.fork import ForkError
 from orchestrator.protocol import ProtocolError
 from orchestrator.runs.service import (
     AgentNotRunning,
@@ -37,6 +38,7 @@ from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Principal
 from orchestrator.server.feed import Feed
+from orchestrator.storage.base import ForkPoint
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import RunLog, UnknownRun
 
@@ -120,6 +122,8 @@ async def dispatch(conn: Caller, op: protocol.ClientOp) -> None:
         raise ProtocolError("not_found", exc.message, op.id) from None
     except LimitExceeded as exc:
         raise ProtocolError("limit_exceeded", str(exc), op.id) from None
+    except ForkError as exc:
+        raise ProtocolError("bad_request", exc.message, op.id) from None
     except StorageUnavailable as exc:
         raise ProtocolError("unavailable", str(exc), op.id) from None
     except ApprovalError as exc:
@@ -181,6 +185,40 @@ async def run(conn: Caller, op: protocol.Run) -> None:
         owner=principal.name,
         max_runs=principal.max_runs if principal.name is not None else None,
     )
+    await _answer_started(conn, started, op)
+
+
+async def fork(conn: Caller, op: protocol.Fork) -> None:
+    app = conn.app
+    if app.closing:
+        raise ProtocolError("limit_exceeded", "the server is shutting down", op.id)
+    if op.message is not None:
+        check_size(conn, "message", op.message, op.id)
+    elif op.agent_key is not None:
+        raise ProtocolError("bad_request", "agentKey names who gets a message: give one", op.id)
+    if op.stream:
+        conn.check_sub_limit(op.id)
+    principal = conn.principal
+    point = ForkPoint(
+        run_id=op.run_id,
+        seq=op.at_seq,
+        agent_key=op.agent_key,
+        message=op.message,
+        replay=op.replay,
+    )
+    started = await app.runs.fork(
+        point,
+        owner=principal.name,
+        max_runs=principal.max_runs if principal.name is not None else None,
+    )
+    await _answer_started(conn, started, op)
+
+
+async def _answer_started(
+    conn: Caller, started: StartedRun, op: protocol.Run | protocol.Fork
+) -> None:
+    """Ack a started run with its id: then its result (`stream: false`), or its
+    events from seq 1 in a new subscription."""
     if not op.stream:
         await conn.reply(protocol.ack(op.id, run_id=started.run_id))
         conn.await_result(started, op.id)
@@ -243,6 +281,11 @@ async def runs(conn: Caller, op: protocol.Runs) -> None:
             input=r.input[:200],
             worker=r.worker if cluster else None,
             attempt=r.attempt if cluster else None,
+            forked_from=(
+                protocol.ForkedFrom(r.forked_from.run_id, r.forked_from.seq)
+                if r.forked_from is not None
+                else None
+            ),
         )
         for r in records
     ]
@@ -268,6 +311,7 @@ OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Subscribe: Op(subscribe, run_of=lambda op: op.run_id),
     protocol.Unsubscribe: Op(unsubscribe),
     protocol.Run: Op(run, writes=True),
+    protocol.Fork: Op(fork, run_of=lambda op: op.run_id, writes=True),
     protocol.Cancel: Op(cancel, run_of=lambda op: op.run_id, writes=True),
     protocol.Send: Op(send, run_of=lambda op: op.run_id, writes=True),
     protocol.Approve: Op(approve, run_of=lambda op: op.run_id, writes=True),

@@ -13,6 +13,19 @@ class StorageError(Exception):
     """A storage backend cannot be opened (bad path, unreachable, refused settings)."""
 
 
+class ForkPoint(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """What a fork was asked (docs/fork.md): the run and seq it starts from, the
+    message and who gets it, and whether its turns are replayed. Kept with the fork's
+    record, so whichever process starts the fork (a cluster worker, a restarted
+    server) starts it as it was asked."""
+
+    run_id: str
+    seq: int
+    agent_key: str | None = None
+    message: str | None = None
+    replay: bool = False
+
+
 class RunRecord(msgspec.Struct, kw_only=True):
     """One run as listed by the `runs` op and kept across restarts."""
 
@@ -36,6 +49,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
     context_id: str | None = None
     """The conversation the client that started the run put it in (an A2A `contextId`),
     returned with the run as it was given; None: none given."""
+    forked_from: ForkPoint | None = None
+    """A fork: the run and seq it started from (None: not a fork)."""
 
     def sort_key(self) -> tuple[float, str]:
         """Creation order; ties (same clock reading) broken by runId, never by a store's hash."""

@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import trio
 
-from orchestrator.storage.base import RunRecord, StorageError
+from orchestrator.storage.base import ForkPoint, RunRecord, StorageError
 
 __all__ = ["SqliteStorage"]
 
@@ -36,7 +37,8 @@ CREATE TABLE IF NOT EXISTS runs (
     owner TEXT,
     first_seq INTEGER NOT NULL DEFAULT 1,
     attempt INTEGER NOT NULL DEFAULT 0,
-    context_id TEXT
+    context_id TEXT,
+    forked_from TEXT
 );
 CREATE TABLE IF NOT EXISTS run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS events (
@@ -69,10 +71,11 @@ _ADDED_COLUMNS = {
     "first_seq": "INTEGER NOT NULL DEFAULT 1",
     "attempt": "INTEGER NOT NULL DEFAULT 0",
     "context_id": "TEXT",
+    "forked_from": "TEXT",
 }
 _COLUMNS = (
     "run_id, agent_id, input, status, created_at, finished_at, root_session_id, last_seq,"
-    " owner, first_seq, attempt, context_id"
+    " owner, first_seq, attempt, context_id, forked_from"
 )
 
 
@@ -188,6 +191,7 @@ class SqliteStorage:
                 first_seq=r[9],
                 attempt=r[10],
                 context_id=r[11],
+                forked_from=None if r[12] is None else _decode_fork(r[12]),
             )
             for r in rows
         ]
@@ -232,6 +236,7 @@ class SqliteStorage:
                 r.first_seq,
                 r.attempt,
                 r.context_id,
+                msgspec.json.encode(r.forked_from).decode() if r.forked_from else None,
             )
             for r in records
         ]
@@ -317,6 +322,8 @@ class SqliteStorage:
                 conn.close()
         self._reader = self._writer = None
 
+
+_decode_fork = msgspec.json.Decoder(ForkPoint).decode
 
 _UPSERT_RUNS = (
     f"INSERT INTO runs ({_COLUMNS}) VALUES {{values}}"

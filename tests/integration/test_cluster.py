@@ -450,3 +450,54 @@ async def test_two_agents_waiting_on_the_same_call_id_are_two_calls(
         and e["data"]["toolCallId"] == "call_0"
     ]
     assert len(writes) == 2 and not any(e["data"]["isError"] for e in writes)
+
+
+async def test_a_fork_started_at_any_gateway_runs_on_a_worker(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    """docs/fork.md: the gateway checks the fork against the journal and queues it; a
+    worker copies the original's history and goes on from it."""
+    async with cluster(tmp_path, redis_url) as c:
+        g1 = await c.start("serve")
+        g2 = await c.start("serve")
+        await c.start("worker")
+        async with connect(g1.url, max_size=None) as a, connect(g2.url, max_size=None) as b:
+            ack = await request(a, op="run", id=1, agent="planner", input="spread the work")
+            original, status = await watch_all(a)
+            assert status == "completed"
+            last = original[-1]["seq"]
+            bad = await request(b, op="fork", id=2, runId=ack["runId"], atSeq=last + 1)
+            assert bad["code"] == "bad_request" and f"has no seq {last + 1}" in bad["message"]
+            critic = next(
+                e["source"]["agentKey"]
+                for e in original
+                if e["type"] == "AGENT_STARTED" and e["source"]["agentId"] == "critic"
+            )
+            started = next(
+                e["seq"]
+                for e in original
+                if e["type"] == "REASONING" and e["source"] and e["source"]["agentKey"] == critic
+            )
+            fork = await request(
+                b,
+                op="fork",
+                id=3,
+                runId=ack["runId"],
+                atSeq=started,
+                agentKey=critic,
+                message="one more thing",
+                replay=True,
+            )
+            assert fork["op"] == "ack", fork
+            events, status = await watch_all(b)
+            assert status == "completed", c.logs()
+            check_tree(events)
+            assert events[0]["data"]["forkedFrom"] == {"runId": ack["runId"], "seq": started}
+            told = [e for e in events if e["type"] == "USER_MESSAGE" and e["seq"] > started]
+            assert [(e["source"]["agentKey"], e["data"]["text"]) for e in told] == [
+                (critic, "one more thing")
+            ]
+            entry = await runs_entry(a, fork["runId"])
+            assert entry["forkedFrom"] == {"runId": ack["runId"], "seq": started}
+            assert entry["worker"] == c.instances[2].name

@@ -1,0 +1,188 @@
+"""Replay: answer a model turn from a recording when its request is the same.
+
+Every model turn's `last` REASONING carries `request`, a key of what the model was
+asked (`request_key`): the model entry, the system prompt, the tools it was offered
+and the conversation. A fork with `replay` (docs/fork.md) reads the original run's
+journal into a `Recording`: for each key, the turn's stream parts in the order they
+streamed. A turn whose key is in it is answered from there, with no provider call;
+any other turn asks the model.
+
+The key is of the conversation as the journal can rebuild it, so that a turn asked
+again after a fork (from a rebuilt conversation) has the key its original turn had
+live: each message's role and text, each tool call's id, name and arguments (parsed
+and encoded again, so that spacing does not count), each tool result's call id,
+name, content and error flag. Thinking blocks and provider-side tool blocks are not
+in the journal, so not in the key either.
+
+Pure: no I/O. Building a key costs one encoding and one BLAKE2b of the request per
+turn (nothing per event).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, cast
+
+import msgspec
+
+from agents.core.events import EventType
+from agents.core.messages import (
+    AssistantMessage,
+    Finish,
+    Message,
+    StreamPart,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallArgs,
+    ToolCallStart,
+    ToolResultMessage,
+    ToolSpec,
+    UsageReport,
+    UserMessage,
+)
+from agents.core.payloads import (
+    ReasoningData,
+    ReasoningDeltaData,
+    ThinkingDeltaData,
+    ToolCallDeltaData,
+    TurnEndData,
+)
+
+__all__ = ["Recorder", "Recording", "request_key"]
+
+_encode = msgspec.json.Encoder(order="sorted").encode
+_decode = msgspec.json.decode
+
+
+def _args(raw: str) -> Any:
+    try:
+        return _decode(raw)
+    except msgspec.DecodeError:
+        return raw
+
+
+def _message(message: Message) -> tuple[Any, ...]:
+    if isinstance(message, UserMessage):
+        return ("user", message.text)
+    if isinstance(message, AssistantMessage):
+        calls = [(c.id, c.name, _args(c.arguments)) for c in message.tool_calls]
+        return ("assistant", message.text, calls)
+    assert isinstance(message, ToolResultMessage)
+    return ("tool", message.tool_call_id, message.name, message.content, message.is_error)
+
+
+def request_key(
+    model: str, system: str, tools: Sequence[ToolSpec], messages: Sequence[Message]
+) -> str:
+    """What a model turn asks, as 32 hex digits: equal keys, equal requests."""
+    body = (
+        model,
+        system,
+        [(t.name, t.description, t.parameters) for t in tools],
+        [_message(m) for m in messages],
+    )
+    return hashlib.blake2b(_encode(body), digest_size=16).hexdigest()
+
+
+class Recording:
+    """Recorded turns by request key: the stream parts of each, in order.
+
+    A key recorded more than once (the same request asked twice) is answered by its
+    recordings in turn, then by the last one again.
+    """
+
+    __slots__ = ("_turns",)
+
+    def __init__(self) -> None:
+        self._turns: dict[str, deque[list[StreamPart]]] = {}
+
+    def add(self, key: str, parts: list[StreamPart]) -> None:
+        """One recorded turn asked with `key`."""
+        self._turns.setdefault(key, deque()).append(parts)
+
+    def take(self, key: str) -> list[StreamPart] | None:
+        """The parts that answer `key` (None: not recorded: ask the model)."""
+        turns = self._turns.get(key)
+        if not turns:
+            return None
+        return turns.popleft() if len(turns) > 1 else turns[0]
+
+    def __len__(self) -> int:
+        return sum(len(turns) for turns in self._turns.values())
+
+
+class Recorder:
+    """Reads a run's events, in seq order, into a `Recording`.
+
+    Per agent (by agentKey; the root is None) it keeps the parts of the turn that is
+    streaming: a REASONING delta is text, a `thinkingDelta` thinking, a
+    TOOL_CALL_DELTA a call's start (the first time its id is seen) and arguments. The
+    turn's `last` REASONING closes it: calls that streamed no arguments start there,
+    then come the usage and the finish reason. A TURN_ABANDONED drops what the agent
+    had streamed (the turn was asked again). Turns recorded before requests had keys
+    have none, and are not recorded.
+    """
+
+    __slots__ = ("_open", "recording")
+
+    def __init__(self) -> None:
+        self.recording = Recording()
+        self._open: dict[str | None, _OpenTurn] = {}
+
+    def feed(self, agent_key: str | None, kind: EventType, last: bool, data: object) -> None:
+        """One event of the run (others than these three kinds are ignored)."""
+        if kind is EventType.REASONING:
+            turn = self._open.setdefault(agent_key, _OpenTurn())
+            reasoning = cast(ReasoningData, data)
+            if last:
+                del self._open[agent_key]
+                end = cast(TurnEndData, reasoning)
+                key = end.get("request")
+                if key is not None:
+                    self.recording.add(key, turn.close(end))
+            elif "delta" in reasoning:
+                turn.parts.append(TextDelta(cast(ReasoningDeltaData, reasoning)["delta"]))
+            elif "thinkingDelta" in reasoning:
+                thinking = cast(ThinkingDeltaData, reasoning)["thinkingDelta"]
+                turn.parts.append(ThinkingDelta(thinking))
+        elif kind is EventType.TOOL_CALL_DELTA:
+            turn = self._open.setdefault(agent_key, _OpenTurn())
+            turn.args(cast(ToolCallDeltaData, data))
+        elif kind is EventType.TURN_ABANDONED:
+            self._open.pop(agent_key, None)
+
+
+class _OpenTurn:
+    __slots__ = ("calls", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[StreamPart] = []
+        self.calls: dict[str, int] = {}
+        """Call id → its key in the stream (the order it started in)."""
+
+    def args(self, data: ToolCallDeltaData) -> None:
+        call_id = data["toolCallId"]
+        key = self.calls.get(call_id)
+        if key is None:
+            key = self.calls[call_id] = len(self.calls)
+            self.parts.append(ToolCallStart(key, call_id, data["name"]))
+        self.parts.append(ToolCallArgs(key, data["argsDelta"]))
+
+    def close(self, end: TurnEndData) -> list[StreamPart]:
+        parts = self.parts
+        for call in end["toolCalls"]:
+            if call["toolCallId"] in self.calls:
+                continue
+            key = self.calls[call["toolCallId"]] = len(self.calls)
+            args = call["args"]
+            parts.append(ToolCallStart(key, call["toolCallId"], call["name"]))
+            parts.append(
+                ToolCallArgs(key, args if isinstance(args, str) else _encode(args).decode())
+            )
+        usage = end.get("usage")
+        if usage is not None:
+            parts.append(UsageReport(usage["inputTokens"], usage["outputTokens"]))
+        parts.append(Finish(end["finishReason"]))
+        return parts

@@ -1,0 +1,139 @@
+"""A fork's start: the original's history copied into the fork's journal, and the
+run that goes on from it (`core/fork.py` decides what it holds).
+
+The fork's record says what it was asked (`ForkPoint`), so whoever executes it —
+this server, a cluster worker that took the request from the queue, a server that
+restarted meanwhile — starts it the same way. The original is only read: its
+events 1..S are copied under the fork's runId, in batches the journal's writer
+takes (bounded by `storage.max_pending_events`), so forking a large run costs what
+resuming it costs: one read of its events, one rebuild, one write of the copies. A
+copy cut short (the process died) is completed where it stopped.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from agents.core.replay import Recording
+from orchestrator.core.bus import RunSink, new_run_id
+from orchestrator.core.events import Event
+from orchestrator.core.fork import fork_run, recorded
+from orchestrator.runtime.engine import Orchestrator
+from orchestrator.runtime.run import Run
+from orchestrator.storage.base import ForkPoint, RunRecord
+from orchestrator.storage.journal import Journal
+
+__all__ = ["check_fork", "events_of", "fork_record", "recording_of", "start_fork", "started"]
+
+
+def fork_record(
+    original: RunRecord, point: ForkPoint, owner: str | None, *, status: str = "running"
+) -> RunRecord:
+    """The record of a new fork of `original` at `point`, for `owner`."""
+    return RunRecord(
+        run_id=new_run_id(),
+        agent_id=original.agent_id,
+        input=original.input,
+        status=status,
+        created_at=time.time(),
+        root_session_id=original.root_session_id,
+        owner=owner,
+        context_id=original.context_id,
+        forked_from=point,
+    )
+
+
+def started(record: RunRecord) -> bool:
+    """Has this fork gone on past its copied history? (Then it is resumed like any
+    run, not started; its copy holds at most `seq` events.)"""
+    point = record.forked_from
+    return point is None or record.last_seq > point.seq
+
+
+async def start_fork(
+    journal: Journal,
+    orchestrator: Orchestrator,
+    record: RunRecord,
+    *,
+    new: bool,
+    resumed: dict[str, object] | None = None,
+) -> tuple[Run, int]:
+    """The fork whose record is `record`, ready to launch, and the last seq of its
+    copied history. `new`: the record is created here (once the fork is known to be
+    possible); else its log is open here already (`journal.own`).
+
+    Raises:
+        UnknownRun: the original is gone.
+        ForkError: no such seq, a history trimmed by retention, or a message its
+            agent cannot take at that seq.
+    """
+    point = record.forked_from
+    assert point is not None
+    fork = fork_run(
+        await events_of(journal, point.run_id),
+        point.seq,
+        record.run_id,
+        agent_key=point.agent_key,
+        message=point.message,
+        replay=point.replay,
+        now=time.time(),
+    )
+    if new:
+        journal.create_run(record)
+    outlet = journal.outlet(record.run_id)
+    for event in fork.events:
+        if event.seq > record.last_seq and outlet.put_nowait(event):
+            await outlet.wait_writable()
+    copied = max(fork.events[-1].seq, record.last_seq)
+    sink = RunSink(
+        record.run_id,
+        record.root_session_id,
+        outlet,
+        after_seq=copied,
+        durable=functools.partial(journal.wait_durable, record.run_id),
+    )
+    run = Run(
+        orchestrator.catalog,
+        record.agent_id,
+        record.input,
+        limits=orchestrator.default_limits(),
+        sink=sink,
+        run_id=record.run_id,
+        resume=fork.plan,
+        resumed={"attempt": 1, **(resumed or {}), "afterSeq": copied, "reason": "fork"},
+        recording=fork.recording,
+    )
+    return run, copied
+
+
+async def recording_of(journal: Journal, record: RunRecord) -> Recording | None:
+    """A replaying fork resumed after it started (a takeover, a restart): its
+    original's recorded turns again (None: not a fork with `replay`)."""
+    point = record.forked_from
+    if point is None or not point.replay:
+        return None
+    return recorded(await events_of(journal, point.run_id))
+
+
+async def events_of(journal: Journal, run_id: str) -> list[Event]:
+    log = await journal.mirrors.find(run_id)
+    entries = await journal.read_all(run_id, max(log.committed, log.record.last_seq))
+    return [entry.event for entry in entries]
+
+
+def check_fork(events: list[Event], point: ForkPoint) -> None:
+    """Refuse a fork that cannot start (before it is queued or recorded).
+
+    Raises:
+        ForkError: as `start_fork` says.
+    """
+    fork_run(
+        events,
+        point.seq,
+        "run-check",
+        agent_key=point.agent_key,
+        message=point.message,
+        replay=False,
+        now=0.0,
+    )

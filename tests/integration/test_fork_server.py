@@ -1,0 +1,145 @@
+"""The `fork` op through the real WebSocket protocol against a real server, on SQLite
+and on Redis: at seq 1, at the last seq, inside a waiting approval, at an unknown run
+or seq; who may fork; the lineage in `runs` (docs/fork.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.trio.client import connect
+
+from tests.integration.test_approvals_server import AGENTS, TOKENS, Client, bearer
+from tests.server_helpers import demo_config, read_until_end, replay, running_server
+
+pytestmark = pytest.mark.trio
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def durable_storage(request: pytest.FixtureRequest) -> str | dict[str, Any]:
+    if request.param == "redis":
+        return {"url": request.getfixturevalue("redis_url"), "durability": "relaxed"}
+    return "sqlite:///data/journal.db"
+
+
+def turns(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == "REASONING" and e.get("last")]
+
+
+async def test_forks_at_the_first_and_last_seq_end_as_the_original(
+    tmp_path: Path, durable_storage: str | dict[str, Any]
+) -> None:
+    config = demo_config(tmp_path, storage=durable_storage)
+    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+        client = Client(ws)
+        ack = await client.ask(op="run", id="r", agent="planner", input="q")
+        original, end = await read_until_end(ws, ack["sub"])
+        run_id, last = ack["runId"], original[-1]["seq"]
+        assert end["status"] == "completed"
+        assert all(len(t["data"]["request"]) == 32 for t in turns(original))
+
+        for at, replayed in ((1, True), (last, False)):
+            client.end = None
+            fork = await client.ask(op="fork", id=f"f{at}", runId=run_id, atSeq=at, replay=replayed)
+            assert fork["op"] == "ack" and fork["runId"] != run_id, fork
+            events, end = await read_until_end(ws, fork["sub"])
+            assert end["status"] == "completed"
+            assert events[0]["data"]["forkedFrom"] == {"runId": run_id, "seq": at}
+            assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+            assert events[-1]["data"]["result"] == original[-1]["data"]["result"]
+            # The copy ends at `at` (a RUN_FINISHED there is left out: the fork goes on).
+            resumed = next(i for i, e in enumerate(events) if e["type"] == "RUN_RESUMED")
+            assert resumed == (at - 1 if at == last else at)
+            after = events[resumed:]
+            assert after[0]["data"] == {"attempt": 1, "afterSeq": resumed, "reason": "fork"}
+            if replayed:  # every turn answered from the recording
+                assert turns(after) and all(t["data"]["replayed"] for t in turns(after))
+            else:  # it had ended: only the run's end is new
+                assert [e["type"] for e in after] == ["RUN_RESUMED", "RUN_FINISHED"]
+
+        runs = (await client.ask(op="runs", id="l"))["runs"]
+        assert [r.get("forkedFrom") for r in runs] == [
+            {"runId": run_id, "seq": last},
+            {"runId": run_id, "seq": 1},
+            None,
+        ]
+        # Forks of forks: the lineage is one step each.
+        first_fork = runs[1]["runId"]
+        again = await client.ask(op="fork", id="ff", runId=first_fork, atSeq=5, replay=True)
+        events, end = await read_until_end(ws, again["sub"])
+        assert end["status"] == "completed"
+        assert events[0]["data"]["forkedFrom"] == {"runId": first_fork, "seq": 5}
+
+        # The original is never changed.
+        assert await replay(server.url, run_id) == original
+
+        # Unknown runs and seqs: a clear error, nothing started.
+        nope = await client.ask(op="fork", id="n1", runId="run-nope", atSeq=1)
+        assert nope["code"] == "not_found" and "run-nope" in nope["message"]
+        for at in (0, last + 1):
+            bad = await client.ask(op="fork", id=f"n{at}", runId=run_id, atSeq=at)
+            assert bad["code"] == "bad_request"
+            assert f"has no seq {at} (its events are 1..{last})" in bad["message"]
+        lonely = await client.ask(op="fork", id="n3", runId=run_id, atSeq=1, agentKey="agent:x")
+        assert lonely["code"] == "bad_request" and "give one" in lonely["message"]
+        assert len((await client.ask(op="runs", id="l2"))["runs"]) == 4
+
+
+async def test_a_fork_inside_a_waiting_approval_waits_again(
+    tmp_path: Path, durable_storage: str | dict[str, Any]
+) -> None:
+    config = demo_config(tmp_path, storage=durable_storage, extra_agents=AGENTS)
+    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+        client = Client(ws)
+        ack = await client.ask(op="run", id="r", agent="top", input="go")
+        run_id = ack["runId"]
+        (asked,) = await client.until("APPROVAL_REQUESTED")
+        answer = {"op": "approve", "toolCallId": asked["data"]["toolCallId"]}
+        assert (await client.ask(id="a", runId=run_id, decision="deny", **answer))["op"] == "ack"
+        original, end = await read_until_end(ws, ack["sub"])
+        original = client.events + original
+        assert end["status"] == "completed"
+
+        client.events, client.end = [], None
+        fork = await client.ask(op="fork", id="f", runId=run_id, atSeq=asked["seq"])
+        fork_id = fork["runId"]
+        (waiting,) = (await client.ask(op="pending", id="p", runId=fork_id))["approvals"]
+        assert waiting["toolCallId"] == asked["data"]["toolCallId"]
+        assert waiting["agentKey"] == asked["source"]["agentKey"]
+        approved = await client.ask(id="b", runId=fork_id, decision="approve", **answer)
+        assert approved["op"] == "ack"
+        events, end = await read_until_end(ws, fork["sub"])
+        events = client.events + events
+        assert end["status"] == "completed"
+        (resolved,) = [e for e in events if e["type"] == "APPROVAL_RESOLVED"]
+        assert resolved["data"]["decision"] == "approve"
+        assert (tmp_path / "workspace" / "a.txt").read_text() == "A"
+        # The original still says what it said: denied, nothing written by it.
+        assert await replay(server.url, run_id) == original
+
+
+async def test_who_may_fork(tmp_path: Path) -> None:
+    """Forking is authorized like `run`, plus seeing the original: a viewer may not,
+    another user's run is not found."""
+    config = demo_config(tmp_path, server={"tokens": TOKENS})
+    async with (
+        running_server(config) as server,
+        connect(server.url, additional_headers=bearer("ann-secret")) as ann_ws,
+        connect(server.url, additional_headers=bearer("bob-secret")) as bob_ws,
+        connect(server.url, additional_headers=bearer("eve-secret")) as eve_ws,
+    ):
+        ann, bob, eve = Client(ann_ws), Client(bob_ws), Client(eve_ws)
+        ack = await ann.ask(op="run", id="r", agent="critic", input="q")
+        await read_until_end(ann_ws, ack["sub"])
+        fork = {"op": "fork", "runId": ack["runId"], "atSeq": 1}
+        viewer = await eve.ask(id="e", **fork)
+        assert viewer["code"] == "unauthorized" and "'fork' is refused" in viewer["message"]
+        other = await bob.ask(id="b", **fork)
+        assert other["code"] == "not_found" and ack["runId"] in other["message"]
+        mine = await ann.ask(id="a", **fork, replay=True)
+        assert mine["op"] == "ack"
+        _, end = await read_until_end(ann_ws, mine["sub"])
+        assert end["status"] == "completed"
+        listed = (await ann.ask(op="runs", id="l"))["runs"]
+        assert listed[0]["owner"] == "ann" and listed[0]["forkedFrom"]["runId"] == ack["runId"]
