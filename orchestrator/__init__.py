@@ -22,6 +22,7 @@ from orchestrator.core.events import EventType as EventType
 from orchestrator.core.events import RunStatus as RunStatus
 from orchestrator.core.events import Source as Source
 from orchestrator.core.events import Usage as Usage
+from orchestrator.core.fork import ForkError as ForkError
 from orchestrator.runtime.approvals import ApprovalError as ApprovalError
 from orchestrator.runtime.approvals import PendingApproval as PendingApproval
 from orchestrator.runtime.engine import Orchestrator as Orchestrator
@@ -38,6 +39,7 @@ __all__ = [
     "ConfigError",
     "Event",
     "EventType",
+    "ForkError",
     "Orchestrator",
     "PendingApproval",
     "RunResult",

@@ -46,6 +46,7 @@ from orchestrator.protocol import (
     End,
     ErrorFrame,
     Events,
+    Fork,
     Gap,
     Pending,
     PendingReply,
@@ -158,6 +159,33 @@ class Client:
         reply = await self._ask(Run(op="run", agent=agent, input=input, detail=detail))
         assert isinstance(reply, Ack) and reply.run_id is not None
         return reply.run_id  # (its connection, subscribed by `run`, closed with the answer)
+
+    async def fork(
+        self,
+        run_id: str,
+        at_seq: int,
+        *,
+        agent_key: str | None = None,
+        message: str | None = None,
+        replay: bool = False,
+        detail: Literal["full", "blocks", "status"] = "full",
+    ) -> str:
+        """Start a new run from `run_id` as it stood at event `at_seq`, with `message`
+        for `agent_key` (None: the root agent), replaying the original's turns where
+        nothing changed with `replay` (docs/fork.md); its runId (follow it with
+        `follow`: its events begin with the original's up to `at_seq`)."""
+        request = Fork(
+            op="fork",
+            run_id=run_id,
+            at_seq=at_seq,
+            agent_key=agent_key,
+            message=message,
+            replay=replay,
+            detail=detail,
+        )
+        reply = await self._ask(request)
+        assert isinstance(reply, Ack) and reply.run_id is not None
+        return reply.run_id
 
     async def cancel(
         self, run_id: str, agent_key: str | None = None, reason: str | None = None

@@ -26,7 +26,7 @@ from agents.spec import load_specs
 from orchestrator.cli.approver import Mode, TerminalApprover, pausing
 from orchestrator.cli.control import approve_main, cancel_main, pending_main
 from orchestrator.cli.render import render_tree
-from orchestrator.cli.watch import check_url, start_main, watch_main
+from orchestrator.cli.watch import check_url, fork_main, start_main, watch_main
 from orchestrator.cluster.node import run_worker
 from orchestrator.config import ConfigError, ServerConfig, load_config
 from orchestrator.core.events import encode_event
@@ -106,6 +106,30 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--json", action="store_true", help="with --follow: JSON lines")
     _server_options(start)
     start.add_argument(
+        "--give-up-after",
+        type=float,
+        default=60.0,
+        help="seconds without a working connection before giving up (default 60)",
+    )
+
+    fork = sub.add_parser(
+        "fork", help="start a new run from a run as it stood at one event, and follow it"
+    )
+    fork.add_argument("run_id", help="the run to fork (it is never changed)")
+    fork.add_argument("--at", type=int, required=True, help="the seq of the event to fork at")
+    fork.add_argument(
+        "--agent", default=None, help="agentKey of who gets --message (default: root)"
+    )
+    fork.add_argument("--message", default=None, help="a message for that agent at the fork")
+    fork.add_argument(
+        "--replay",
+        action="store_true",
+        help="answer turns asked the same as in the original from its recording",
+    )
+    fork.add_argument("--detach", action="store_true", help="print the new runId, do not follow")
+    fork.add_argument("--json", action="store_true", help="print one event JSON per line")
+    _server_options(fork)
+    fork.add_argument(
         "--give-up-after",
         type=float,
         default=60.0,
@@ -438,6 +462,27 @@ def _start(args: argparse.Namespace) -> int:
     )
 
 
+def _fork(args: argparse.Namespace) -> int:
+    if args.give_up_after <= 0:
+        raise ConfigError("--give-up-after must be more than 0")
+    if args.agent is not None and args.message is None:
+        raise ConfigError("--agent names who gets --message: give one")
+    if args.json and args.detach:
+        raise ConfigError("--json goes with following the fork (not --detach)")
+    return _control(
+        args,
+        fork_main,
+        args.run_id,
+        args.at,
+        agent_key=args.agent,
+        message=args.message,
+        replay=args.replay,
+        follow=not args.detach,
+        json_lines=args.json,
+        give_up_after=args.give_up_after,
+    )
+
+
 def _cancel(args: argparse.Namespace) -> int:
     return _control(args, cancel_main, args.run_id, agent_key=args.agent, reason=args.reason)
 
@@ -476,6 +521,8 @@ def _main(args: argparse.Namespace) -> int:
         return _watch(args)
     if args.command == "start":
         return _start(args)
+    if args.command == "fork":
+        return _fork(args)
     if args.command == "cancel":
         return _cancel(args)
     if args.command == "approve":

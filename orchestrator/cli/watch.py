@@ -159,10 +159,73 @@ async def start_main(
         message, refused = refusal(exc)
         print(f"error: {message}", file=sys.stderr)
         return 1 if refused else 2
+    return await _then_follow(
+        url,
+        run_id,
+        f"started {run_id}",
+        token=token,
+        origin=origin,
+        follow=follow,
+        json_lines=json_lines,
+        give_up_after=give_up_after,
+    )
+
+
+async def fork_main(
+    url: str,
+    run_id: str,
+    at_seq: int,
+    *,
+    token: str | None,
+    origin: str | None = None,
+    agent_key: str | None = None,
+    message: str | None = None,
+    replay: bool = False,
+    follow: bool = True,
+    json_lines: bool = False,
+    give_up_after: float = 60.0,
+) -> int:
+    """The `fork` command: fork a run at one of its events (docs/fork.md), then follow
+    the fork as `watch` does (its tree begins as the original's stood at `at_seq`);
+    with `follow=False`, print its runId only."""
+    try:
+        client = Client(url, token=token, origin=origin, give_up_after=give_up_after)
+        fork_id = await client.fork(
+            run_id, at_seq, agent_key=agent_key, message=message, replay=replay
+        )
+    except ClientError as exc:
+        why, refused = refusal(exc)
+        print(f"error: {why}", file=sys.stderr)
+        return 1 if refused else 2
+    return await _then_follow(
+        url,
+        fork_id,
+        f"forked {run_id} at seq {at_seq}: {fork_id}",
+        token=token,
+        origin=origin,
+        follow=follow,
+        json_lines=json_lines,
+        give_up_after=give_up_after,
+    )
+
+
+async def _then_follow(
+    url: str,
+    run_id: str,
+    said: str,
+    *,
+    token: str | None,
+    origin: str | None,
+    follow: bool,
+    json_lines: bool,
+    give_up_after: float,
+) -> int:
+    """A run was started: print its runId (stdout holds nothing else), or say `said`
+    on stderr and follow it to its end, exiting by its status."""
     if not follow:
         print(run_id, flush=True)
         return 0
-    print(f"started {run_id}", file=sys.stderr, flush=True)
+    print(said, file=sys.stderr, flush=True)
     return await watch_main(
         url,
         run_id,

@@ -127,6 +127,8 @@ def _end_remote(plan: ResumePlan, at_seq: int) -> list[AgentPlan]:
         if agent.ended:
             continue
         agent.ended = True
+        agent.pending.clear()  # nobody waits for its subtree here: those are orphans
+        agent.background.clear()
         agent.error_type = "remote_not_forked"
         agent.error = (
             f"agent {agent.agent_id!r} ran on a remote server at seq {at_seq}: "

@@ -111,3 +111,15 @@ async def test_the_readme_agents_command(tmp_path: Path) -> None:
     listed = await orchestrator(command, REPO)
     for agent in ("critic", "planner", "researcher"):
         assert agent in listed
+
+
+async def test_the_fork_example(tmp_path: Path) -> None:
+    fast_configs(tmp_path)
+    example = one("python", "docs/fork.md", "orch.fork(")
+    out = (await python(example.text, tmp_path)).splitlines()
+    assert out[0] == "True" and out[2] == "completed"
+    counted = re.fullmatch(r"(\d+) of (\d+) turns replayed", out[1])
+    assert counted is not None, out
+    replayed, turns = int(counted.group(1)), int(counted.group(2))
+    assert 0 < replayed < turns  # the message's agent and its ancestors asked the model
+    assert "`3 of 7 turns replayed`" in (REPO / example.doc).read_text()

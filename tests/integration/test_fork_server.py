@@ -4,6 +4,7 @@ or seq; who may fork; the lineage in `runs` (docs/fork.md)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,46 @@ async def test_who_may_fork(tmp_path: Path) -> None:
         assert end["status"] == "completed"
         listed = (await ann.ask(op="runs", id="l"))["runs"]
         assert listed[0]["owner"] == "ann" and listed[0]["forkedFrom"]["runId"] == ack["runId"]
+
+
+async def test_the_cli_and_the_typed_client_fork(tmp_path: Path) -> None:
+    from orchestrator.client import Client, ClientError
+    from tests.integration.test_server_lifecycle import cli
+
+    async with running_server(demo_config(tmp_path, token_delay=0.001)) as server:
+        ws_url = server.url
+        ack = await Client(ws_url).start("planner", "q")
+        original = await replay(ws_url, ack)
+        at = original[len(original) // 2]["seq"]
+        followed = await cli("fork", ack, "--at", str(at), "--replay", "--json", "--url", ws_url)
+        assert followed.returncode == 0, followed.stderr
+        events = [json.loads(line) for line in followed.stdout.decode().splitlines()]
+        fork_id = events[0]["runId"]
+        assert followed.stderr.decode() == f"forked {ack} at seq {at}: {fork_id}\n"
+        assert events[0]["data"]["forkedFrom"] == {"runId": ack, "seq": at}
+        assert events[-1]["data"]["status"] == "completed"
+        tree = await cli("fork", ack, "--at", "1", "--url", ws_url)
+        assert tree.returncode == 0, tree.stderr
+        assert "completed" in tree.stdout.decode()
+        detached = await cli("fork", ack, "--at", "1", "--detach", "--url", ws_url)
+        (detached_id,) = detached.stdout.decode().split()
+        assert detached_id.startswith("run-") and detached_id != fork_id
+        refused = await cli("fork", ack, "--at", "99999", "--url", ws_url)
+        assert refused.returncode == 1
+        assert f"bad_request: run {ack!r} has no seq 99999" in refused.stderr.decode()
+        lonely = await cli("fork", ack, "--at", "1", "--agent", "agent:x", "--url", ws_url)
+        assert lonely.returncode == 2 and b"give one" in lonely.stderr
+
+        client = Client(ws_url)
+        typed = await client.fork(ack, 1, message="and more", replay=True)
+        async with client.follow(typed) as stream:
+            seen = [event async for event in stream]
+        assert client.ended is not None and client.ended.status == "completed"
+        told = [e for e in seen if e.type == "USER_MESSAGE"]
+        assert [(e.source, e.data["text"]) for e in told] == [(None, "and more")]
+        try:
+            await client.fork(ack, 0)
+        except ClientError as exc:
+            assert exc.code == "bad_request"
+        else:
+            raise AssertionError("a fork at seq 0 was accepted")

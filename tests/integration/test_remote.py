@@ -247,3 +247,45 @@ async def test_a_remote_that_never_answers_is_an_error_result_after_its_timeout(
     assert result["data"]["isError"] and "unreachable" in result["data"]["content"]
     assert "no answer within 1 s" in result["data"]["content"]
     assert events[-1]["data"]["status"] == "completed"
+
+
+async def test_a_fork_does_not_run_a_remote_subtree_again(tmp_path: Path) -> None:
+    """docs/fork.md: a remote child still running at the fork point ends in the fork
+    (`remote_not_forked`, an error result for its parent, which goes on); one that had
+    ended by then stands, and the remote server is not asked."""
+    async with remote_server(tmp_path / "far") as (_, far_url):
+        config = demo_config(tmp_path, extra_agents=local_agents(far_url))
+        async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+            events = await run_boss(server.url)
+            inside = next(
+                e["seq"] for e in events if e["source"] and e["source"].get("depth", 0) > 1
+            )
+            after = next(
+                e["seq"] for e in events if e["type"] == "TOOL_RESULT" and e["source"] is None
+            )
+            forks = {}
+            for at in (inside, after):
+                ack = await request(ws, op="fork", id=at, runId=events[0]["runId"], atSeq=at)
+                assert ack["op"] == "ack", ack
+                forks[at], end = await read_until_end(ws, ack["sub"])
+                assert end["status"] == "completed"
+    running = forks[inside]
+    (result,) = [e for e in running[inside:] if e["type"] == "TOOL_RESULT" and e["source"] is None]
+    assert result["data"]["isError"]
+    assert "a fork does not run a remote subtree again" in result["data"]["content"]
+    (child_end,) = [
+        e
+        for e in running[inside:]
+        if e["type"] == "AGENT_ERROR" and e["source"] and e["source"]["depth"] == 1
+    ]
+    assert child_end["data"]["errorType"] == "remote_not_forked"
+    started = {e["source"]["agentKey"] for e in running if e["type"] == "AGENT_STARTED"}
+    ended = [
+        e["source"]["agentKey"]
+        for e in running
+        if e["type"] in ("AGENT_RESULT", "AGENT_ERROR") and e["source"]
+    ]
+    assert sorted(ended) == sorted(started)  # every agent ends exactly once
+    ended_before = forks[after]
+    assert ended_before[-1]["data"]["result"] == events[-1]["data"]["result"]
+    assert not [e for e in ended_before[after:] if e["source"] and "remote" in e["source"]]
