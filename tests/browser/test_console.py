@@ -573,6 +573,8 @@ def test_a_viewer_sees_what_waits_and_cannot_answer(browser: Browser, tmp_path: 
         form.wait_for()
         assert "write_file" in form.inner_text().lower()
         assert not form.locator("button", has_text="Approve").is_visible()
+        assert page.locator(".fork-here").count() > 0  # drawn, but not for a viewer:
+        assert not page.locator(".fork-here").first.is_visible()
     finally:
         srv.stop(signal.SIGKILL)
 
@@ -821,4 +823,51 @@ def test_the_console_works_on_each_loopback_name(
     page, errors = open_page(browser, f"http://{name}:{server.port}/")
     start_run(page, "critic", f"reached as {name}")
     page.wait_for_selector("#run-status.completed", timeout=30_000)
+    assert errors == []
+
+
+def test_fork_from_here_starts_a_fork_and_shows_its_lineage(
+    browser: Browser, server: Server
+) -> None:
+    """docs/fork.md: "Fork from here" on a turn of an agent, with a message and replay;
+    the page follows the fork, and the run header and the runs list say what it came
+    from. A click on the timeline opens the same box at that agent's moment."""
+    page, errors = open_page(browser, server.url)
+    original = start_run(page, "planner", "fork me")
+    page.wait_for_selector("#run-status.completed", timeout=30_000)
+    node(page, "ResearcherAgent").first.click()
+    turn = page.locator("#detail .turn").nth(1)
+    seq = int(turn.locator(".fork-here").get_attribute("data-seq") or "0")
+    turn.locator(".fork-here").click()
+    box = page.locator("#fork-box")
+    box.wait_for()
+    assert f"at seq {seq}" in box.inner_text()
+    assert box.locator("input[type=checkbox]").is_checked()
+    box.locator("textarea").fill("cite one more source")
+    shot(page, "console-fork.png")
+    box.locator("button", has_text="Fork").click()
+    page.wait_for_function(f"window.__console.state.run.runId !== {json.dumps(original)}")
+    fork_id = page.evaluate("window.__console.state.run.runId")
+    page.wait_for_selector("#run-status.completed", timeout=30_000)
+    assert page.inner_text("#run-fork") == f"fork of {original} @ seq {seq}"
+    assert f"?run={fork_id}" in page.url
+    messages = page.evaluate(
+        "[...window.__console.state.run.agents.values()].flatMap(a => a.messages.map(m => m.text))"
+    )
+    assert messages == ["cite one more source"]
+    page.wait_for_selector(f"#runs-list li[data-run='{fork_id}'] .badge.fork")
+    badge = page.locator(f"#runs-list li[data-run='{fork_id}'] .badge.fork")
+    assert badge.inner_text() == f"fork @ {seq}"
+    # The lineage link opens the original; a click on its timeline opens a fork box.
+    page.click("#run-fork")
+    page.wait_for_function(f"window.__console.state.run.runId === {json.dumps(original)}")
+    page.wait_for_selector("#run-status.completed", timeout=30_000)
+    page.wait_for_function("window.__console.state.timelineRows !== undefined")
+    canvas = page.locator("#timeline canvas")
+    canvas.click(position={"x": 400, "y": 14 * 1 + 8})
+    box.wait_for()
+    at = int(box.get_attribute("data-seq") or "0")
+    assert 1 <= at <= page.evaluate("window.__console.state.run.lastSeq")
+    box.locator("button", has_text="Cancel").click()
+    assert page.locator("#fork-box").count() == 0
     assert errors == []

@@ -141,6 +141,11 @@ function renderRuns() {
       mark.title = "tool calls waiting for approval";
       meta.prepend(mark);
     }
+    if (r.forkedFrom) {
+      const fork = el("span", "badge fork", `fork @ ${r.forkedFrom.seq}`);
+      fork.title = `forked from ${r.forkedFrom.runId} at seq ${r.forkedFrom.seq}`;
+      meta.prepend(fork);
+    }
     li.append(task, meta);
     li.onclick = () => select(r.runId);
     li.onkeydown = (e) => { if (e.key === "Enter") select(r.runId); };
@@ -172,7 +177,31 @@ function resetRun(model) {
   $("run-bar").classList.remove("hidden");
   $("filters").classList.remove("hidden");
   $("run-id").textContent = model.runId;
+  $("run-fork").classList.add("hidden");
+  state.forking = null;
   schedule();
+}
+
+// The run header says where a fork came from (a click opens that run).
+function showLineage(run) {
+  const button = $("run-fork");
+  const from = run.forkedFrom;
+  button.classList.toggle("hidden", !from);
+  if (!from) return;
+  const text = `fork of ${from.runId} @ seq ${from.seq}`;
+  if (button.textContent !== text) button.textContent = text;
+  button.onclick = () => select(from.runId);
+}
+
+// A run this page started (`run`, `fork`): shown at once, its events on the ack's subscription.
+function showStarted(ack) {
+  if (state.sub) conn.request("unsubscribe", { sub: state.sub }).catch(() => {});
+  const url = new URL(location.href);
+  url.searchParams.set("run", ack.runId);
+  history.replaceState(null, "", url);
+  resetRun(new RunModel(ack.runId));
+  state.sub = ack.sub;   // the run's events come on this subscription from seq 1
+  refreshRuns();
 }
 
 async function subscribe(runId, model) {
@@ -223,15 +252,9 @@ $("start").onsubmit = async (event) => {
   try {
     const fields = { agent: $("agent").value, input, detail: state.detail };
     if (Object.keys(state.filter).length) fields.filter = state.filter;
-    if (state.sub) conn.request("unsubscribe", { sub: state.sub }).catch(() => {});
     const ack = await conn.request("run", fields);
-    const url = new URL(location.href);
-    url.searchParams.set("run", ack.runId);
-    history.replaceState(null, "", url);
-    resetRun(new RunModel(ack.runId));
-    state.sub = ack.sub;   // the run's events come on this subscription from seq 1
+    showStarted(ack);
     $("input").value = "";
-    refreshRuns();
   } catch (error) {
     notice(error);
   } finally {
@@ -309,6 +332,7 @@ function renderFrame() {
   $("run-status").textContent = run.status;
   $("run-status").className = `badge ${run.status}`;
   $("cancel").disabled = run.status !== "running";
+  showLineage(run);
   if (run.waiting !== state.shownWaiting) {   // the runs list marks runs that wait
     state.shownWaiting = run.waiting;
     renderRuns();
@@ -489,7 +513,9 @@ function renderDetail(run, key) {
   const fmt = (u) => `${u.inputTokens} in + ${u.outputTokens} out`;
   const took = agent.startTs ? ((agent.endTs ?? run.lastTs) - agent.startTs).toFixed(2) : "0";
   head.append(el("div", "sub", `${took} s` + (own ? ` · own ${fmt(own)} tokens` : "") + (tree ? ` · subtree ${fmt(tree)}` : "")));
+  if (agent.startSeq !== null) head.append(forkHere(run, key, agent.startSeq, key === ROOT ? "the run's start" : "when it got its task"));
   parts.push(head);
+  if (state.forking && state.forking.runId === run.runId && state.forking.key === key) parts.push(forkBox(run, key, agent));
   parts.push(section("Task", agent.task, "prose"));
   if (agent.result) parts.push(section("Answer", agent.result, "prose answer"));
   agent.turns.forEach((turn, i) => {
@@ -498,10 +524,17 @@ function renderDetail(run, key) {
     const box = el("div", "turn" + (turn.abandoned ? " abandoned" : ""));
     const live = run.status === "running" && agent.status === "running";
     const cut = turn.abandoned ? " — abandoned (worker lost)" : turn.finished ? "" : live ? " — streaming" : ` — cut off (${agentEnd(run, agent)})`;
-    box.append(el("div", "label", `turn ${i + 1}${cut}`));
+    const label = el("div", "label", `turn ${i + 1}${cut}`);
+    if (turn.seq !== null) label.append(forkHere(run, key, turn.seq, `turn ${i + 1} (asked again)`));
+    box.append(label);
     if (turn.thinking) box.append(el("div", "thinking", turn.thinking));
     if (turn.text) box.append(el("div", "prose", turn.text));
-    for (const id of turn.calls) box.append(toolBox(agent.tools.get(id), live ? null : agentEnd(run, agent)));
+    for (const id of turn.calls) {
+      const call = agent.tools.get(id);
+      const tool = toolBox(call, live ? null : agentEnd(run, agent));
+      if (call.seq !== null) tool.firstChild.append(forkHere(run, key, call.seq, `the call to ${call.name}`));
+      box.append(tool);
+    }
     parts.push(box);
   });
   for (const c of agent.compactions) if (c.before >= agent.turns.length) parts.push(compactionBox(c, c.before, run, agent));
@@ -547,6 +580,62 @@ function renderDetail(run, key) {
   pane.replaceChildren(...parts);
   pane.parentElement.scrollTop = keepScroll;
   restoreSelection(pane, selection);
+}
+
+// "Fork from here": a new run from this run as it stood at `seq` (docs/fork.md). The
+// button opens the fork box (a message for this agent, the replay choice) at the top
+// of the pane.
+function forkHere(run, key, seq, what) {
+  const button = el("button", "fork-here", "Fork from here");
+  button.type = "button";
+  button.title = `fork the run at seq ${seq}: ${what}`;
+  button.dataset.seq = String(seq);
+  button.onclick = () => openFork(run, key, seq, what);
+  return button;
+}
+
+function openFork(run, key, seq, what) {
+  state.forking = { runId: run.runId, key, seq, what };
+  if (state.selected !== key) selectAgent(key, false);
+  renderDetail(run, key);
+  const box = $("fork-box");
+  if (box) { box.scrollIntoView({ block: "nearest" }); box.querySelector("textarea").focus(); }
+}
+
+function forkBox(run, key, agent) {
+  const at = state.forking;
+  const form = el("form", "fork");
+  form.id = "fork-box";
+  form.dataset.seq = String(at.seq);
+  form.append(el("div", "sub", `Fork this run at seq ${at.seq} — ${at.what}. The original is not changed.`));
+  const message = el("textarea");
+  message.rows = 2;
+  message.placeholder = `A message for ${agent.name} at that moment (optional)`;
+  message.setAttribute("aria-label", "message at the fork");
+  const replayBox = el("label", "replay");
+  const replay = el("input");
+  replay.type = "checkbox";
+  replay.checked = true;
+  replayBox.append(replay, " replay what did not change (no model calls for it)");
+  const go = el("button", "primary", "Fork");
+  const cancel = el("button", "", "Cancel");
+  cancel.type = "button";
+  cancel.onclick = () => { state.forking = null; renderDetail(run, key); };
+  const row = el("div", "row");
+  row.append(replayBox, go, cancel);
+  form.append(message, row);
+  form.onsubmit = async (e) => {
+    e.preventDefault();
+    const fields = { runId: run.runId, atSeq: at.seq, replay: replay.checked, detail: state.detail };
+    const text = message.value.trim();
+    if (text) { fields.message = text; if (key !== ROOT) fields.agentKey = key; }
+    go.disabled = true;
+    try {
+      showStarted(await conn.request("fork", fields));
+      notice(`forked at seq ${at.seq}`);
+    } catch (error) { notice(error); go.disabled = false; }
+  };
+  return form;
 }
 
 // Where the agent's conversation was compacted: before which turn, why, the tokens before
@@ -703,7 +792,8 @@ function renderTimeline(run) {
     const spacer = el("div", "spacer");
     canvas = document.createElement("canvas");
     canvas.setAttribute("aria-label", "timeline of agents and tool calls");
-    canvas.onmousemove = (e) => { canvas.title = timelineLabel(run, e) || ""; };
+    canvas.onmousemove = (e) => { canvas.title = timelineLabel(state.run, e) || ""; };
+    canvas.onclick = (e) => forkFromTimeline(state.run, e);
     spacer.append(canvas);
     box.append(spacer);
     box.addEventListener("scroll", () => {
@@ -760,6 +850,17 @@ function renderTimeline(run) {
   }
   state.timelineRows = agents;
   state.timelineSpan = { first: run.firstTs, span, labelWidth, width, lane, scroll: box.scrollTop };
+}
+
+// A click on an agent's lane: "Fork from here" at that agent's last event before then.
+function forkFromTimeline(run, event) {
+  const rows = state.timelineRows, geo = state.timelineSpan;
+  if (!run || !rows || !geo || conn.readOnly) return;
+  const agent = rows[Math.floor((event.offsetY + geo.scroll - 2) / geo.lane)];
+  if (!agent || event.offsetX < geo.labelWidth) return;
+  const ts = geo.first + ((event.offsetX - geo.labelWidth) / (geo.width - geo.labelWidth - 4)) * geo.span;
+  const seq = run.seqAt(agent, ts);
+  if (seq !== null) openFork(run, agent.key, seq, `${agent.name} at ${(ts - geo.first).toFixed(2)} s`);
 }
 
 function timelineLabel(run, event) {

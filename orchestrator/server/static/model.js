@@ -34,6 +34,7 @@ export class RunModel {
     this.eventCount = 0;
     this.recent = [];   // the last RAW_KEPT events, whole
     this.waiting = 0;   // approvals still open in the whole run
+    this.forkedFrom = null;   // a fork's {runId, seq} (its RUN_STARTED says)
   }
 
   agent(source) {
@@ -53,6 +54,8 @@ export class RunModel {
         task: "", status: "running", errorType: null, errorMessage: null, result: null,
         turns: [this.newTurn()], tools: new Map(), messages: [],
         usage: null, subtreeUsage: null, startTs: null, endTs: null, events: 0,
+        startSeq: null,
+        marks: [],              // [seq, ts, seq, ts, …] of its events (where to fork from)
         approvals: new Map(),   // toolCallId -> approval (open until `decision` is set)
         compactions: [],        // {before: turn index it came before, reason, tokens, summary, …}
         waiting: 0,             // approvals still open
@@ -64,16 +67,26 @@ export class RunModel {
     return agent;
   }
 
-  newTurn() { return { text: "", thinking: "", calls: [], finished: false, abandoned: false }; }
+  newTurn(seq = null) { return { text: "", thinking: "", calls: [], finished: false, abandoned: false, seq }; }
 
-  currentTurn(agent) {
+  // `seq`: of the event that asks for it (a new turn begins there, if one must).
+  currentTurn(agent, seq = null) {
     const turn = agent.turns[agent.turns.length - 1];
     if (turn.finished || turn.abandoned) {
-      const next = this.newTurn();
+      const next = this.newTurn(seq);
       agent.turns.push(next);
       return next;
     }
+    if (turn.seq === null) turn.seq = seq;
     return turn;
+  }
+
+  // The seq of the agent's last event at or before `ts` (its first, before it).
+  seqAt(agent, ts) {
+    const marks = agent.marks;
+    let found = marks.length ? marks[0] : null;
+    for (let i = 0; i < marks.length && marks[i + 1] <= ts; i += 2) found = marks[i];
+    return found;
   }
 
   apply(e) {
@@ -83,17 +96,21 @@ export class RunModel {
     if (this.firstTs === null) this.firstTs = e.ts;
     this.lastTs = e.ts;
     const agent = this.agent(e.source);
-    if (agent.startTs === null) agent.startTs = e.ts;
+    if (agent.startTs === null) { agent.startTs = e.ts; agent.startSeq = e.seq; }
     agent.events += 1;
+    agent.marks.push(e.seq, e.ts);
     this.recent.push(e);
     if (this.recent.length > RAW_KEPT * 1.5) this.recent.splice(0, this.recent.length - RAW_KEPT);
     this.dirty.add(agent.key);
     const d = e.data || {};
     switch (e.type) {
-      case "RUN_STARTED": agent.agentId = d.agentId || ""; agent.name = d.agentId || "root"; agent.task = d.input || ""; break;
+      case "RUN_STARTED":
+        agent.agentId = d.agentId || ""; agent.name = d.agentId || "root"; agent.task = d.input || "";
+        this.forkedFrom = d.forkedFrom || null;
+        break;
       case "AGENT_STARTED": agent.task = d.task || ""; break;
       case "REASONING": {
-        const turn = this.currentTurn(agent);
+        const turn = this.currentTurn(agent, e.seq);
         if (d.delta !== undefined) turn.text += d.delta;
         else if (d.thinkingDelta !== undefined) turn.thinking += d.thinkingDelta;
         if (e.last) {
@@ -105,12 +122,12 @@ export class RunModel {
       }
       case "TURN_ABANDONED": this.currentTurn(agent).abandoned = true; break;
       case "TOOL_CALL_DELTA": {
-        const call = this.call(agent, d.toolCallId, d.name, e.ts);
+        const call = this.call(agent, d.toolCallId, d.name, e.ts, e.seq);
         call.argsText += d.argsDelta || "";
         break;
       }
       case "TOOL_CALL": {
-        const call = this.call(agent, d.toolCallId, d.name, e.ts);
+        const call = this.call(agent, d.toolCallId, d.name, e.ts, e.seq);
         call.args = d.args; call.server = !!d.server; call.ready = true;
         break;
       }
@@ -157,12 +174,12 @@ export class RunModel {
     }
   }
 
-  call(agent, id, name, ts) {
+  call(agent, id, name, ts, seq = null) {
     let call = agent.tools.get(id);
     if (!call) {
-      call = { id, name, argsText: "", args: undefined, result: undefined, isError: false, startTs: ts, endTs: null, server: false };
+      call = { id, name, argsText: "", args: undefined, result: undefined, isError: false, startTs: ts, endTs: null, server: false, seq };
       agent.tools.set(id, call);
-      this.currentTurn(agent).calls.push(id);
+      this.currentTurn(agent, seq).calls.push(id);
     }
     return call;
   }
