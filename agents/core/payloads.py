@@ -89,8 +89,8 @@ class TurnEndData(TypedDict):
     toolCalls: list[TurnCallData]
     finishReason: str
     usage: NotRequired[UsageData]
-    request: NotRequired[str]
-    """The key of what the model was asked (agents/core/replay.py)."""
+    spec: NotRequired[str]
+    """The fingerprint of the agent's model, prompt and tools (agents/core/replay.py)."""
     replayed: NotRequired[bool]
     """Answered from the forked run's recording, with no provider call."""
 

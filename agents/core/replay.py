@@ -1,21 +1,22 @@
 """Replay: answer a model turn from a recording when its request is the same.
 
-Every model turn's `last` REASONING carries `request`, a key of what the model was
-asked (`request_key`): the model entry, the system prompt, the tools it was offered
-and the conversation. A fork with `replay` (docs/fork.md) reads the original run's
-journal into a `Recording`: for each key, the turn's stream parts in the order they
-streamed. A turn whose key is in it is answered from there, with no provider call;
-any other turn asks the model.
+A turn's request is its agent's *spec* — the model entry, the system prompt and the
+tools it is offered, fingerprinted once per agent instance (`spec_key`) and written on
+each turn's `last` REASONING as `spec` — and the conversation up to the turn. A fork
+with `replay` (docs/fork.md) reads the original run's journal into a `Recording`: the
+conversation before each turn is rebuilt from the journal (`core/fork.py`), as a
+resume rebuilds it, and keyed with the turn's `spec` (`turn_key`); the turn's stream
+parts are kept in the order they streamed. A turn of the fork whose key is recorded is
+answered from there, with no provider call; any other turn asks the model.
 
 The key is of the conversation as the journal can rebuild it, so that a turn asked
-again after a fork (from a rebuilt conversation) has the key its original turn had
-live: each message's role and text, each tool call's id, name and arguments (parsed
-and encoded again, so that spacing does not count), each tool result's call id,
-name, content and error flag. Thinking blocks and provider-side tool blocks are not
-in the journal, so not in the key either.
+live has the key its recorded twin had: each message's role and text, each tool
+call's id, name and arguments (parsed and encoded again, so that spacing does not
+count), each tool result's call id, name, content and error flag. Thinking blocks and
+provider-side tool blocks are not in the journal, so not in the key either.
 
-Pure: no I/O. Building a key costs one encoding and one BLAKE2b of the request per
-turn (nothing per event).
+Pure: no I/O. A run that is never forked pays one fingerprint per agent instance and
+nothing per turn or event; a replaying fork hashes each conversation it asks with.
 """
 
 from __future__ import annotations
@@ -50,7 +51,14 @@ from agents.core.payloads import (
     TurnEndData,
 )
 
-__all__ = ["Recorder", "Recording", "request_key"]
+__all__ = [
+    "Recorder",
+    "Recording",
+    "conversation_digest",
+    "request_key",
+    "spec_key",
+    "turn_key",
+]
 
 _encode = msgspec.json.Encoder(order="sorted").encode
 _decode = msgspec.json.decode
@@ -73,17 +81,25 @@ def _message(message: Message) -> tuple[Any, ...]:
     return ("tool", message.tool_call_id, message.name, message.content, message.is_error)
 
 
-def request_key(
-    model: str, system: str, tools: Sequence[ToolSpec], messages: Sequence[Message]
-) -> str:
-    """What a model turn asks, as 32 hex digits: equal keys, equal requests."""
-    body = (
-        model,
-        system,
-        [(t.name, t.description, t.parameters) for t in tools],
-        [_message(m) for m in messages],
-    )
+def spec_key(model: str, system: str, tools: Sequence[ToolSpec]) -> str:
+    """The fingerprint of what an agent is (model entry, system prompt, tools offered)."""
+    body = (model, system, [(t.name, t.description, t.parameters) for t in tools])
     return hashlib.blake2b(_encode(body), digest_size=16).hexdigest()
+
+
+def conversation_digest(messages: Sequence[Message]) -> bytes:
+    """The digest of a conversation, as the journal can rebuild it."""
+    return hashlib.blake2b(_encode([_message(m) for m in messages]), digest_size=16).digest()
+
+
+def turn_key(spec: str, digest: bytes) -> str:
+    """What a model turn asks: its agent's spec and its conversation's digest."""
+    return hashlib.blake2b(spec.encode() + digest, digest_size=16).hexdigest()
+
+
+def request_key(spec: str, messages: Sequence[Message]) -> str:
+    """`turn_key` of a live conversation."""
+    return turn_key(spec, conversation_digest(messages))
 
 
 class Recording:
@@ -121,15 +137,21 @@ class Recorder:
     TOOL_CALL_DELTA a call's start (the first time its id is seen) and arguments. The
     turn's `last` REASONING closes it: calls that streamed no arguments start there,
     then come the usage and the finish reason. A TURN_ABANDONED drops what the agent
-    had streamed (the turn was asked again). Turns recorded before requests had keys
-    have none, and are not recorded.
+    had streamed (the turn was asked again, with the same conversation). Whoever
+    rebuilds the conversations says where each turn began (`turn_started`). A turn
+    without a `spec` (journaled before there was one) is not recorded.
     """
 
-    __slots__ = ("_open", "recording")
+    __slots__ = ("_digests", "_open", "recording")
 
     def __init__(self) -> None:
         self.recording = Recording()
         self._open: dict[str | None, _OpenTurn] = {}
+        self._digests: dict[str | None, bytes] = {}
+
+    def turn_started(self, agent_key: str | None, digest: bytes) -> None:
+        """The agent's next turn asks with the conversation of `digest`."""
+        self._digests[agent_key] = digest
 
     def feed(self, agent_key: str | None, kind: EventType, last: bool, data: object) -> None:
         """One event of the run (others than these three kinds are ignored)."""
@@ -139,9 +161,9 @@ class Recorder:
             if last:
                 del self._open[agent_key]
                 end = cast(TurnEndData, reasoning)
-                key = end.get("request")
-                if key is not None:
-                    self.recording.add(key, turn.close(end))
+                spec, digest = end.get("spec"), self._digests.get(agent_key)
+                if spec is not None and digest is not None:
+                    self.recording.add(turn_key(spec, digest), turn.close(end))
             elif "delta" in reasoning:
                 turn.parts.append(TextDelta(cast(ReasoningDeltaData, reasoning)["delta"]))
             elif "thinkingDelta" in reasoning:

@@ -43,7 +43,7 @@ from agents.core.payloads import (
     TurnCallData,
     TurnEndData,
 )
-from agents.core.replay import Recording, request_key
+from agents.core.replay import Recording, request_key, spec_key
 from agents.core.turn import TurnAssembler, parse_arguments
 from agents.core.usage import UsageNode
 from agents.emitter import Emitter
@@ -85,7 +85,7 @@ class TurnReader:
         limits: bounds on each turn.
         meter: the conversation's size, told each turn's reported usage.
         usage: charged each turn's tokens.
-        model: the model entry's name (part of each request's key).
+        model: the model entry's name (part of the agent's spec key).
         recording: a forked run's recorded turns (replay): a request found there
             is answered from it, with no provider call.
     """
@@ -95,13 +95,13 @@ class TurnReader:
         "_bus",
         "_instructions",
         "_meter",
-        "_model",
         "_provider",
         "_recording",
         "_tool_specs",
         "_tools",
         "_usage",
         "limits",
+        "spec_key",
         "usage_estimated",
     )
 
@@ -121,8 +121,9 @@ class TurnReader:
         recording: Recording | None = None,
     ) -> None:
         self._agent_id = agent_id
-        self._model = model
         self._recording = recording
+        self.spec_key = spec_key(model, instructions, tool_specs)
+        """What this agent is (its turns say it: a fork's replay keys them with it)."""
         self._instructions = instructions
         self._provider = provider
         self._bus = bus
@@ -213,8 +214,9 @@ class TurnReader:
         request = ModelRequest(
             system=self._instructions, messages=tuple(messages), tools=self._tool_specs
         )
-        turn.request = request_key(self._model, self._instructions, self._tool_specs, messages)
-        recorded = self._recording.take(turn.request) if self._recording is not None else None
+        recorded = None
+        if self._recording is not None:  # a replaying fork: only it hashes conversations
+            recorded = self._recording.take(request_key(self.spec_key, messages))
         turn.replayed = recorded is not None
         assembler = turn.assembler
         parts_seen, check_at = 0, _CHECK_EVERY
@@ -311,7 +313,7 @@ class TurnReader:
                 "inputTokens": turn.usage.input_tokens,
                 "outputTokens": turn.usage.output_tokens,
             }
-        data["request"] = turn.request
+        data["spec"] = self.spec_key
         if turn.replayed:
             data["replayed"] = True
         await self._bus.emit(_REASONING, data, last=True)
@@ -337,7 +339,6 @@ class _Turn:
         "message",
         "readers",
         "replayed",
-        "request",
         "results",
         "streamed",
         "tools",
@@ -345,8 +346,6 @@ class _Turn:
     )
 
     def __init__(self) -> None:
-        self.request = ""
-        """The key of what the model is asked (agents/core/replay.py)."""
         self.replayed = False
         """Answered from a recording: no provider call, no tokens charged."""
         self.assembler = TurnAssembler()

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agents.core.payloads import ForkedFromData
-from agents.core.replay import Recorder, Recording
+from agents.core.replay import Recorder, Recording, conversation_digest
 from orchestrator.core.events import Event, EventType
 from orchestrator.core.rebuild import AgentPlan, ResumePlan, rebuild
 
@@ -95,11 +95,19 @@ def fork_run(
 
 
 def recorded(events: Sequence[Event]) -> Recording:
-    """The recorded model turns of a run's events (agents/core/replay.py)."""
+    """The recorded model turns of a run's events (agents/core/replay.py): the
+    conversation before each turn rebuilt as a resume rebuilds it, the turn's parts as
+    they streamed."""
     recorder = Recorder()
-    for event in events:
+
+    def turn(agent: AgentPlan) -> None:
+        recorder.turn_started(agent.key, conversation_digest(agent.messages))
+
+    def seen(event: Event) -> None:
         source = event.source
         recorder.feed(source.agent_key if source else None, event.type, event.last, event.data)
+
+    rebuild(events, on_turn=turn, after=seen)
     return recorder.recording
 
 

@@ -40,6 +40,7 @@ token budgets spent before the takeover, idle children for `agent_send`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -248,8 +249,18 @@ class ResumePlan:
         return None if key is None else self.agents.get(key)
 
 
-def rebuild(events: list[Event]) -> ResumePlan:
-    """The plan for continuing the run whose journal is `events` (all of them, in order)."""
+def rebuild(
+    events: Sequence[Event],
+    *,
+    on_turn: Callable[[AgentPlan], None] | None = None,
+    after: Callable[[Event], None] | None = None,
+) -> ResumePlan:
+    """The plan for continuing the run whose journal is `events` (all of them, in order).
+
+    `on_turn` is told of each agent whose model turn begins, its conversation then as
+    the model was asked it; `after`, of each event of an agent once it is applied (a
+    fork's recording reads the turns that way: `core/fork.py`).
+    """
     agents: dict[str | None, AgentPlan] = {}
     by_session: dict[str, AgentPlan] = {}
     remote: dict[str, RemoteRef] = {}
@@ -286,7 +297,9 @@ def rebuild(events: list[Event]) -> ResumePlan:
         agent = agents.get(key)
         if agent is None:
             continue
-        _apply(agent, event)
+        _apply(agent, event, on_turn)
+        if after is not None:
+            after(event)
     for agent in agents.values():
         if not agent._in_turn and agent._turn_calls:
             agent.pending = [c for c in agent._turn_calls if c.id not in agent._results]
@@ -300,12 +313,14 @@ def rebuild(events: list[Event]) -> ResumePlan:
     return ResumePlan(agents, events[-1].seq if events else 0, finished, remote, status)
 
 
-def _apply(agent: AgentPlan, event: Event) -> None:
+def _apply(agent: AgentPlan, event: Event, on_turn: Callable[[AgentPlan], None] | None) -> None:
     """One of an agent's own events, into its plan (as its runner saw it)."""
     kind, data = event.type, event.data
     if kind is EventType.REASONING:
         if not agent._in_turn:
             _start_turn(agent)
+            if on_turn is not None:
+                on_turn(agent)
         if event.last:
             _finish_turn(agent, cast(TurnEndData, data))
         else:

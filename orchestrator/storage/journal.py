@@ -183,8 +183,8 @@ class Journal:
             journal.logs[record.run_id] = log
             if cluster:
                 log.remote = True
-            elif record.status == "running" and resume and record.last_seq > 0:
-                journal.resumable.append(record.run_id)
+            elif record.status == "running" and resume and (record.last_seq or record.forked_from):
+                journal.resumable.append(record.run_id)  # (a fork: whose copy had not begun)
             elif record.status == "running":
                 journal.interrupted.append(record.run_id)
                 journal._finish_interrupted(log)

@@ -38,7 +38,7 @@ async def test_forks_at_the_first_and_last_seq_end_as_the_original(
         original, end = await read_until_end(ws, ack["sub"])
         run_id, last = ack["runId"], original[-1]["seq"]
         assert end["status"] == "completed"
-        assert all(len(t["data"]["request"]) == 32 for t in turns(original))
+        assert all(len(t["data"]["spec"]) == 32 for t in turns(original))
 
         for at, replayed in ((1, True), (last, False)):
             client.end = None
@@ -187,3 +187,76 @@ async def test_the_cli_and_the_typed_client_fork(tmp_path: Path) -> None:
             assert exc.code == "bad_request"
         else:
             raise AssertionError("a fork at seq 0 was accepted")
+
+
+async def test_a_fork_whose_copy_was_cut_short_is_completed_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The fork's record says what it was asked: a server that stopped while it copied
+    the original's history completes the copy where it stopped, then goes on."""
+    import msgspec
+    import trio
+
+    from orchestrator.runs.fork import fork_record
+    from orchestrator.runs.host import RunHost
+    from orchestrator.runtime.engine import Orchestrator
+    from orchestrator.storage.base import ForkPoint
+    from orchestrator.storage.open import open_journal
+
+    config = demo_config(tmp_path, storage="sqlite:///journal.db")
+    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+        ack = await Client(ws).ask(op="run", id="r", agent="planner", input="q")
+        original, _ = await read_until_end(ws, ack["sub"])
+    at = len(original) // 2
+    async with open_journal(config) as journal:  # a server that stopped mid-copy
+        log = journal.get(ack["runId"])
+        record = fork_record(log.record, ForkPoint(run_id=ack["runId"], seq=at), owner=None)
+        journal.create_run(record)
+        entries = await journal.read_all(ack["runId"], at)
+        outlet = journal.outlet(record.run_id)
+        for entry in entries[:5]:
+            outlet.put_nowait(msgspec.structs.replace(entry.event, run_id=record.run_id))
+        await journal.writer.flush()
+    async with (
+        open_journal(config) as journal,
+        Orchestrator.open(config) as orch,
+        trio.open_nursery() as nursery,
+    ):
+        assert record.run_id in journal.resumable
+        host = RunHost(orch, journal, nursery)
+        assert await host.resume_left(journal.resumable) == 1
+        await journal.wait_finished(record.run_id)
+        events = [e.event for e in await journal.read_all(record.run_id, 10**6)]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[at].type == "RUN_RESUMED" and events[at].data["reason"] == "fork"
+    assert [(e.type, e.data) for e in events[1:at]] == [
+        (o["type"], o["data"]) for o in original[1:at]
+    ]
+    assert events[-1].data["status"] == "completed"
+
+
+async def test_a_background_child_goes_on_in_the_fork_under_its_task_id(tmp_path: Path) -> None:
+    from tests.integration.test_restart_resume import BACKGROUND, check_story
+
+    config = demo_config(tmp_path, storage="sqlite:///journal.db", extra_agents=BACKGROUND)
+    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+        client = Client(ws)
+        ack = await client.ask(op="run", id="r", agent="lead", input="go")
+        original, end = await read_until_end(ws, ack["sub"])
+        assert end["status"] == "completed"
+        answered = [e for e in original if e["type"] == "REASONING" and e["last"]]
+        slow = [e for e in original if e["source"] and e["type"] == "REASONING"]
+        # The root has said "waiting for it" while the background child still streams.
+        at = next(e["seq"] for e in slow if e["seq"] > answered[1]["seq"])
+        fork = await client.ask(op="fork", id="f", runId=ack["runId"], atSeq=at, replay=True)
+        events, end = await read_until_end(ws, fork["sub"])
+    assert end["status"] == "completed"
+    check_story(events)
+    (started,) = [e for e in events if e["type"] == "AGENT_STARTED"]
+    child = started["source"]
+    assert child["taskId"]
+    (ended,) = [e for e in events if e["type"] == "AGENT_RESULT" and e["source"]]
+    assert ended["seq"] > at and ended["source"] == child  # same agentKey, same taskId
+    reports = [e for e in events if e["type"] == "USER_MESSAGE" and not e["source"]]
+    assert [r["data"]["from"] for r in reports] == [child["taskId"]]
+    assert events[-1]["data"]["result"] == original[-1]["data"]["result"]
