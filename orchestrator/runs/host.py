@@ -184,9 +184,8 @@ class RunHost:
             await self._durable(point.run_id, point.seq)  # just emitted: wait for its commit
         record = fork_record(log.record, point, owner)
         run, copied = await start_fork(self.journal, self.orchestrator, record, new=True)
-        hosted = self.launch(run)
-        await self._durable(run.run_id, copied)
-        return hosted
+        await self._durable(run.run_id, copied)  # the copy is safe: a restart completes it
+        return self.launch(run)
 
     def resume(
         self,
