@@ -34,6 +34,3 @@ class Listeners(Generic[P]):
         for listener in list(self._listeners):
             listener(*args, **kwargs)
 
-    def __bool__(self) -> bool:
-        """True while anyone listens."""
-        return bool(self._listeners)

@@ -260,3 +260,22 @@ async def test_a_background_child_goes_on_in_the_fork_under_its_task_id(tmp_path
     reports = [e for e in events if e["type"] == "USER_MESSAGE" and not e["source"]]
     assert [r["data"]["from"] for r in reports] == [child["taskId"]]
     assert events[-1]["data"]["result"] == original[-1]["data"]["result"]
+
+
+async def test_a_running_run_can_be_forked_and_both_go_on(tmp_path: Path) -> None:
+    config = demo_config(tmp_path, token_delay=0.01, storage="sqlite:///journal.db")
+    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+        client = Client(ws)
+        ack = await client.ask(op="run", id="r", agent="planner", input="q")
+        await client.until("AGENT_STARTED", 2)
+        at = max(e["seq"] for e in client.events)
+        assert client.end is None  # still running
+        async with connect(server.url, max_size=None) as other:
+            forker = Client(other)
+            fork = await forker.ask(op="fork", id="f", runId=ack["runId"], atSeq=at, replay=True)
+            assert fork["op"] == "ack", fork
+            forked, fork_end = await read_until_end(other, fork["sub"])
+        original, end = await read_until_end(ws, ack["sub"])
+    assert end["status"] == fork_end["status"] == "completed"
+    assert forked[-1]["data"]["result"] == original[-1]["data"]["result"]
+    assert [e["seq"] for e in forked] == list(range(1, len(forked) + 1))
