@@ -33,4 +33,3 @@ class Listeners(Generic[P]):
         """Tell every listener, in the order they subscribed."""
         for listener in list(self._listeners):
             listener(*args, **kwargs)
-

@@ -15,16 +15,27 @@ from __future__ import annotations
 import functools
 import time
 
+import msgspec
+
 from agents.core.replay import Recording
 from orchestrator.core.bus import RunSink, new_run_id
-from orchestrator.core.events import Event
+from orchestrator.core.events import Event, EventType
 from orchestrator.core.fork import fork_run, recorded
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.runtime.run import Run
 from orchestrator.storage.base import ForkPoint, RunRecord
 from orchestrator.storage.journal import Journal
+from orchestrator.storage.runlog import Entry
 
-__all__ = ["check_fork", "events_of", "fork_record", "recording_of", "start_fork", "started"]
+__all__ = [
+    "check_fork",
+    "entries_of",
+    "events_of",
+    "fork_record",
+    "recording_of",
+    "start_fork",
+    "started",
+]
 
 
 def fork_record(
@@ -70,8 +81,9 @@ async def start_fork(
     """
     point = record.forked_from
     assert point is not None
+    entries = await entries_of(journal, point.run_id)
     fork = fork_run(
-        await events_of(journal, point.run_id),
+        [entry.event for entry in entries],
         point.seq,
         record.run_id,
         agent_key=point.agent_key,
@@ -82,8 +94,12 @@ async def start_fork(
     if new:
         journal.create_run(record)
     outlet = journal.outlet(record.run_id)
-    for event in fork.events:
-        if event.seq > record.last_seq and outlet.put_nowait(event):
+    rename = _Renamer(point.run_id, record.run_id)
+    for event, entry in zip(fork.events, entries, strict=False):
+        if event.seq <= record.last_seq:
+            continue  # copied before the copy was cut short
+        raw = rename(entry.raw) if event.type is not EventType.RUN_STARTED else None
+        if outlet.put_copied(event, raw) if raw is not None else outlet.put_nowait(event):
             await outlet.wait_writable()
     copied = max(fork.events[-1].seq, record.last_seq)
     sink = RunSink(
@@ -116,10 +132,31 @@ async def recording_of(journal: Journal, record: RunRecord) -> Recording | None:
     return recorded(await events_of(journal, point.run_id))
 
 
-async def events_of(journal: Journal, run_id: str) -> list[Event]:
+async def entries_of(journal: Journal, run_id: str) -> list[Entry]:
+    """Every kept event of the run, with its encoding (its log found where it is)."""
     log = await journal.mirrors.find(run_id)
-    entries = await journal.read_all(run_id, max(log.committed, log.record.last_seq))
-    return [entry.event for entry in entries]
+    return await journal.read_all(run_id, max(log.committed, log.record.last_seq))
+
+
+async def events_of(journal: Journal, run_id: str) -> list[Event]:
+    """Every kept event of the run."""
+    return [entry.event for entry in await entries_of(journal, run_id)]
+
+
+class _Renamer:
+    """An original's encoded event as the fork's: only its leading runId differs (the
+    envelope's first field), so the copy is not encoded again."""
+
+    __slots__ = ("_new", "_old")
+
+    def __init__(self, original: str, fork: str) -> None:
+        self._old = b'{"runId":' + msgspec.json.encode(original)
+        self._new = b'{"runId":' + msgspec.json.encode(fork)
+
+    def __call__(self, raw: bytes) -> bytes | None:
+        if not raw.startswith(self._old):
+            return None  # (not as expected: encoded again instead)
+        return self._new + raw[len(self._old) :]
 
 
 def check_fork(events: list[Event], point: ForkPoint) -> None:

@@ -75,6 +75,16 @@ class RunOutlet:
         self._mark(log)
         return len(log.pending) >= self._max_pending
 
+    def put_copied(self, event: Event, raw: bytes) -> bool:
+        """`put_nowait` for an event already encoded as `raw` (and cut, where it had to
+        be): a fork's copy of its original's history (runs/fork.py)."""
+        log = self._log
+        if log.fenced:
+            return False
+        log.pending.append(Entry(event, raw, event.seq))
+        self._mark(log)
+        return len(log.pending) >= self._max_pending
+
     def put_many(self, events: list[Event]) -> bool:
         """`put_nowait` for each (every event is encoded and may be cut on its own)."""
         wait = False
