@@ -6,7 +6,26 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ModelConfig"]
+__all__ = ["ModelConfig", "TlsConfig"]
+
+
+class TlsConfig(BaseModel):
+    """How to trust a provider's certificate, and prove ours: `models.<key>.tls`.
+
+    Certificates are always verified: against the system's trust store plus `ca_file`
+    when it is given (a private CA, a self-signed gateway). Paths are relative to the
+    server config's directory.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ca_file: str | None = None
+    """PEM file of the certificates (CAs, or the server's own self-signed one) to trust."""
+    client_cert: str | None = None
+    """PEM file of a client certificate, for a provider that asks for one (mutual TLS);
+    it may hold the key too."""
+    client_key: str | None = None
+    """PEM file of the client certificate's key, when it is not in `client_cert`."""
 
 
 class ModelConfig(BaseModel):
@@ -34,6 +53,9 @@ class ModelConfig(BaseModel):
     """Retries of a model turn that failed retryably before streaming anything."""
     retry_base_delay: float = Field(default=1.0, ge=0)
     """First backoff in seconds (doubled each retry) when there is no Retry-After."""
+    tls: TlsConfig | None = None
+    """Certificates to trust (and to present) for this model's endpoint; None: the
+    system's trust store."""
 
     def endpoint_root(self) -> str:
         """`base_url`, or the provider's public API root."""

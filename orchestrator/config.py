@@ -126,6 +126,9 @@ class ServerSection(BaseModel):
     compression: bool = True
     """Offer permessage-deflate. Compressing each small frame costs server CPU (about a
     tenth of it with 100 live watchers); off saves that on fast networks."""
+    compression_level: int = Field(default=1, ge=1, le=9)
+    """zlib's level for the frames it compresses: 1 is the cheapest per frame, 9 the
+    smallest (bench/deflate_bench.py, docs/benchmarks.md)."""
     compression_threshold: int = Field(default=1024, ge=0)
     """Frames smaller than this many bytes go uncompressed even when the client accepts
     compression (RFC 7692 marks each message): live frames of a few events gain little

@@ -20,9 +20,16 @@ __all__ = ["ProviderFactory"]
 class ProviderFactory:
     """Maps (agent spec, model config) to a provider; HTTP providers share one client."""
 
-    def __init__(self, models: dict[str, ModelConfig], client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        models: dict[str, ModelConfig],
+        client: httpx.AsyncClient,
+        clients: dict[str, httpx.AsyncClient] | None = None,
+    ) -> None:
         self._models = models
         self._client = client
+        self._clients = clients or {}
+        """Model key → a client of its own (a model with `tls:` settings)."""
         self._http: dict[str, Provider] = {}
 
     def for_agent(self, spec: AgentSpec) -> Provider:
@@ -37,7 +44,8 @@ class ProviderFactory:
                 "openai-responses": OpenAIResponsesProvider,
                 "anthropic": AnthropicProvider,
             }
-            inner = kinds[config.provider](config, self._client)
+            client = self._clients.get(spec.model, self._client)
+            inner = kinds[config.provider](config, client)
             provider = RetryingProvider(
                 inner, max_retries=config.max_retries, base_delay=config.retry_base_delay
             )

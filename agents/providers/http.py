@@ -19,6 +19,7 @@ import httpx
 from agents import redact
 from agents.core.sse import SseDecoder, SseError, SseEvent
 from agents.errors import ProviderError
+from agents.providers.tls import tls_failure
 
 __all__ = [
     "ERROR_BODY_BYTES",
@@ -141,9 +142,9 @@ async def post_sse(
             retryable=True,
         ) from exc
     except httpx.TransportError as exc:
+        why = tls_failure(exc) or redact.without(redact.url(str(exc)), headers)
         raise ProviderError(
-            f"{provider}: connection to {redact.url(url)} failed: "
-            f"{redact.without(redact.url(str(exc)), headers)}",
+            f"{provider}: connection to {redact.url(url)} failed: {why or type(exc).__name__}",
             provider=provider,
             error_type="connection",
             retryable=True,

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    nullcontext,
+)
 from typing import Any, Literal
 
 import httpx
@@ -20,6 +25,7 @@ import trio
 
 from agents.errors import SpecError
 from agents.providers.factory import ProviderFactory
+from agents.providers.tls import tls_context
 from agents.runner import TurnLimits
 from agents.spec import AgentSpec, load_specs
 from agents.tools.base import Tool
@@ -243,8 +249,18 @@ class Orchestrator:
         owned: AbstractAsyncContextManager[httpx.AsyncClient] = (
             nullcontext(http_client) if http_client is not None else httpx.AsyncClient(limits=pool)
         )
-        async with owned as client, _mcp_hub(config) as mcp:
-            yield cls(config, specs, ProviderFactory(dict(config.models), client), client, mcp)
+        async with owned as client, _mcp_hub(config) as mcp, AsyncExitStack() as stack:
+            clients = {  # a model with TLS settings has its pool (of the same size) of its own
+                name: await stack.enter_async_context(
+                    httpx.AsyncClient(
+                        limits=pool, verify=tls_context(name, model.tls, config.base_dir)
+                    )
+                )
+                for name, model in config.models.items()
+                if model.tls is not None
+            }
+            factory = ProviderFactory(dict(config.models), client, clients)
+            yield cls(config, specs, factory, client, mcp)
 
     def default_limits(self, max_depth: int | None = None) -> RunLimits:
         """The configured limits, with an optional max_depth override."""

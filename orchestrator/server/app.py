@@ -23,12 +23,13 @@ from urllib.parse import urlsplit
 
 import trio
 from prometheus_client import CollectorRegistry
+from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 from websockets.trio.server import Server, ServerConnection
 from websockets.trio.server import serve as ws_serve
 
 from orchestrator.cluster.leases import Leases
 from orchestrator.cluster.node import Node, open_node
-from orchestrator.config import ClusterConfig, ServerConfig
+from orchestrator.config import ClusterConfig, ServerConfig, ServerSection
 from orchestrator.runs.host import RunHost
 from orchestrator.runs.service import RunService
 from orchestrator.runtime.engine import Orchestrator
@@ -298,9 +299,22 @@ async def _serve(
                 "max_size": config.server.max_frame_bytes,
                 "max_queue": 8,
                 "logger": ws_logger,
-                "compression": "deflate" if config.server.compression else None,
+                "compression": None,
+                "extensions": deflate(config.server) if config.server.compression else None,
             }
             await _serve_with_front_door(app, stop, listeners, ws_options, task_status)
+
+
+def deflate(server: ServerSection) -> list[ServerPerMessageDeflateFactory]:
+    """permessage-deflate as websockets offers it by default (windows of 2^12, memLevel
+    5), at `server.compression_level`."""
+    return [
+        ServerPerMessageDeflateFactory(
+            server_max_window_bits=12,
+            client_max_window_bits=12,
+            compress_settings={"memLevel": 5, "level": server.compression_level},
+        )
+    ]
 
 
 async def _serve_with_front_door(

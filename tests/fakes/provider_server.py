@@ -403,7 +403,7 @@ class FakeOpenAI:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    async def handle(self, stream: trio.SocketStream) -> None:
+    async def handle(self, stream: trio.abc.Stream) -> None:
         try:
             await self._handle(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -411,7 +411,7 @@ class FakeOpenAI:
         finally:
             await stream.aclose()
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, stream: trio.abc.Stream) -> None:
         buf = b""
         while b"\r\n\r\n" not in buf:
             data = await stream.receive_some(65536)
