@@ -302,20 +302,8 @@ class Orchestrator:
         queue = EventQueue(capacity)
         sink = RunSink(new_run_id(), new_session_id(root=True), queue)
         run = Run(self.catalog, agent_id, input, limits=self.default_limits(max_depth), sink=sink)
-
-        async def execute() -> None:
-            try:
-                await run.execute()
-            finally:
-                queue.close()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(execute)
-            try:
-                yield RunStream(run, queue)
-            finally:
-                if run.result is None:
-                    run.cancel()
+        async with _streamed(run, queue) as stream:
+            yield stream
 
     @asynccontextmanager
     async def fork(
@@ -370,23 +358,8 @@ class Orchestrator:
             resumed={"attempt": 1, "afterSeq": copied, "reason": "fork"},
             recording=fork.recording,
         )
-
-        async def execute() -> None:
-            try:
-                for event in fork.events:
-                    if queue.put_nowait(event):
-                        await queue.wait_writable()
-                await run.execute()
-            finally:
-                queue.close()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(execute)
-            try:
-                yield RunStream(run, queue)
-            finally:
-                if run.result is None:
-                    run.cancel()
+        async with _streamed(run, queue, fork.events) as stream:
+            yield stream
 
     async def call(self, agent_id: str, input: str, *, max_depth: int | None = None) -> RunResult:
         """Run blocking, with no bus: children run blocking, no events are produced.
@@ -397,3 +370,28 @@ class Orchestrator:
         self._check_agent(agent_id)
         run = Run(self.catalog, agent_id, input, limits=self.default_limits(max_depth))
         return await run.execute()
+
+
+@asynccontextmanager
+async def _streamed(
+    run: Run, queue: EventQueue, first: Sequence[Event] = ()
+) -> AsyncIterator[RunStream]:
+    """Execute `run` for the block, its events (after `first`) into `queue`; leaving
+    the block early cancels it."""
+
+    async def execute() -> None:
+        try:
+            for event in first:
+                if queue.put_nowait(event):
+                    await queue.wait_writable()
+            await run.execute()
+        finally:
+            queue.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(execute)
+        try:
+            yield RunStream(run, queue)
+        finally:
+            if run.result is None:
+                run.cancel()
