@@ -28,6 +28,7 @@ p99 is at most 100 ms.
 
     python -m bench.capacity                          # 250, 500, 1000 agents; scripted
     python -m bench.capacity --agents 100 200 --provider openai --storage redis://127.0.0.1:6379/5
+    python -m bench.capacity --agents 150 250 --provider openai --https   # as users run it
     python -m bench.capacity --storage redis://127.0.0.1:6379/0 --workers 2   # a cluster
 """
 
@@ -103,6 +104,8 @@ def write_config(root: Path, args: argparse.Namespace, provider_url: str | None)
     model: dict[str, Any] = {"provider": "scripted"}
     if provider_url is not None:
         model = {"provider": "openai", "base_url": provider_url, "model": "paced"}
+        if provider_url.startswith("https:"):
+            model["tls"] = {"ca_file": "ca.pem"}
     runs = max(1, args.agents_now // args.children)
     storage: Any = args.storage
     if storage.startswith("redis://"):  # a fresh key prefix; this machine's Redis keeps
@@ -185,10 +188,16 @@ def peak_rss_mib(pid: int) -> float:
 # -- the fake provider (a process of its own) ----------------------------------------
 
 
-def provider_main(pace: float, words: int, children: int) -> None:
-    """An OpenAI-compatible server streaming at `pace` words/s; each word is the time
-    it was written. `ROLE: lead` asks for `children` spawns, then says done."""
+def provider_main(pace: float, words: int, children: int, https: bool = False) -> None:
+    """An OpenAI-compatible server streaming at `pace` words/s, each word its own SSE
+    event and write (and, with `https`, its own TLS record); each word is the time it
+    was written. `ROLE: lead` asks for `children` spawns, then says done. With `https`
+    it serves a certificate of a CA of its own making, whose certificate it writes to
+    `ca.pem` in its directory (the server trusts it through the model's `tls`)."""
+    import ssl
+
     import trio
+    import trustme
 
     from agents.providers.pacing import sleep_until
 
@@ -199,7 +208,7 @@ def provider_main(pace: float, words: int, children: int) -> None:
         body["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
         return b"data: " + json.dumps(body).encode() + b"\n\n"
 
-    async def handle(stream: trio.SocketStream) -> None:
+    async def handle(stream: trio.abc.Stream) -> None:
         buffer = b""
         try:
             while True:
@@ -253,11 +262,21 @@ def provider_main(pace: float, words: int, children: int) -> None:
                 await stream.send_all(b"0\r\n\r\n")
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             return
+        finally:
+            await trio.aclose_forcefully(stream)
 
     async def main() -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        listeners: list[Any] = await trio.open_tcp_listeners(0, host="127.0.0.1")
         port = listeners[0].socket.getsockname()[1]
-        print(f"provider listening on http://127.0.0.1:{port}/v1", flush=True)
+        scheme = "http"
+        if https:
+            ca = trustme.CA()
+            ca.cert_pem.write_to_path("ca.pem")
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ca.issue_cert("127.0.0.1").configure_cert(context)
+            listeners = [trio.SSLListener(listener, context) for listener in listeners]
+            scheme = "https"
+        print(f"provider listening on {scheme}://127.0.0.1:{port}/v1", flush=True)
         await trio.serve_listeners(handle, listeners)
 
     trio.run(main)
@@ -367,6 +386,7 @@ def step(args: argparse.Namespace) -> dict[str, Any]:
                     str(args.pace),
                     str(words),
                     str(args.children),
+                    "https" if args.https else "http",
                 ],
                 root,
             )
@@ -433,6 +453,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--provider", choices=["scripted", "openai"], default="scripted")
     parser.add_argument("--storage", default="sqlite:///journal.db")
     parser.add_argument(
+        "--https",
+        action="store_true",
+        help="with --provider openai: the provider speaks HTTPS (a certificate of its own "
+        "CA, trusted through the model's tls.ca_file)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=0,
@@ -443,11 +469,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--provider-process":
-        provider_main(float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        https = len(sys.argv) > 5 and sys.argv[5] == "https"
+        provider_main(float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), https)
         return
     args = parser().parse_args()
     print(
-        f"provider {args.provider}, storage {args.storage}, children {args.children}, "
+        f"provider {args.provider}{' (https)' if args.https else ''}, storage {args.storage}, "
+        f"children {args.children}, "
         f"{args.pace:g} words/s each for {args.seconds:g} s"
     )
     head = "| agents | offered/s | delivered/s | p50 ms | p99 ms | server CPU | server RSS MiB |"
