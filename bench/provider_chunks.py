@@ -131,14 +131,19 @@ def breakdown(profiler: cProfile.Profile) -> None:
         print(f"    {own / total:5.1%}  {where}")
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (docs/benchmarks.md shows it; tests/unit/test_doc_examples.py parses it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=20_000)
     parser.add_argument("--paced-rate", type=float, default=2_000.0, help="chunks/s when paced")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--https", action="store_true")
     parser.add_argument("--profile", action="store_true", help="where the full-speed CPU goes")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     scheme = "HTTPS" if args.https else "HTTP"
     full, held = measure(args, 1e9, False)
     print(f"{scheme}, full speed: {full:.1f} µs a chunk ({held:.1f} chunks a batch)")
