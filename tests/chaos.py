@@ -488,11 +488,23 @@ class Chaos:
             open_runs = [w.run_id for w in self.watched if w.status is None]
             if open_runs:
                 self.report.problems.append(f"runs not ended {drain:.0f} s after: {open_runs}")
+                self.report.problems.extend(self._said_of(open_runs))
             nursery.cancel_scope.cancel()
         await self.verify()
         return self.report
 
     # -- the checks --------------------------------------------------------------
+
+    def _said_of(self, run_ids: list[str], most: int = 40) -> list[str]:
+        """What the processes logged about these runs (the last `most` lines), to tell
+        why one did not end."""
+        said = [
+            f"  {instance.kind} {instance.name or instance.url}: {line}"
+            for instance in self.group.instances
+            for line in instance.lines
+            if any(run_id in line for run_id in run_ids)
+        ]
+        return said[-most:]
 
     async def verify(self) -> None:
         report = self.report

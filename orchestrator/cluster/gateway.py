@@ -157,12 +157,12 @@ class ClusterGateway:
             raise not_waiting(run_id, call_id)
         (info,) = found
         check_answer(info.name, info.edit, info.parameters, answer.decision, answer.args)
-        earlier = await self.store.claim_answer(run_id, (info.agent_key, call_id), answer.decision)
-        if earlier is not None:
-            raise already_answered(run_id, call_id, earlier)
         exact = msgspec.structs.replace(answer, agent_key=info.agent_key)
         body = msgspec.json.encode(exact).decode()
-        await self.store.send_control(run_id, Control("approve", None, body))
+        call = (info.agent_key, call_id)
+        earlier = await self.store.answer(run_id, call, answer.decision, body)
+        if earlier is not None:
+            raise already_answered(run_id, call_id, earlier)
 
     async def pending(
         self, run_id: str | None, *, owner: str | None, limit: int

@@ -104,6 +104,19 @@ return 1
 """
 
 
+# KEYS: answered, control stream. ARGV: call field, decision, kept seconds, control op,
+# control message, control stream length kept. The first answer to a call is noted and
+# handed to the run's owner in one step: a gateway that dies in between cannot leave a
+# call claimed that its owner never hears of. Returns nil (ours), else the earlier one.
+_ANSWER = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return redis.call('HGET', KEYS[1], ARGV[1])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'op', ARGV[4], 'm', ARGV[5])
+return false
+"""
+
 _CLAIM_PAGE = 100
 """Pending requests looked at per round trip when claiming stale ones."""
 
@@ -150,6 +163,7 @@ class ClusterStore:
         self._release = self.client.register_script(_RELEASE)
         self._drop = self.client.register_script(_DROP)
         self._hand_over = self.client.register_script(_HAND_OVER)
+        self._answer = self.client.register_script(_ANSWER)
 
     # -- keys --------------------------------------------------------------------
 
@@ -470,16 +484,21 @@ class ClusterStore:
                 return _text(value)
         return None
 
-    async def claim_answer(self, run_id: str, call: CallKey, decision: str) -> str | None:
-        """Note the decision on a call unless one was noted: None when this one is the
-        first, else the earlier decision."""
-        key, field = self._answered_key(run_id), _call_field(call)
-        if await self.client.hsetnx(key, field, decision):
-            await self.client.expire(key, ANSWER_KEPT_SECONDS)
+    async def answer(self, run_id: str, call: CallKey, decision: str, body: str) -> str | None:
+        """Note the decision on a call and queue `body` (the `approve` control) for the
+        run's owner, both or neither, unless a decision was noted: None when this one
+        is the first, else the earlier decision. The call leaves the cluster's list of
+        waiting calls at once (its owner would drop it when it takes the answer)."""
+        field = _call_field(call)
+        earlier: object = await self._answer(
+            keys=[self._answered_key(run_id), self.control_key(run_id)],
+            args=[field, decision, ANSWER_KEPT_SECONDS, "approve", body, CONTROL_KEPT],
+        )
+        if isinstance(earlier, bytes | str):
+            return _text(earlier)
+        with contextlib.suppress(Exception):  # (only a listing: its owner corrects it)
             await self.client.hdel(self.approvals_key, [f"{run_id} {field}"])
-            return None
-        earlier = await self.client.hget(key, field)
-        return _text(earlier) if earlier is not None else decision
+        return None
 
     # -- tailing -----------------------------------------------------------------
 

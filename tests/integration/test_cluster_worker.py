@@ -274,3 +274,23 @@ async def test_a_workers_journal_is_fenced_from_its_first_write(
             await journal.writer.flush()
         assert refused == [["run-x"]]
         assert await storage.load() == []
+
+
+async def test_an_answer_is_noted_and_queued_for_the_owner_in_one_step(
+    redis_url: str,  # noqa: F811
+) -> None:
+    """Regression (chaos, seed 1): a gateway noted the first answer (`HSETNX`), then
+    queued it for the run's owner in a second round trip; killed in between, the call
+    stayed `already answered` for every later answer and waited for ever. Now both
+    happen in one script: the first answer is in the control stream once noted, and a
+    later one queues nothing."""
+    async with RedisStorage.open(redis_url, durability="relaxed") as storage:
+        store = ClusterStore(storage, "t")
+        call = ("agent:writer:1", "call_0")
+        assert await store.answer("run-a", call, "approve", '{"decision":"approve"}') is None
+        assert await store.answer("run-a", call, "deny", '{"decision":"deny"}') == "approve"
+        assert await store.answered("run-a", "call_0", msgspec.UNSET) == "approve"
+        requests = await store.read_control({"run-a": "0-0"}, block=0.01)
+        assert [(c.op, c.message) for _, _, c in requests] == [
+            ("approve", '{"decision":"approve"}')
+        ]
