@@ -15,6 +15,8 @@ With `--profile`, the CPU of the full-speed read is broken down by where it is s
 
     .venv/bin/python -m bench.provider_chunks --https
     .venv/bin/python -m bench.provider_chunks            # plain HTTP
+    .venv/bin/python -m bench.provider_chunks --https --stack httpcore  # as before
+    .venv/bin/python -m bench.provider_chunks --https --stack floor     # trio alone
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import trio
 from agents.core.messages import ModelRequest, TextDelta, UserMessage
 from agents.model_config import ModelConfig
 from agents.providers.openai_chat import OpenAIProvider
+from agents.providers.transport import StreamTransport
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -67,15 +70,47 @@ def start_provider(
     return proc, line.split("listening on ")[1].split()[0]
 
 
-async def read_once(url: str, root: Path, https: bool) -> tuple[int, int, float]:
-    """Chunks read, the batches the provider yielded them in (one per HTTP chunk h11
-    hands over: providers frame each SSE event as one), and this process's CPU s."""
-    verify: ssl.SSLContext | bool = True
+def client_of(stack: str, root: Path, https: bool) -> httpx.AsyncClient:
+    """The HTTP client: the server's (`stream`: agents/providers/transport.py) or
+    httpx's own transport (`httpcore`, what the server used before issue 36)."""
+    context = ssl.create_default_context(cafile=str(root / "ca.pem")) if https else None
+    if stack == "httpcore":
+        return httpx.AsyncClient(verify=context or True)
+    return httpx.AsyncClient(transport=StreamTransport(ssl_context=context))
+
+
+async def read_floor(url: str, root: Path, https: bool, chunks: int) -> tuple[int, int, float]:
+    """The floor under any stack: the same response read with trio's own streams
+    (`SocketStream`, `SSLStream`) and nothing else, no parsing; as `read_once`."""
+    parts = httpx.URL(url)
+    stream: trio.abc.Stream = await trio.open_tcp_stream(parts.host, parts.port or 80)
     if https:
-        verify = ssl.create_default_context(cafile=str(root / "ca.pem"))
+        context = ssl.create_default_context(cafile=str(root / "ca.pem"))
+        stream = trio.SSLStream(stream, context, server_hostname=parts.host)
+    body = b'{"model":"paced","messages":[{"role":"system","content":"ROLE: leaf"},'
+    body += b'{"role":"user","content":"talk"}],"stream":true}'
+    await stream.send_all(
+        b"POST %s/chat/completions HTTP/1.1\r\nHost: %s\r\ncontent-type: application/json"
+        b"\r\ncontent-length: %d\r\n\r\n%s"
+        % (parts.raw_path.rstrip(b"/"), parts.host.encode(), len(body), body)
+    )
+    reads = 0
+    started = time.process_time()
+    while (data := await stream.receive_some(65536)) and not data.endswith(b"0\r\n\r\n"):
+        reads += 1
+    cpu = time.process_time() - started
+    await trio.aclose_forcefully(stream)
+    return chunks, reads, cpu
+
+
+async def read_once(url: str, root: Path, args: argparse.Namespace) -> tuple[int, int, float]:
+    """Chunks read, the batches the provider yielded them in (one per read of the
+    response), and this process's CPU s."""
+    if args.stack == "floor":
+        return await read_floor(url, root, args.https, args.chunks)
     config = ModelConfig(provider="openai", base_url=url, model="paced", read_timeout=60)
     request = ModelRequest(system="ROLE: leaf", messages=(UserMessage(text="talk"),))
-    async with httpx.AsyncClient(verify=verify) as client:
+    async with client_of(args.stack, root, args.https) as client:
         provider = OpenAIProvider(config, client)
         count = reads = 0
         started = time.process_time()
@@ -97,7 +132,7 @@ def measure(args: argparse.Namespace, pace: float, profile: bool) -> tuple[float
             for _ in range(args.repeat):
                 if profiler is not None:
                     profiler.enable()
-                count, reads, cpu = trio.run(read_once, url, root, args.https)
+                count, reads, cpu = trio.run(read_once, url, root, args)
                 if profiler is not None:
                     profiler.disable()
                 assert count == args.chunks, count
@@ -139,12 +174,19 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--https", action="store_true")
     parser.add_argument("--profile", action="store_true", help="where the full-speed CPU goes")
+    parser.add_argument(
+        "--stack",
+        choices=["stream", "httpcore", "floor"],
+        default="stream",
+        help="the server's transport (default), httpx's own (as before issue 36), or "
+        "the floor: trio's streams alone, no HTTP",
+    )
     return parser
 
 
 def main() -> None:
     args = parser().parse_args()
-    scheme = "HTTPS" if args.https else "HTTP"
+    scheme = f"{'HTTPS' if args.https else 'HTTP'} ({args.stack})"
     full, held = measure(args, 1e9, False)
     print(f"{scheme}, full speed: {full:.1f} µs a chunk ({held:.1f} chunks a batch)")
     if args.profile:

@@ -26,6 +26,7 @@ import trio
 from agents.errors import SpecError
 from agents.providers.factory import ProviderFactory
 from agents.providers.tls import tls_context
+from agents.providers.transport import StreamTransport
 from agents.runner import TurnLimits
 from agents.spec import AgentSpec, load_specs
 from agents.tools.base import Tool
@@ -245,15 +246,19 @@ class Orchestrator:
                 raise SpecError(f"subagent {spec.id!r}: model {spec.model!r} is not configured")
         # The caller's client stays open; ours is closed on exit.
         connections = config.limits.max_http_connections
-        pool = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         owned: AbstractAsyncContextManager[httpx.AsyncClient] = (
-            nullcontext(http_client) if http_client is not None else httpx.AsyncClient(limits=pool)
+            nullcontext(http_client)
+            if http_client is not None
+            else httpx.AsyncClient(transport=StreamTransport(max_connections=connections))
         )
         async with owned as client, _mcp_hub(config) as mcp, AsyncExitStack() as stack:
             clients = {  # a model with TLS settings has its pool (of the same size) of its own
                 name: await stack.enter_async_context(
                     httpx.AsyncClient(
-                        limits=pool, verify=tls_context(name, model.tls, config.base_dir)
+                        transport=StreamTransport(
+                            ssl_context=tls_context(name, model.tls, config.base_dir),
+                            max_connections=connections,
+                        )
                     )
                 )
                 for name, model in config.models.items()
