@@ -1,7 +1,12 @@
 """Fixtures shared by every test module."""
 
+import contextlib
+import fcntl
 import logging
-from collections.abc import Iterator
+import os
+import tempfile
+from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -67,23 +72,83 @@ def _logger_levels() -> Iterator[None]:
 
 
 # Tests that run several server processes, a browser, the official clients or a chaos
-# run, and that check
-# what happens within seconds (a takeover within the lease, a page that keeps up). The
-# suite is run on every core (pytest-xdist, `-n auto --dist loadgroup`): these run one at
-# a time, on one worker, beside the light tests on the others — two of them side by side
-# on 2 cores starve each other past those seconds.
-HEAVY = (
-    "tests/browser/",
-    "tests/integration/test_chaos.py",
-    "tests/integration/test_official_clients.py",  # Node clients, Arize Phoenix's start
-    "tests/integration/test_cluster",
-    "tests/integration/test_remote",
-    "tests/integration/test_restart_resume.py",
-    "tests/integration/test_serve_start.py",
-)
+# run, and that check what happens within seconds (a takeover within the lease, a page
+# that keeps up). The suite runs on two processes (pytest-xdist, `-n 2 --dist
+# loadgroup`): each group below runs on one of them, one test after the other, beside
+# the light tests on the other. Two groups, so the two processes share the heavy work
+# and no more than two of these run at once on 2 cores.
+HEAVY = {
+    "cluster": (
+        "tests/integration/test_chaos.py",
+        "tests/integration/test_cluster",
+    ),
+    "servers": (
+        "tests/browser/",
+        "tests/integration/test_official_clients.py",  # Node clients, Arize Phoenix's start
+        "tests/integration/test_remote",
+        "tests/integration/test_restart_resume.py",
+        "tests/integration/test_serve_start.py",
+    ),
+}
+
+# Tests that measure how smooth something is to a person (a browser's frames with 500
+# agents): beside other tests on 2 cores they measure the load, not the code. Under
+# xdist each runs alone: the other process waits for it to end.
+ALONE = ("tests/browser/test_console.py::test_500_agents_stream_without_long_frames",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.nodeid.startswith(HEAVY):
-            item.add_marker(pytest.mark.xdist_group("heavy"))
+        for group, prefixes in HEAVY.items():
+            if item.nodeid.startswith(prefixes):
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
+class _Alone:
+    """A readers-writer lock over the xdist workers of one run (`flock` on two files):
+    every test holds it shared, an ALONE test exclusively. The gate file gives the
+    writer precedence: once it waits, no new test starts on the other workers."""
+
+    def __init__(self, run_id: str) -> None:
+        base = Path(tempfile.gettempdir()) / f"orchestrator-tests-{run_id}"
+        self._gate = open(f"{base}.gate", "a+")  # noqa: SIM115 (held for the session)
+        self._main = open(f"{base}.lock", "a+")  # noqa: SIM115
+
+    @contextlib.contextmanager
+    def holding(self, alone: bool) -> Iterator[None]:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._main, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._main, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
+
+
+    def close(self) -> None:
+        self._gate.close()
+        self._main.close()
+
+
+_ALONE_LOCK: list[_Alone] = []
+
+
+def pytest_sessionfinish() -> None:
+    while _ALONE_LOCK:
+        _ALONE_LOCK.pop().close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run_id is None:  # one process: nothing runs beside anything
+        return (yield)
+    if not _ALONE_LOCK:
+        _ALONE_LOCK.append(_Alone(run_id))
+    with _ALONE_LOCK[0].holding(item.nodeid.startswith(ALONE)):
+        return (yield)

@@ -200,6 +200,9 @@ class _Head:
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if 100 <= self.parser.get_status_code() < 200:  # an interim answer (100 Continue):
+            self.headers, self.reason = [], b""  # the response follows it
+            return
         self.head_done = True
         self.keep_alive = self.parser.should_keep_alive()  # (False again once complete)
 
@@ -207,7 +210,7 @@ class _Head:
         self.body.append(body)
 
     def on_message_complete(self) -> None:
-        self.done = True
+        self.done = self.head_done
 
     def until_close(self) -> bool:
         """A body that ends when the server closes (no length, not chunked)."""
@@ -412,6 +415,8 @@ class _Connection:
                 raise httpx.RemoteProtocolError(
                     f"response headers larger than {_HEAD_BYTES} bytes", request=request
                 )
+        if request.method == "HEAD":  # (its Content-Length is of a body not sent)
+            head.done = True
         return _Response(head)
 
     def reusable(self) -> bool:

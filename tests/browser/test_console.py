@@ -395,7 +395,9 @@ def test_cancel_and_send_reach_the_run(browser: Browser, tmp_path: Path) -> None
 def test_stop_on_an_agent_cancels_its_subtree_and_the_run_goes_on(
     browser: Browser, tmp_path: Path
 ) -> None:
-    write_agents(tmp_path, token_delay=0.05)
+    # (Slow enough that the researcher is still running when the click lands, on a
+    # loaded machine too.)
+    write_agents(tmp_path, token_delay=0.1)
     srv = Server(tmp_path, config())
     srv.start()
     try:

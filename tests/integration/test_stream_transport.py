@@ -131,6 +131,24 @@ async def test_a_body_that_ends_with_the_connection_and_one_cut_short() -> None:
         nursery.cancel_scope.cancel()
 
 
+async def test_an_interim_answer_is_skipped_and_a_head_has_no_body() -> None:
+    async def handler(stream: trio.abc.Stream) -> None:
+        while request := await read_request(stream):
+            if request.startswith(b"HEAD"):
+                await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-length: 99\r\n\r\n")
+            else:
+                await stream.send_all(b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"after"))
+
+    async with trio.open_nursery() as nursery:
+        url = await serve(nursery, handler)
+        async with httpx.AsyncClient(transport=StreamTransport()) as client:
+            with trio.fail_after(5):
+                assert (await client.post(url, content=b"x")).text == "after"
+                head = await client.head(url)
+            assert head.status_code == 200 and head.content == b""
+        nursery.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize(
     ("answer", "words"),
     [
