@@ -129,7 +129,6 @@ class _Alone:
             if alone:
                 fcntl.flock(self._gate, fcntl.LOCK_UN)
 
-
     def close(self) -> None:
         self._gate.close()
         self._main.close()
