@@ -88,9 +88,15 @@ class SseDecoder:
         events: list[SseEvent] = []
         pos = 0
         n = len(buf)
+        # The next CR and LF, looked for again only once passed: a search per line to
+        # the end of a read holding hundreds of events (and no CR) was quadratic.
+        cr = buf.find("\r")
+        lf = buf.find("\n")
         while pos < n:
-            cr = buf.find("\r", pos)
-            lf = buf.find("\n", pos)
+            if 0 <= cr < pos:
+                cr = buf.find("\r", pos)
+            if 0 <= lf < pos:
+                lf = buf.find("\n", pos)
             if cr == -1 and lf == -1:
                 break
             if cr == -1 or (lf != -1 and lf < cr):
