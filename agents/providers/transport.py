@@ -9,7 +9,9 @@ several context managers, while trio's `SSLStream` hands back one TLS record per
 call, each a trip through the scheduler (docs/benchmarks.md measured both). Here,
 per wake-up:
 
-- one socket read takes every byte the kernel holds;
+- one `recv` on a non-blocking socket takes every byte the kernel holds (trio's
+  low-level `wait_readable` only after a short read: the kernel most likely holds
+  nothing more then, and a read that fails costs a system call);
 - every TLS record in it is decrypted at once (`ssl.MemoryBIO`, the stdlib's own
   sans-I/O TLS; trio's `SSLStream` wraps the same object one record at a time);
 - one call of llhttp (`httptools`, the C parser Node.js and uvicorn use) parses it,
@@ -42,7 +44,8 @@ _Origin = tuple[bytes, str, int]
 
 
 class StreamTransport(httpx.AsyncBaseTransport):
-    """HTTP/1.1 over trio sockets and stdlib TLS, parsed by llhttp, pooled per origin.
+    """HTTP/1.1 over non-blocking sockets and stdlib TLS, parsed by llhttp, pooled per
+    origin.
 
     Args:
         ssl_context: what TLS trusts and presents (default: httpx's, so the same
