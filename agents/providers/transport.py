@@ -23,6 +23,7 @@ Connections are pooled per origin and reused (keep-alive, as httpcore does), at 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import select
 import socket
@@ -81,7 +82,10 @@ class StreamTransport(httpx.AsyncBaseTransport):
         for attempt in range(2):
             conn, reused = await self._connection(origin, timeouts, request)
             try:
-                await conn.send(head + body, timeouts.get("write"), request)
+                with contextlib.suppress(httpx.WriteError):
+                    # A server may answer before it has read the whole request (413,
+                    # too large) and close: what it said is read next, as httpcore does.
+                    await conn.send(head + body, timeouts.get("write"), request)
                 response = await conn.read_head(timeouts.get("read"), request)
             except httpx.TransportError:
                 conn.close()

@@ -107,6 +107,30 @@ async def test_a_reused_connection_the_server_dropped_is_tried_once_more_anew() 
     assert served == 3
 
 
+async def test_an_answer_sent_before_the_whole_request_was_read_is_the_response() -> None:
+    """The server reads the head, answers 413 and closes with the body unread: the
+    client's send fails (reset by peer), and the 413 is still what it gets, not a
+    connection error (as with httpcore)."""
+
+    async def handler(stream: trio.abc.Stream) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some(65536)
+        await stream.send_all(
+            b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n"
+            b"connection: close\r\n\r\ntoo long"
+        )
+        await trio.sleep(0.2)
+        await trio.aclose_forcefully(stream)  # the body unread: a reset
+
+    async with trio.open_nursery() as nursery:
+        url = await serve(nursery, handler)
+        async with httpx.AsyncClient(transport=StreamTransport()) as client:
+            response = await client.post(url, content=b"x" * 16_000_000)
+        nursery.cancel_scope.cancel()
+    assert (response.status_code, response.text) == (413, "too long")
+
+
 async def test_a_body_that_ends_with_the_connection_and_one_cut_short() -> None:
     async def handler(stream: trio.abc.Stream) -> None:
         request = await read_request(stream)
