@@ -27,7 +27,6 @@ from orchestrator.cli.approver import Mode, TerminalApprover, pausing
 from orchestrator.cli.control import approve_main, cancel_main, pending_main
 from orchestrator.cli.render import render_tree
 from orchestrator.cli.watch import check_url, fork_main, start_main, watch_main
-from orchestrator.cluster.node import run_worker
 from orchestrator.config import ConfigError, ServerConfig, load_config
 from orchestrator.core.events import encode_event
 from orchestrator.core.tree import TreeView
@@ -312,6 +311,8 @@ def _agents(config: ServerConfig) -> int:
 
 
 async def _worker(config: ServerConfig) -> int:
+    from orchestrator.cluster.node import run_worker  # (the Redis client: workers only)
+
     async with trio.open_nursery() as nursery:
         node = await nursery.start(functools.partial(run_worker, config))
         settle_heap()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.storage.base import RunRecord, Storage
-from orchestrator.storage.redis import RedisStorage
+from orchestrator.storage.kind import is_redis
 from orchestrator.storage.writer import FencedWrite
 
 __all__ = ["Leases", "Owned"]
@@ -42,7 +42,7 @@ class Leases:
 
     def fence(self, storage: Storage) -> FencedWrite:
         """The journal's write on `storage`, each run's behind its lease."""
-        if not isinstance(storage, RedisStorage):  # the config validator makes this impossible
+        if not is_redis(storage):  # the config validator makes this impossible
             raise TypeError("cluster mode needs redis storage")
 
         async def write(records: list[RunRecord], rows: list[tuple[str, int, bytes]]) -> set[str]:

@@ -28,7 +28,6 @@ from websockets.trio.server import Server, ServerConnection
 from websockets.trio.server import serve as ws_serve
 
 from orchestrator.cluster.leases import Leases
-from orchestrator.cluster.node import Node, open_node
 from orchestrator.config import ClusterConfig, ServerConfig, ServerSection
 from orchestrator.runs.host import RunHost
 from orchestrator.runs.service import RunService
@@ -45,6 +44,7 @@ from orchestrator.storage.owner import this_server
 from orchestrator.telemetry import traced
 
 if TYPE_CHECKING:
+    from orchestrator.cluster.node import Node
     from orchestrator.telemetry.export import Telemetry
 
 __all__ = ["RunningServer", "ServerApp", "serve"]
@@ -201,6 +201,8 @@ async def _join_cluster(
     *,
     task_status: trio.TaskStatus[Node],
 ) -> None:
+    from orchestrator.cluster.node import open_node  # (the Redis client: cluster mode only)
+
     async with open_node(config, journal, host, gateway=True, leases=leases) as node:
         task_status.started(node)
         await trio.sleep_forever()

@@ -12,18 +12,20 @@ import json
 from collections.abc import Sized
 from http import HTTPStatus
 from importlib import resources
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, generate_latest
 from websockets.http11 import Request, Response
 from websockets.trio.server import ServerConnection
 
-from orchestrator.cluster.node import Node
 from orchestrator.config import ServerConfig
 from orchestrator.server.auth import Auth
 from orchestrator.server.endpoints import HOST_REFUSED, refused_host
 from orchestrator.storage.journal import Journal
+
+if TYPE_CHECKING:  # (the cluster, and with it the Redis client, loads only in cluster mode)
+    from orchestrator.cluster.node import Node
 
 __all__ = ["STATIC_FILES", "RouteContext", "Routes"]
 

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from orchestrator.cluster.node import Node
 from orchestrator.core.events import RUN_STATUSES
 from orchestrator.storage.journal import Journal
 
 if TYPE_CHECKING:
+    from orchestrator.cluster.node import Node
     from orchestrator.telemetry.export import Telemetry
 
 __all__ = ["AppCollector", "MetricsContext"]

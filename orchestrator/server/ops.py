@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from orchestrator import protocol
-from orchestrator.cluster.node import Node
 from orchestrator.config import ServerConfig
 from orchestrator.core.approvals import Answer
 from orchestrator.core.filters import FilterSpec
@@ -41,6 +40,9 @@ from orchestrator.server.feed import Feed
 from orchestrator.storage.base import ForkPoint
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import RunLog, UnknownRun
+
+if TYPE_CHECKING:  # (the cluster, and with it the Redis client, loads only in cluster mode)
+    from orchestrator.cluster.node import Node
 
 __all__ = ["OPS", "Caller", "OpContext", "dispatch"]
 

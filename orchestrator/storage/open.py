@@ -11,16 +11,20 @@ import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.config import ConfigError, ServerConfig
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.journal import Journal
+from orchestrator.storage.kind import is_redis
 from orchestrator.storage.memory import MemoryStorage
 from orchestrator.storage.owner import Holder, Ownership, own
-from orchestrator.storage.redis import RedisStorage
 from orchestrator.storage.retention import RetentionPolicy
 from orchestrator.storage.sqlite import SqliteStorage
 from orchestrator.storage.writer import FencedWrite
+
+if TYPE_CHECKING:
+    from orchestrator.storage.redis import RedisStorage
 
 __all__ = ["journal_name", "open_journal", "open_storage"]
 
@@ -38,6 +42,8 @@ def open_storage(config: ServerConfig) -> AbstractAsyncContextManager[Storage]:
         path = Path(url.removeprefix("sqlite:///"))
         return SqliteStorage.open(path if path.is_absolute() else config.base_dir / path)
     if url.startswith("redis://"):
+        from orchestrator.storage.redis import RedisStorage  # (only where one is used)
+
         return RedisStorage.open(url, durability=config.storage.durability)
     raise ConfigError(f"storage: {url!r} is not supported (memory://, sqlite:///PATH, redis://)")
 
@@ -82,7 +88,7 @@ async def open_journal(
                     fence(storage)
                     if fence is not None
                     else functools.partial(_owned_write, storage, ownership)
-                    if ownership.key is not None and isinstance(storage, RedisStorage)
+                    if ownership.key is not None and is_redis(storage)
                     else None
                 ),
             )
@@ -107,6 +113,6 @@ def journal_name(storage: Storage, url: str) -> str:
     and key prefix (never a password)."""
     if isinstance(storage, SqliteStorage):
         return str(storage.path.resolve())
-    if isinstance(storage, RedisStorage):
+    if is_redis(storage):
         return f"{storage.shown} (key prefix {storage.prefix!r})"
     return url

@@ -35,15 +35,19 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import coredis
 import msgspec
 import trio
-from coredis.tokens import PureToken
 
 from orchestrator.storage.base import Storage, StorageError
-from orchestrator.storage.redis import RedisStorage
+from orchestrator.storage.kind import is_redis
 from orchestrator.storage.sqlite import SqliteStorage
+
+if TYPE_CHECKING:
+    import coredis
+
+    from orchestrator.storage.redis import RedisStorage
 
 __all__ = ["OWNER_LEASE_SECONDS", "Holder", "JournalInUse", "Ownership", "own"]
 
@@ -126,7 +130,7 @@ async def own(storage: Storage, holder: Holder, *, journal: str) -> AsyncIterato
     if isinstance(storage, SqliteStorage):
         with _locked(storage.path, holder, journal):
             yield Ownership()
-    elif isinstance(storage, RedisStorage):
+    elif is_redis(storage):
         async with _leased(storage, holder, journal) as ownership:
             yield ownership
     else:
@@ -168,6 +172,8 @@ def _alive(pid: int) -> bool:
 
 @asynccontextmanager
 async def _leased(storage: RedisStorage, holder: Holder, journal: str) -> AsyncIterator[Ownership]:
+    from coredis.tokens import PureToken  # (only where a Redis journal is used)
+
     client = storage._client
     assert client is not None, "storage is not open"
     key = f"{storage.prefix}owner"
