@@ -99,7 +99,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
                 self._slots.release()
                 raise
             return httpx.Response(
-                response.status,
+                response.parser.get_status_code(),
                 headers=response.headers,
                 stream=_Body(self, origin, conn, response, timeouts.get("read"), request),
                 extensions={"http_version": b"HTTP/1.1", "reason_phrase": response.reason},
@@ -228,17 +228,6 @@ class _Head:
             ):
                 return False
         return True
-
-
-class _Response:
-    __slots__ = ("head", "headers", "parser", "reason", "status")
-
-    def __init__(self, head: _Head) -> None:
-        self.head = head
-        self.parser = head.parser
-        self.status: int = head.parser.get_status_code()
-        self.headers = head.headers
-        self.reason = head.reason
 
 
 class _Connection:
@@ -404,7 +393,7 @@ class _Connection:
             return b""
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
-    async def read_head(self, within: float | None, request: httpx.Request) -> _Response:
+    async def read_head(self, within: float | None, request: httpx.Request) -> _Head:
         """Receive until the status line and headers are in (body bytes that came with
         them wait in the head)."""
         head = _Head()
@@ -424,7 +413,7 @@ class _Connection:
                 )
         if request.method == "HEAD":  # (its Content-Length is of a body not sent)
             head.done = True
-        return _Response(head)
+        return head
 
     def reusable(self) -> bool:
         """Still open, with nothing unread (a server that closed it is readable)."""
@@ -465,14 +454,14 @@ class _Body(httpx.AsyncByteStream):
         transport: StreamTransport,
         origin: _Origin,
         conn: _Connection,
-        response: _Response,
+        head: _Head,
         timeout: float | None,
         request: httpx.Request,
     ) -> None:
         self._transport = transport
         self._origin = origin
         self._conn: _Connection | None = conn
-        self._response = response
+        self._head = head
         self._timeout = timeout
         self._request = request
 
@@ -482,7 +471,7 @@ class _Body(httpx.AsyncByteStream):
         return self
 
     async def __anext__(self) -> bytes:
-        head = self._response.head
+        head = self._head
         body = head.body
         while not body:
             conn = self._conn
@@ -498,7 +487,7 @@ class _Body(httpx.AsyncByteStream):
                 head.done = True
                 head.keep_alive = False
                 raise StopAsyncIteration
-            _feed(self._response.parser, data, self._request)
+            _feed(head.parser, data, self._request)
         chunk = body[0] if len(body) == 1 else b"".join(body)
         body.clear()
         return chunk
@@ -506,5 +495,5 @@ class _Body(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            done = self._response.head.done and self._response.head.keep_alive
+            done = self._head.done and self._head.keep_alive
             self._transport.give_back(self._origin, conn, done)
