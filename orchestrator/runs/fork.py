@@ -12,15 +12,15 @@ copy cut short (the process died) is completed where it stopped.
 
 from __future__ import annotations
 
-import functools
 import time
 
 import msgspec
 
 from agents.core.replay import Recording
-from orchestrator.core.bus import RunSink, new_run_id
+from orchestrator.core.bus import new_run_id
 from orchestrator.core.events import Event, EventType
 from orchestrator.core.fork import fork_run, recorded
+from orchestrator.runs.resume import journaled_run
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.runtime.run import Run
 from orchestrator.storage.base import ForkPoint, RunRecord
@@ -102,21 +102,12 @@ async def start_fork(
         if outlet.put_copied(event, raw) if raw is not None else outlet.put_nowait(event):
             await outlet.wait_writable()
     copied = max(fork.events[-1].seq, record.last_seq)
-    sink = RunSink(
-        record.run_id,
-        record.root_session_id,
-        outlet,
+    run = journaled_run(
+        journal,
+        orchestrator,
+        record,
         after_seq=copied,
-        durable=functools.partial(journal.wait_durable, record.run_id),
-    )
-    run = Run(
-        orchestrator.catalog,
-        record.agent_id,
-        record.input,
-        limits=orchestrator.default_limits(),
-        sink=sink,
-        run_id=record.run_id,
-        resume=fork.plan,
+        plan=fork.plan,
         resumed={"attempt": 1, **(resumed or {}), "afterSeq": copied, "reason": "fork"},
         recording=fork.recording,
     )

@@ -22,7 +22,7 @@ from orchestrator.core.bus import RunSink, new_run_id, new_session_id
 from orchestrator.core.fork import ForkError
 from orchestrator.core.rebuild import ResumePlan
 from orchestrator.runs.fork import fork_record, recording_of, start_fork, started
-from orchestrator.runs.resume import end_unresumable, plan_resume
+from orchestrator.runs.resume import end_unresumable, journaled_run, plan_resume
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
@@ -203,23 +203,13 @@ class RunHost:
         `resumed`; without one it starts from its input. `recording`: a replaying
         fork's original turns (`runs/fork.py` `recording_of`).
         """
-        orch = self.orchestrator
         log = self.journal.own(record)
-        sink = RunSink(
-            record.run_id,
-            record.root_session_id,
-            self.journal.outlet(record.run_id),
+        run = journaled_run(
+            self.journal,
+            self.orchestrator,
+            record,
             after_seq=log.committed,
-            durable=functools.partial(self.journal.wait_durable, record.run_id),
-        )
-        run = Run(
-            orch.catalog,
-            record.agent_id,
-            record.input,
-            limits=orch.default_limits(),
-            sink=sink,
-            run_id=record.run_id,
-            resume=plan,
+            plan=plan,
             resumed=resumed,
             recording=recording,
         )

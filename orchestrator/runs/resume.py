@@ -12,21 +12,59 @@ RUN_FINISHED `failed`, so every agent still ends exactly once.
 
 from __future__ import annotations
 
+import functools
 import time
 
 from agents.core.payloads import agent_error
+from agents.core.replay import Recording
+from orchestrator.core.bus import RunSink
 from orchestrator.core.events import Event, EventType
 from orchestrator.core.rebuild import ResumePlan, rebuild
+from orchestrator.runtime.engine import Orchestrator
+from orchestrator.runtime.run import Run
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 
-__all__ = ["end_unresumable", "plan_resume"]
+__all__ = ["end_unresumable", "journaled_run", "plan_resume"]
 
 
 async def plan_resume(journal: Journal, record: RunRecord) -> ResumePlan:
     """The run's agents as its journal left them (events up to `record.last_seq`)."""
     entries = await journal.read_all(record.run_id, record.last_seq)
     return rebuild([entry.event for entry in entries])
+
+
+def journaled_run(
+    journal: Journal,
+    orchestrator: Orchestrator,
+    record: RunRecord,
+    *,
+    after_seq: int,
+    plan: ResumePlan | None,
+    resumed: dict[str, object] | None,
+    recording: Recording | None = None,
+) -> Run:
+    """The run of `record`, writing to its journal after `after_seq`: resumed with
+    `plan` (announced with `resumed`), or from its input without one. One way for a
+    resume, a takeover and a fork (`runs/fork.py`) to build it."""
+    sink = RunSink(
+        record.run_id,
+        record.root_session_id,
+        journal.outlet(record.run_id),
+        after_seq=after_seq,
+        durable=functools.partial(journal.wait_durable, record.run_id),
+    )
+    return Run(
+        orchestrator.catalog,
+        record.agent_id,
+        record.input,
+        limits=orchestrator.default_limits(),
+        sink=sink,
+        run_id=record.run_id,
+        resume=plan,
+        resumed=resumed,
+        recording=recording,
+    )
 
 
 async def end_unresumable(
