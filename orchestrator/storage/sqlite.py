@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -44,10 +44,20 @@ CREATE TABLE IF NOT EXISTS run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NU
 CREATE TABLE IF NOT EXISTS events (
     run INTEGER NOT NULL,
     seq INTEGER NOT NULL,
-    body BLOB NOT NULL
+    body BLOB NOT NULL,
+    first INTEGER
 );
 CREATE UNIQUE INDEX IF NOT EXISTS events_by_run ON events (run, seq);
 """
+# A row is a pack: one run's consecutive events `first`..`seq` of one commit, their
+# encodings joined by b"\n" (JSON never holds a raw newline), or one event alone
+# (`first` NULL; every row of a file written before packs). At a model's pace each
+# run writes a few events per commit; one row and one index entry for them instead
+# of one each halves what a commit costs (bench/sqlite_rows.py --pack), and with it
+# how long a live event waits for its commit. A pack is cut at `_PACK_EVENTS`
+# events or `_PACK_BYTES`, so a read (which can start mid-pack) stays bounded.
+_PACK_EVENTS = 64
+_PACK_BYTES = 256 * 1024
 # Events are a rowid table (rows appended in write order) with a (run, seq) index,
 # `run` being the run's number in `run_nums`. The index is what a commit at a
 # model's pace costs: each run writing a few events dirties its own leaf page of it,
@@ -58,7 +68,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS events_by_run ON events (run, seq);
 _CONVERT_EVENTS = """
 CREATE TABLE IF NOT EXISTS run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
 INSERT OR IGNORE INTO run_nums (run_id) SELECT DISTINCT run_id FROM events;
-CREATE TABLE events_by_num (run INTEGER NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL);
+CREATE TABLE events_by_num (
+    run INTEGER NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL, first INTEGER
+);
 INSERT INTO events_by_num (run, seq, body)
     SELECT n.num, e.seq, e.body FROM events e JOIN run_nums n ON n.run_id = e.run_id;
 DROP TABLE events;
@@ -139,6 +151,8 @@ class SqliteStorage:
             columns = {r[1] for r in self._writer.execute("PRAGMA table_info(events)")}
             if "run_id" in columns:
                 self._convert_events()
+            elif "first" not in columns:  # rows of one event only: they stay as they are
+                self._writer.execute("ALTER TABLE events ADD COLUMN first INTEGER")
             self._nums = dict(self._writer.execute("SELECT run_id, num FROM run_nums"))
             self._reader = self._connect()
         except (OSError, sqlite3.Error) as exc:
@@ -255,7 +269,7 @@ class SqliteStorage:
         try:
             rows: list[tuple[object, ...]] = []
             run_id, num = None, 0
-            for event_run, seq, body in events:  # a run's events come together
+            for event_run, first, last, body in _packs(events):
                 if event_run != run_id:
                     run_id = event_run
                     known = nums.get(run_id)
@@ -265,8 +279,8 @@ class SqliteStorage:
                         known = nums[run_id] = cursor.lastrowid
                         numbered.append(run_id)
                     num = known
-                rows.append((num, seq, body))
-            _insert_many(conn, "INSERT INTO events (run, seq, body) VALUES {values}", rows)
+                rows.append((num, last, body, first))
+            _insert_many(conn, "INSERT INTO events (run, seq, body, first) VALUES {values}", rows)
             _insert_many(conn, _UPSERT_RUNS, record_rows)
             conn.execute("COMMIT")
         except BaseException:
@@ -281,11 +295,21 @@ class SqliteStorage:
         num = self._nums.get(run_id)
         if num is None:  # no event of it was ever written
             return []
-        rows = conn.execute(
-            "SELECT body FROM events WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?",
+        rows = conn.execute(  # each row holds one event at least: `limit` rows suffice
+            "SELECT first, seq, body FROM events WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?",
             (num, after_seq, limit),
-        ).fetchall()
-        return [bytes(r[0]) for r in rows]
+        )
+        found: list[bytes] = []
+        for first, _, body in rows:
+            if first is None:
+                found.append(bytes(body))
+            else:
+                parts = bytes(body).split(b"\n")
+                found.extend(parts[after_seq - first + 1 :] if first <= after_seq else parts)
+            if len(found) >= limit:
+                del found[limit:]
+                break
+        return found
 
     async def read(self, run_id: str, after_seq: int, limit: int) -> list[bytes]:
         """Events after `after_seq`, from the read connection, in a worker thread."""
@@ -294,13 +318,34 @@ class SqliteStorage:
         )
 
     async def trim(self, run_id: str, first_seq: int) -> None:
-        """Delete the run's events below `first_seq`."""
+        """Delete the run's events below `first_seq` (a pack that holds it loses its
+        head), in one transaction."""
+        await trio.to_thread.run_sync(self._trim, run_id, first_seq, limiter=self._write_limiter)
+
+    def _trim(self, run_id: str, first_seq: int) -> None:
+        conn = self._writer
+        assert conn is not None, "storage is not open"
         num = self._num(run_id)
-        statements: list[tuple[str, list[tuple[object, ...]]]] = [
-            ("DELETE FROM events WHERE run = ? AND seq < ?", [(num, first_seq)]),
-            ("UPDATE runs SET first_seq = ? WHERE run_id = ?", [(first_seq, run_id)]),
-        ]
-        await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
+        conn.execute("BEGIN")
+        try:
+            conn.execute("DELETE FROM events WHERE run = ? AND seq < ?", (num, first_seq))
+            held = conn.execute(
+                "SELECT rowid, first, body FROM events WHERE run = ? AND seq >= ?"
+                " ORDER BY seq LIMIT 1",
+                (num, first_seq),
+            ).fetchone()
+            if held is not None and held[1] is not None and held[1] < first_seq:
+                rowid, first, body = held
+                kept = bytes(body).split(b"\n")[first_seq - first :]
+                conn.execute(
+                    "UPDATE events SET body = ?, first = ? WHERE rowid = ?",
+                    (b"\n".join(kept), first_seq if len(kept) > 1 else None, rowid),
+                )
+            conn.execute("UPDATE runs SET first_seq = ? WHERE run_id = ?", (first_seq, run_id))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     async def delete_runs(self, run_ids: list[str]) -> None:
         """Delete whole runs, records and events, in one transaction."""
@@ -324,6 +369,40 @@ class SqliteStorage:
 
 
 _decode_fork = msgspec.json.Decoder(ForkPoint).decode
+
+
+def _packs(
+    events: list[tuple[str, int, bytes]],
+) -> Iterator[tuple[str, int | None, int, bytes]]:
+    """The batch's rows: (runId, first seq or None for one event, last seq, body).
+
+    A run's events come together in a batch; consecutive seqs of one run join a pack
+    up to `_PACK_EVENTS` events and `_PACK_BYTES`. An encoding holding a newline (none
+    does: they are JSON) is a row of its own, never split when read.
+    """
+    run_id, parts, first, last, size = "", list[bytes](), 0, 0, 0
+    for event_run, seq, body in events:
+        if (
+            parts
+            and event_run == run_id
+            and seq == last + 1
+            and len(parts) < _PACK_EVENTS
+            and size + len(body) < _PACK_BYTES
+            and b"\n" not in body
+        ):
+            parts.append(body)
+            last, size = seq, size + len(body) + 1
+            continue
+        if parts:
+            yield run_id, first if len(parts) > 1 else None, last, b"\n".join(parts)
+        if b"\n" in body:
+            yield event_run, None, seq, body
+            parts = []
+            continue
+        run_id, parts, first, last, size = event_run, [body], seq, seq, len(body)
+    if parts:
+        yield run_id, first if len(parts) > 1 else None, last, b"\n".join(parts)
+
 
 _UPSERT_RUNS = (
     f"INSERT INTO runs ({_COLUMNS}) VALUES {{values}}"

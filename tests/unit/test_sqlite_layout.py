@@ -76,7 +76,7 @@ async def test_an_older_file_is_converted_when_opened(tmp_path: Path, events_tab
     columns = [r[1] for r in conn.execute("PRAGMA table_info(events)")]
     (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()
     conn.close()
-    assert columns == ["run", "seq", "body"] and "WITHOUT ROWID" not in sql.upper()
+    assert columns == ["run", "seq", "body", "first"] and "WITHOUT ROWID" not in sql.upper()
 
 
 async def test_a_failed_write_keeps_no_run_number(tmp_path: Path) -> None:
@@ -145,3 +145,41 @@ async def test_a_runs_context_is_kept(tmp_path: Path) -> None:
     async with SqliteStorage.open(path) as storage:
         loaded = {r.run_id: r.context_id for r in await storage.load()}
     assert loaded == {"run-1": "ctx-42", "run-2": None}
+
+
+async def test_a_runs_consecutive_events_are_one_row_read_from_any_seq(tmp_path: Path) -> None:
+    """A commit writes one row per run for its consecutive events (a pack): reads may
+    start and stop inside one, retention may cut into one, and rows of one event
+    (older files, an encoding with a newline) are read as they are."""
+    path = tmp_path / "j.db"
+    conn = sqlite3.connect(path)  # a file of the layout before packs: no `first`
+    conn.executescript(
+        RUNS
+        + "CREATE TABLE run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);"
+        + "CREATE TABLE events (run INTEGER NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL);"
+        + "CREATE UNIQUE INDEX events_by_run ON events (run, seq);"
+        + "INSERT INTO run_nums VALUES (1, 'run-1');"
+        + "INSERT INTO events VALUES (1, 1, CAST('e1' AS BLOB)), (1, 2, CAST('e2' AS BLOB));"
+    )
+    conn.close()
+    events = [b"e%d" % s for s in range(1, 201)]
+    async with SqliteStorage.open(path) as storage:
+        batch = [("run-1", s, events[s - 1]) for s in range(3, 151)]
+        batch += [("run-2", 1, b"f1"), ("run-2", 2, b"f\n2"), ("run-2", 3, b"f3")]
+        batch += [("run-1", s, events[s - 1]) for s in range(151, 201)]
+        await storage.write([], batch)
+        for after in (0, 1, 2, 3, 63, 66, 67, 150, 199, 200):
+            for limit in (1, 5, 64, 1000):
+                got = await storage.read("run-1", after, limit)
+                assert got == events[after : after + limit], (after, limit)
+        assert await storage.read("run-2", 0, 10) == [b"f1", b"f\n2", b"f3"]
+        assert await storage.read("run-2", 1, 10) == [b"f\n2", b"f3"]
+        await storage.trim("run-1", 100)  # inside the pack of 67..130
+        assert await storage.read("run-1", 0, 1000) == events[99:]
+        assert await storage.read("run-1", 120, 3) == events[120:123]
+        await storage.trim("run-1", 130)  # that pack's last event alone is left
+        assert await storage.read("run-1", 0, 2) == events[129:131]
+    conn = sqlite3.connect(path)
+    rows = conn.execute("SELECT seq, first FROM events WHERE run = 1 ORDER BY seq").fetchall()
+    conn.close()
+    assert rows == [(130, None), (150, 131), (200, 151)]
