@@ -2,8 +2,9 @@
 
 R runs write K events each per commit (as a server at a model's pace does: many
 runs, a few events each per commit), 600-byte bodies, WAL and `synchronous=NORMAL`
-as `sqlite://` uses, 256 rows per INSERT. Layouts: the current one (a `(run_id
-TEXT, seq)` index), an integer run key instead, and no index at all (the floor).
+as `sqlite://` uses, 256 rows per INSERT. Layouts: a `(run_id TEXT, seq)` index,
+an integer run key instead, no index at all (the floor), and the current one: the
+integer key with one row per run per commit holding its events (a pack).
 
     python -m bench.sqlite_rows [--runs 250] [--per-commit 8] [--commits 200]
 """
@@ -24,9 +25,15 @@ _INDEX = "CREATE UNIQUE INDEX events_by_run ON events (run_id, seq);"
 
 
 def measure(
-    path: Path, schema: str, key: Callable[[int], object], runs: int, per: int, commits: int
+    path: Path,
+    schema: str,
+    key: Callable[[int], object],
+    runs: int,
+    per: int,
+    commits: int,
+    pack: bool = False,
 ) -> tuple[float, float, float]:
-    """µs per row, ms per commit (mean), ms of the slowest commit."""
+    """µs per event, ms per commit (mean), ms of the slowest commit."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -39,6 +46,10 @@ def measure(
     for _ in range(commits):
         rows: list[tuple[object, int, bytes]] = []
         for r in range(runs):
+            if pack:  # (sqlite.py `_packs`: the encodings joined by newlines)
+                seq[r] += per
+                rows.append((ids[r], seq[r], b"\n".join([body] * per)))
+                continue
             for _ in range(per):
                 seq[r] += 1
                 rows.append((ids[r], seq[r], body))
@@ -67,19 +78,20 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
-    layouts: list[tuple[str, str, Callable[[int], object]]] = [
-        ("(run_id TEXT, seq) index", _TABLE.format(kind="TEXT") + _INDEX, _run_id),
-        ("(run INTEGER, seq) index", _TABLE.format(kind="INTEGER") + _INDEX, int),
-        ("no index", _TABLE.format(kind="TEXT"), _run_id),
+    layouts: list[tuple[str, str, Callable[[int], object], bool]] = [
+        ("(run_id TEXT, seq) index", _TABLE.format(kind="TEXT") + _INDEX, _run_id, False),
+        ("(run INTEGER, seq) index", _TABLE.format(kind="INTEGER") + _INDEX, int, False),
+        ("no index", _TABLE.format(kind="TEXT"), _run_id, False),
+        ("packs, (run INTEGER, seq)", _TABLE.format(kind="INTEGER") + _INDEX, int, True),
     ]
     print(f"{args.runs} runs × {args.per_commit} events per commit, {args.commits} commits")
-    for name, schema, key in layouts:
+    for name, schema, key, pack in layouts:
         with tempfile.TemporaryDirectory() as tmp:
             per_row, per_commit, worst = measure(
-                Path(tmp) / "j.db", schema, key, args.runs, args.per_commit, args.commits
+                Path(tmp) / "j.db", schema, key, args.runs, args.per_commit, args.commits, pack
             )
         print(
-            f"{name:<26} {per_row:6.2f} µs a row  {per_commit:6.1f} ms a commit"
+            f"{name:<26} {per_row:6.2f} µs an event  {per_commit:6.1f} ms a commit"
             f"  (slowest {worst:.1f} ms)"
         )
 

@@ -89,3 +89,9 @@ class Storage(Protocol):
     async def delete_runs(self, run_ids: list[str]) -> None:
         """Forget whole runs: their records and events (retention)."""
         ...
+
+    async def upkeep(self) -> None:
+        """What the store does in the background while the journal is open (SQLite:
+        WAL checkpoints); returns at once where there is nothing. Run in the journal's
+        nursery, cancelled when it closes."""
+        ...

@@ -203,6 +203,7 @@ class Journal:
                 functools.partial(journal.writer.run, final_flush_timeout=final_flush_timeout)
             )
             await nursery.start(journal.retention.run)
+            nursery.start_soon(storage.upkeep)
             try:
                 yield journal
             finally:

@@ -37,3 +37,6 @@ class MemoryStorage:
 
     async def delete_runs(self, run_ids: list[str]) -> None:
         """The journal forgets the runs itself."""
+
+    async def upkeep(self) -> None:
+        """Nothing to keep up."""

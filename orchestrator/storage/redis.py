@@ -261,6 +261,9 @@ class RedisStorage:
             pipe.hdel(self.prefix + "runs", run_ids)
             pipe.zrem(self.prefix + "runs:index", run_ids)  # cluster mode's `runs` index
 
+    async def upkeep(self) -> None:
+        """Redis keeps itself up."""
+
 
 def _first_leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
