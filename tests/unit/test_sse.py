@@ -58,6 +58,20 @@ def test_bom_only_stripped_once_at_start() -> None:
     assert [e.data for e in events] == ["a", "\ufeffb"]
 
 
+@given(cut=st.integers(min_value=0, max_value=40))
+def test_utf8_is_decoded_per_event_wherever_a_read_cuts_it(cut: int) -> None:
+    """Lines are split on bytes, and only an event's data is decoded: a character cut
+    between two reads is whole, an invalid byte becomes U+FFFD (as a decoder of the
+    whole stream with errors="replace" made it)."""
+    raw = (
+        "data: h\u00e9 \u2028 \U0001f600\n\n".encode() + b"data: bad \xff\xfe end\n\nevent: \xe9\n"
+    )
+    raw += b"data: x\n\n"
+    events = decode(raw, cuts=[min(cut, len(raw))])
+    assert [e.data for e in events] == ["h\u00e9 \u2028 \U0001f600", "bad \ufffd\ufffd end", "x"]
+    assert events[2].event == "\ufffd"
+
+
 def test_close_reports_pending_partial_event() -> None:
     decoder = SseDecoder()
     assert decoder.feed(b"data: a\n\ndata: half") == [SseEvent("a")]
