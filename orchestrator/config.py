@@ -215,6 +215,9 @@ class LimitsConfig(BaseModel):
     approval_timeout_seconds: float = Field(default=3600.0, gt=0)
     """Seconds a tool call waits for its approval before it is answered `timeout`
     (a subagent's `approval_timeout_seconds` overrides it)."""
+    stall_seconds: float = Field(default=60.0, ge=0)
+    """An agent running with no event for this long, waiting for neither a person nor
+    its children, is marked stalled (AGENT_STALLED); 0 turns it off."""
     max_pending_approvals: int = Field(default=10_000, ge=1)
     """Most tool calls waiting for a decision at once over the server; past it a call
     that needs one is denied at once (`by: server`)."""

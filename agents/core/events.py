@@ -41,6 +41,10 @@ class EventType(enum.StrEnum):
     """The agent's conversation grew too long: its older part is being summarized."""
     COMPACTION_FINISHED = "COMPACTION_FINISHED"
     """The older part was replaced by a summary (the text is in the event)."""
+    AGENT_STALLED = "AGENT_STALLED"
+    """A running agent (not waiting for a person or for its children) produced no event
+    for `limits.stall_seconds`; written by the server, not the agent. The mark holds
+    until the agent's next event of any other type."""
     RUN_FINISHED = "RUN_FINISHED"
 
 

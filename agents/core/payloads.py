@@ -20,6 +20,7 @@ __all__ = [
     "PAYLOADS",
     "AgentErrorData",
     "AgentResultData",
+    "AgentStalledData",
     "AgentStartedData",
     "ApprovalRequestedData",
     "ApprovalResolvedData",
@@ -193,6 +194,13 @@ class CompactionFinishedData(TypedDict):
     summary: str
 
 
+class AgentStalledData(TypedDict):
+    stalled: bool
+    silentSeconds: float
+    lastSeq: int
+    tool: NotRequired[str]
+
+
 class RunFinishedData(TypedDict):
     status: Literal["completed", "failed", "cancelled", "interrupted"]
     result: NotRequired[str]
@@ -246,6 +254,7 @@ PAYLOADS: dict[EventType, tuple[type, ...]] = {
     EventType.APPROVAL_RESOLVED: (ApprovalResolvedData,),
     EventType.COMPACTION_STARTED: (CompactionStartedData,),
     EventType.COMPACTION_FINISHED: (CompactionFinishedData,),
+    EventType.AGENT_STALLED: (AgentStalledData,),
     EventType.RUN_FINISHED: (RunFinishedData,),
 }
 """Each event type's payload (its shapes, for REASONING: a delta, a thinking delta, or

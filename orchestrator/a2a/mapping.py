@@ -25,6 +25,7 @@ from a2a.types import a2a_pb2 as pb
 
 from agents.core.payloads import (
     AgentErrorData,
+    AgentStalledData,
     ReasoningDeltaData,
     RunFinishedData,
     TurnEndData,
@@ -41,6 +42,7 @@ HANDLES = frozenset(
         EventType.REASONING,
         EventType.AGENT_RESULT,
         EventType.AGENT_ERROR,
+        EventType.AGENT_STALLED,
         EventType.RUN_FINISHED,
     }
 )
@@ -227,6 +229,15 @@ class TaskView:
             failed = cast(AgentErrorData, data)
             how = "done" if kind is EventType.AGENT_RESULT else f"failed: {failed.get('message')}"
             return [self._status(S.TASK_STATE_WORKING, f"{source.path}: {how}")]
+        if kind is EventType.AGENT_STALLED:
+            stall = cast(AgentStalledData, data)
+            where = source.path if source is not None else "root"
+            if not stall["stalled"]:
+                said = f"{where}: moving again after {stall['silentSeconds']:g} s"
+            else:
+                tool = f" in {stall['tool']}" if "tool" in stall else ""
+                said = f"{where}: stalled{tool}, no event for {stall['silentSeconds']:g} s"
+            return [self._status(S.TASK_STATE_WORKING, said)]
         if kind is EventType.RUN_FINISHED:
             return self._final(cast(RunFinishedData, data))
         return []

@@ -110,6 +110,7 @@ HANDLES = frozenset(
 too)."""
 IGNORES = frozenset(
     {
+        EventType.AGENT_STALLED,
         EventType.USER_MESSAGE,
         EventType.TOOL_PROGRESS,
         EventType.RUN_RESUMED,

@@ -25,6 +25,8 @@ def _line(node: AgentNode, width: int) -> Text:
     if node.name != node.agent_id:
         line.append(f" ({node.agent_id})", style="dim")
     line.append(f" {node.status}", style=style)
+    if node.status == "running" and node.stalled is not None:
+        line.append(f" ⚠ stalled: no event for {node.stalled:g} s", style="bold yellow")
     if node.status == "running":
         for fields in node.pending.values():
             who = fields.get("$.agent_id", "")

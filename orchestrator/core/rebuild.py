@@ -93,6 +93,7 @@ IGNORES = frozenset(
         EventType.TOOL_CALL_DELTA,
         EventType.TOOL_CALL,
         EventType.TOOL_PROGRESS,
+        EventType.AGENT_STALLED,
         EventType.RUN_RESUMED,
         EventType.TURN_ABANDONED,
     }

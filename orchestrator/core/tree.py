@@ -13,6 +13,7 @@ from typing import Any, cast
 from agents.core.payloads import (
     AgentErrorData,
     AgentResultData,
+    AgentStalledData,
     AgentStartedData,
     ApprovalRequestedData,
     ApprovalResolvedData,
@@ -44,6 +45,7 @@ HANDLES = frozenset(
         EventType.APPROVAL_RESOLVED,
         EventType.COMPACTION_STARTED,
         EventType.COMPACTION_FINISHED,
+        EventType.AGENT_STALLED,
         EventType.RUN_FINISHED,
     }
 )
@@ -76,6 +78,7 @@ class AgentNode:
         "name",
         "pending",
         "result",
+        "stalled",
         "status",
         "task",
         "text",
@@ -113,6 +116,9 @@ class AgentNode:
         """Tool calls waiting for approval: toolCallId → tool name."""
         self.usage: dict[str, Any] | None = None
         self.children: list[str] = []
+        self.stalled: float | None = None
+        """Seconds it had been silent when marked stalled (AGENT_STALLED); None once it
+        emits again (or the server says it moved)."""
 
     @property
     def finished(self) -> bool:
@@ -180,6 +186,11 @@ class TreeView:
             self.error = finished.get("error")
             return
         node = self._node(event.source)
+        if kind is EventType.AGENT_STALLED:
+            stall = cast(AgentStalledData, data)
+            node.stalled = stall["silentSeconds"] if stall["stalled"] else None
+            return
+        node.stalled = None  # any other event of the agent clears the mark
         if kind is EventType.REASONING:
             if event.last:
                 node.text = str(cast(TurnEndData, data).get("text", ""))[-_TAIL:]

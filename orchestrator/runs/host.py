@@ -24,6 +24,7 @@ from orchestrator.core.rebuild import ResumePlan
 from orchestrator.runs.fork import fork_record, recording_of, start_fork, started
 from orchestrator.runs.resume import end_unresumable, journaled_run, plan_resume
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
+from orchestrator.runs.stalls import StallSweeper
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
 from orchestrator.runtime.remote import RemoteRefused
@@ -72,6 +73,9 @@ class RunHost:
         self.active: dict[str, Run] = {}
         self._done: dict[str, trio.Event] = {}
         self.max_concurrent = orchestrator.config.limits.max_concurrent_runs
+        stall_seconds = orchestrator.config.limits.stall_seconds
+        self.stalls = StallSweeper(journal, nursery, stall_seconds) if stall_seconds else None
+        """Marks stalled agents (`limits.stall_seconds`); None when that is 0."""
         journal.writer.stalled.subscribe(self.fail_unstorable)
         if not journal.cluster:  # (in a cluster, a run's worker stops what it lost)
             journal.writer.fenced.subscribe(self._taken_over)
@@ -234,6 +238,8 @@ class RunHost:
         """Execute `run` here (in the host's nursery) until it ends."""
         done = self._done[run.run_id] = trio.Event()
         self.active[run.run_id] = run
+        if self.stalls is not None:
+            self.stalls.watch(run)
         self._nursery.start_soon(self._execute, run)
         return HostedRun(run, done)
 

@@ -112,6 +112,11 @@ class ServerApp:
         """Subscriptions a principal holds over all its connections."""
         return self.subscriptions[principal.name]
 
+    def stalled_agents(self) -> int:
+        """Agents of the runs executing here that are marked stalled (`/metrics`)."""
+        stalls = self.host.stalls
+        return stalls.stalled if stalls is not None else 0
+
     def slowest_lag(self) -> int:
         """How many committed events the furthest-behind subscription still has to read."""
         lag = 0

@@ -37,6 +37,7 @@ class MetricsContext(Protocol):
     @property
     def telemetry(self) -> Telemetry | None: ...
     def slowest_lag(self) -> int: ...
+    def stalled_agents(self) -> int: ...
 
 
 class AppCollector(Collector):
@@ -75,6 +76,12 @@ class AppCollector(Collector):
             "orchestrator_slowest_client_lag_events",
             "Committed events the furthest-behind subscription has not read yet",
             value=app.slowest_lag(),
+        )
+        yield GaugeMetricFamily(
+            "orchestrator_agents_stalled",
+            "Agents of runs executing here marked stalled now: running, waiting for nobody, "
+            "silent for limits.stall_seconds (AGENT_STALLED)",
+            value=app.stalled_agents(),
         )
         journal, writer = app.journal, app.journal.writer
         yield GaugeMetricFamily(

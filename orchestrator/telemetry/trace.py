@@ -74,11 +74,12 @@ IGNORES = frozenset(
         EventType.RUN_RESUMED,
         EventType.APPROVAL_REQUESTED,
         EventType.COMPACTION_STARTED,
+        EventType.AGENT_STALLED,
     }
 )
 """Event types a trace leaves aside: argument deltas, progress, a resume's notice, a
-request (its answer is the span event); tests/unit/test_payloads.py checks that
-every type is in one of the two."""
+request (its answer is the span event), a stall (the span's duration shows it);
+tests/unit/test_payloads.py checks that every type is in one of the two."""
 
 ModelInfo = Callable[[str], tuple[str, str]]
 """agentId → (gen_ai.provider.name, gen_ai.request.model)."""

@@ -28,7 +28,7 @@ SHOTS = os.environ.get("CONSOLE_SCREENSHOTS")
 `CONSOLE_SCREENSHOTS=docs/images .venv/bin/python -m pytest tests/browser`)."""
 
 try:
-    from playwright.sync_api import Browser, Page, sync_playwright
+    from playwright.sync_api import Browser, Page
 
     HAVE_PLAYWRIGHT = True
 except ImportError:  # pragma: no cover - depends on the machine
@@ -101,14 +101,6 @@ def config(**over: Any) -> dict[str, Any]:
     for key, value in over.items():
         data[key] = {**data[key], **value} if isinstance(value, dict) else value
     return data
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield instance
-        instance.close()
 
 
 @pytest.fixture

@@ -148,6 +148,29 @@ def test_a_run_is_a_task_whose_artifact_is_the_last_turns_text() -> None:
     assert final.artifacts[0].parts[0].text == "The answer."
 
 
+def test_a_stall_is_a_working_status_update_that_says_where() -> None:
+    view = TaskView("run-1", "ctx")
+    marked: dict[str, Any] = {"stalled": True, "silentSeconds": 61.5, "lastSeq": 7, "tool": "x"}
+    moved: dict[str, Any] = {"stalled": False, "silentSeconds": 70.0, "lastSeq": 9}
+    out = [
+        *view.updates(ev(EventType.AGENT_STALLED, source("root/r"), **marked)),
+        *view.updates(
+            ev(EventType.AGENT_STALLED, None, stalled=True, silentSeconds=61.5, lastSeq=3)
+        ),
+        *view.updates(ev(EventType.AGENT_STALLED, source("root/r"), **moved)),
+    ]
+    said = [u.status.message.parts[0].text for u in out if isinstance(u, pb.TaskStatusUpdateEvent)]
+    assert all(isinstance(u, pb.TaskStatusUpdateEvent) for u in out)
+    assert {u.status.state for u in out if isinstance(u, pb.TaskStatusUpdateEvent)} == {
+        S.TASK_STATE_WORKING
+    }
+    assert said == [
+        "root/r: stalled in x, no event for 61.5 s",
+        "root: stalled, no event for 61.5 s",
+        "root/r: moving again after 70 s",
+    ]
+
+
 def test_a_failed_or_cancelled_run_ends_its_task_so() -> None:
     for status_, state in (("failed", S.TASK_STATE_FAILED), ("cancelled", S.TASK_STATE_CANCELED)):
         view = TaskView("run-1", "ctx")

@@ -16,11 +16,11 @@ from agents.core.events import EventType
 from agents.core.payloads import PAYLOADS
 from orchestrator.a2a import mapping as a2a_mapping
 from orchestrator.agui import mapping as agui_mapping
-from orchestrator.core import rebuild, tree
+from orchestrator.core import rebuild, stalls, tree
 from orchestrator.telemetry import trace
 from tests.helpers import REPO
 
-CONSUMERS: list[ModuleType] = [tree, rebuild, agui_mapping, a2a_mapping, trace]
+CONSUMERS: list[ModuleType] = [tree, rebuild, stalls, agui_mapping, a2a_mapping, trace]
 """Every Python module that reads runs' events by type (the console's model.js below)."""
 
 

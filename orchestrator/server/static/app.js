@@ -390,7 +390,8 @@ function placeNodes(run, started) {
     const stats = el("span", "stats");
     stats.append(el("span", "badge"), el("span"), el("span"));
     const preview = el("div", "preview");
-    row.append(toggle, name, stats, preview);
+    const activity = el("div", "activity");
+    row.append(toggle, name, stats, preview, activity);
     row.onclick = () => selectAgent(agent.key);
     row.onkeydown = (e) => keyNav(e, agent.key);
     const children = el("ul");
@@ -411,10 +412,12 @@ function updateNode(run, key) {
   const agent = run.agents.get(key);
   const li = state.nodes.get(key);
   if (!agent || !li) return;
-  const [toggle, name, stats, preview] = li.firstChild.children;
+  const [toggle, name, stats, preview, activity] = li.firstChild.children;
   const [badge, tokensSpan, timeSpan] = stats.children;
   const waiting = agent.status === "running" && agent.waiting > 0;
-  const status = waiting ? "waiting for approval" : agent.status === "error" ? agent.errorType || "error" : agent.status;
+  const stalled = agent.status === "running" && !waiting && agent.stalled !== null;
+  const status = waiting ? "waiting for approval" : stalled ? "stalled"
+    : agent.status === "error" ? agent.errorType || "error" : agent.status;
   const tokens = run.tokens(agent);
   const end = agent.endTs ?? (run.status === "running" ? Date.now() / 1000 : run.lastTs);
   const seconds = agent.startTs ? Math.max(0, end - agent.startTs) : 0;
@@ -425,14 +428,43 @@ function updateNode(run, key) {
   const spec = state.specs.find((s) => s.id === agent.agentId);
   set(name, "title", `${agent.path || agent.name}${spec && spec.model ? ` · model ${spec.model}` : ""}`);
   set(toggle, "disabled", agent.children.length === 0);
-  set(badge, "className", `badge ${waiting ? "waiting" : agent.status}`);
+  set(badge, "className", `badge ${waiting ? "waiting" : stalled ? "stalled" : agent.status}`);
   set(badge, "textContent", status);
   set(tokensSpan, "textContent", tokens !== null ? `${tokens} tok` : "");
   set(timeSpan, "textContent", `${seconds.toFixed(1)} s`);
   set(preview, "textContent", tail(last || agent.task || ""));
+  set(activity, "textContent", activityLine(run, agent, Date.now() / 1000));
   const hidden = Boolean(state.search) && !run.matches(agent, state.search) && !hasMatch(run, agent);
   if (li.classList.contains("hidden") !== hidden) li.classList.toggle("hidden", hidden);
 }
+
+// The row's one line of what the agent does now; for a collapsed subtree, what its
+// descendants do (n running, k waiting, j failed).
+function activityLine(run, agent, now) {
+  const doing = run.activity(agent, now);
+  if (!state.collapsed.has(agent.key) || agent.children.length === 0) return doing;
+  const c = run.summary(agent);
+  const parts = [];
+  if (c.running) parts.push(`${c.running} running`);
+  if (c.waiting) parts.push(`${c.waiting} waiting`);
+  if (c.stalled) parts.push(`${c.stalled} stalled`);
+  if (c.failed) parts.push(`${c.failed} failed`);
+  const below = parts.length ? `below: ${parts.join(", ")}` : "below: all ended";
+  return doing ? `${doing} · ${below}` : below;
+}
+
+// Running agents' activity lines say how long ("in tool X for N s"), so they are
+// redrawn once a second even when no event comes; and a collapsed ancestor's
+// summary changes with its descendants.
+setInterval(() => {
+  const run = state.run;
+  if (!run || run.status !== "running") return;
+  for (const agent of run.agents.values()) {
+    if (agent.status === "running") run.dirty.add(agent.key);
+  }
+  for (const key of state.collapsed) run.dirty.add(key);
+  schedule();
+}, 1000);
 
 function set(node, property, value) {
   if (node[property] !== value) node[property] = value;
@@ -456,6 +488,7 @@ function collapse(key) {
   if (state.collapsed.has(key)) state.collapsed.delete(key); else state.collapsed.add(key);
   li.classList.toggle("collapsed", state.collapsed.has(key));
   li.firstChild.firstChild.textContent = state.collapsed.has(key) ? "▸" : "▾";
+  if (state.run) { state.run.dirty.add(key); schedule(); }   // its activity line summarizes now
 }
 
 function selectAgent(key, focus = true) {

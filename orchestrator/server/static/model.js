@@ -11,7 +11,8 @@ export const ROOT = "root";
 export const HANDLES = [
   "RUN_STARTED", "AGENT_STARTED", "REASONING", "TURN_ABANDONED", "TOOL_CALL_DELTA",
   "TOOL_CALL", "TOOL_RESULT", "USER_MESSAGE", "COMPACTION_STARTED", "COMPACTION_FINISHED",
-  "APPROVAL_REQUESTED", "APPROVAL_RESOLVED", "AGENT_RESULT", "AGENT_ERROR", "RUN_FINISHED",
+  "APPROVAL_REQUESTED", "APPROVAL_RESOLVED", "AGENT_RESULT", "AGENT_ERROR", "AGENT_STALLED",
+  "RUN_FINISHED",
 ];
 export const IGNORES = ["TOOL_PROGRESS", "RUN_RESUMED"];
 const RAW_KEPT = 3000;   // the run's latest events kept whole for the JSON view
@@ -34,6 +35,7 @@ export class RunModel {
     this.eventCount = 0;
     this.recent = [];   // the last RAW_KEPT events, whole
     this.waiting = 0;   // approvals still open in the whole run
+    this.stalled = 0;   // agents marked stalled now (AGENT_STALLED; their next event clears it)
     this.forkedFrom = null;   // a fork's {runId, seq} (its RUN_STARTED says)
   }
 
@@ -59,6 +61,9 @@ export class RunModel {
         approvals: new Map(),   // toolCallId -> approval (open until `decision` is set)
         compactions: [],        // {before: turn index it came before, reason, tokens, summary, …}
         waiting: 0,             // approvals still open
+        stalled: null,          // {seconds, tool, ts} while marked stalled
+        lastTs: null,           // its last event's time
+        tokens: 0,              // tokens its finished turns reported
       };
       this.agents.set(key, agent);
       if (parent) this.agents.get(parent).children.push(key);
@@ -97,6 +102,8 @@ export class RunModel {
     this.lastTs = e.ts;
     const agent = this.agent(e.source);
     if (agent.startTs === null) { agent.startTs = e.ts; agent.startSeq = e.seq; }
+    if (agent.stalled && e.type !== "AGENT_STALLED") { agent.stalled = null; this.stalled -= 1; }
+    if (e.type !== "AGENT_STALLED") agent.lastTs = e.ts;
     agent.events += 1;
     agent.marks.push(e.seq, e.ts);
     this.recent.push(e);
@@ -113,13 +120,21 @@ export class RunModel {
         const turn = this.currentTurn(agent, e.seq);
         if (d.delta !== undefined) turn.text += d.delta;
         else if (d.thinkingDelta !== undefined) turn.thinking += d.thinkingDelta;
+        if (turn.startTs === undefined) turn.startTs = e.ts;
         if (e.last) {
           if (d.text !== undefined) turn.text = d.text;
           turn.finished = true;
           turn.finishReason = d.finishReason;
+          if (d.usage) agent.tokens += (d.usage.inputTokens || 0) + (d.usage.outputTokens || 0);
         }
         break;
       }
+      case "AGENT_STALLED":
+        if (d.stalled && !agent.stalled && agent.status === "running") {
+          agent.stalled = { seconds: d.silentSeconds, tool: d.tool || null, ts: e.ts };
+          this.stalled += 1;
+        }
+        break;
       case "TURN_ABANDONED": this.currentTurn(agent).abandoned = true; break;
       case "TOOL_CALL_DELTA": {
         const call = this.call(agent, d.toolCallId, d.name, e.ts, e.seq);
@@ -187,6 +202,7 @@ export class RunModel {
   finish(status, data, ts) {
     this.status = status || "completed";
     this.waiting = 0;
+    this.stalled = 0;
     this.error = data.error || null;
     this.result = data.result ?? null;
     const root = this.agents.get(ROOT);
@@ -196,12 +212,66 @@ export class RunModel {
         if (approval.decision === null) { approval.decision = "unanswered"; approval.endTs = ts; }
       }
       agent.waiting = 0;
+      agent.stalled = null;
       if (agent.status !== "running") continue;
       agent.status = this.status === "completed" ? "done" : this.status;   // interrupted, cancelled, failed
       if (this.status === "failed") { agent.status = "error"; agent.errorType = agent.errorType || "failed"; }
       agent.endTs = agent.endTs ?? ts;
       this.dirty.add(agent.key);
     }
+  }
+
+  // What the agent does now, in a few words, at `now` (s): from its events alone.
+  activity(agent, now) {
+    if (agent.status !== "running" || this.status !== "running") return "";
+    const since = (ts) => `${Math.max(0, now - ts).toFixed(0)} s`;
+    if (agent.stalled) {
+      const where = agent.stalled.tool ? ` in ${agent.stalled.tool}` : "";
+      return `stalled${where}: no event for ${since(agent.lastTs ?? agent.stalled.ts)}`;
+    }
+    if (agent.waiting > 0) {
+      const names = [...agent.approvals.values()].filter((a) => a.decision === null).map((a) => a.name);
+      return `waiting for approval: ${names.join(", ")}`;
+    }
+    let running = 0, total = 0;
+    for (const key of agent.children) {
+      const child = this.agents.get(key);
+      if (!child) continue;
+      total += 1;
+      if (child.status === "running") running += 1;
+    }
+    let open = null;
+    for (const call of agent.tools.values()) {
+      if (call.ready && call.result === undefined && !call.server) open = call;
+    }
+    if (open && open.name === "agent_spawn" && running > 0) return `waiting for children ${total - running}/${total}`;
+    if (open) return `in tool ${open.name} for ${since(open.startTs)}`;
+    if (running > 0) return `waiting for children ${total - running}/${total}`;
+    const turn = agent.turns[agent.turns.length - 1];
+    if (turn && !turn.finished && !turn.abandoned && (turn.text || turn.thinking)) {
+      const streamed = Math.round((turn.text.length + turn.thinking.length) / 4);
+      const seconds = Math.max(now - (turn.startTs ?? now), 0.001);
+      const what = turn.text ? "streaming text" : "thinking";
+      return `${what} · ~${agent.tokens + streamed} tok · ~${Math.round(streamed / seconds)} tok/s`;
+    }
+    return "waiting for the model";
+  }
+
+  // Descendants of `agent` by state (a collapsed subtree's summary).
+  summary(agent) {
+    const counts = { running: 0, waiting: 0, failed: 0, stalled: 0 };
+    const stack = [...agent.children];
+    while (stack.length) {
+      const child = this.agents.get(stack.pop());
+      if (!child) continue;
+      stack.push(...child.children);
+      if (child.status === "error") counts.failed += 1;
+      else if (child.status !== "running") continue;
+      else if (child.waiting > 0) counts.waiting += 1;
+      else if (child.stalled) counts.stalled += 1;
+      else counts.running += 1;
+    }
+    return counts;
   }
 
   // Tokens of an agent's subtree: its own report when it ended, else the sum so far.

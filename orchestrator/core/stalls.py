@@ -1,0 +1,200 @@
+"""Which agents of a run are stalled: running, waiting for nobody, and silent.
+
+An agent is *stalled* when it is running, has no call waiting for a person, has no
+running children of its own (a parent whose children work is waiting for them, and
+they are watched themselves), and has produced no event for `stall_seconds`. It is
+marked once per silence (AGENT_STALLED `stalled: true`, written by `runs/stalls.py`);
+its next event of any other type ends the silence, and the server says so too
+(`stalled: false`) for watchers that do not see every event (`detail: status`).
+
+`StallWatch` is pure: it is told a run's committed events with the time they were
+seen, and asked which agents are due. The shell feeds it as a journal follower, so
+it costs the forwarding path nothing: it reads each committed batch once, in the
+journal writer's hand-over, only while stall detection is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import cast
+
+import msgspec
+
+from agents.core.payloads import AgentStalledData, ToolCallData, ToolResultData
+from orchestrator.core.events import Event, EventType, Source
+
+__all__ = ["HANDLES", "IGNORES", "Stall", "StallWatch"]
+
+HANDLES = frozenset(
+    {
+        EventType.AGENT_STARTED,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.AGENT_STALLED,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types that change an agent's state here (every other one is activity)."""
+IGNORES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.REASONING,
+        EventType.TOOL_CALL_DELTA,
+        EventType.USER_MESSAGE,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.TURN_ABANDONED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+    }
+)
+"""Event types that only say the agent is active."""
+
+
+class Stall(msgspec.Struct, frozen=True):
+    """An agent that is due to be marked stalled."""
+
+    agent_key: str | None
+    """None: the root agent."""
+    source: Source | None
+    data: AgentStalledData
+
+
+class _Agent:
+    __slots__ = (
+        "children",
+        "ended",
+        "last_seen",
+        "last_seq",
+        "parent",
+        "stalled",
+        "tools",
+        "waiting",
+    )
+
+    def __init__(self, parent: str | None, seen: float) -> None:
+        self.parent = parent
+        self.children = 0
+        """Its children still running."""
+        self.waiting = 0
+        """Its calls waiting for a person."""
+        self.tools: dict[str, str] = {}
+        """Its calls started and not answered: toolCallId → tool name."""
+        self.last_seen = seen
+        self.last_seq = 0
+        self.stalled = False
+        self.ended = False
+
+
+class StallWatch:
+    """One run's agents as stall detection sees them."""
+
+    def __init__(self, started: float) -> None:
+        self._agents: dict[str | None, _Agent] = {None: _Agent(None, started)}
+        """By agentKey (None: the root, silent since `started` until it emits)."""
+        self._sources: dict[str | None, Source | None] = {None: None}
+        self._by_session: dict[str, str] = {}
+        self.ended = False
+        """The run finished: nothing more is due."""
+        self.stalled = 0
+        """Agents marked stalled now."""
+        self.moved: list[Stall] = []
+        """Marked agents that emitted again since: their clearing AGENT_STALLED is due."""
+
+    def _agent(self, source: Source | None, seen: float) -> _Agent:
+        key = None if source is None else source.agent_key
+        agent = self._agents.get(key)
+        if agent is None:
+            parent = None
+            if source is not None:
+                parent = self._by_session.get(source.parent_session_id)
+                self._by_session[source.session_id] = source.agent_key
+                self._sources[key] = source
+            agent = self._agents[key] = _Agent(parent, seen)
+        return agent
+
+    def apply(self, events: Iterable[Event], seen: float) -> None:
+        """Committed events of the run, in seq order, seen at `seen` (trio's clock)."""
+        for event in events:
+            kind = event.type
+            if kind is EventType.RUN_FINISHED:
+                self.ended = True
+                self.stalled = 0
+                continue
+            agent = self._agent(event.source, seen)
+            if kind is EventType.AGENT_STALLED:
+                if cast(AgentStalledData, event.data)["stalled"]:
+                    self.mark(None if event.source is None else event.source.agent_key)
+                continue
+            if agent.stalled:
+                agent.stalled = False
+                self.stalled -= 1
+                if kind is EventType.AGENT_RESULT or kind is EventType.AGENT_ERROR:
+                    agent.last_seen, agent.last_seq = seen, event.seq
+                    self._ended(agent, event)
+                    continue  # its end says it
+                silent = round(seen - agent.last_seen, 1)
+                data: AgentStalledData = {
+                    "stalled": False,
+                    "silentSeconds": silent,
+                    "lastSeq": event.seq,
+                }
+                self.moved.append(
+                    Stall(event.source.agent_key if event.source else None, event.source, data)
+                )
+            agent.last_seen, agent.last_seq = seen, event.seq
+            if kind is EventType.AGENT_STARTED:
+                parent = self._agents.get(agent.parent)
+                if parent is not None:
+                    parent.children += 1
+            elif kind is EventType.AGENT_RESULT or kind is EventType.AGENT_ERROR:
+                self._ended(agent, event)
+            elif kind is EventType.APPROVAL_REQUESTED:
+                agent.waiting += 1
+            elif kind is EventType.APPROVAL_RESOLVED:
+                agent.waiting = max(0, agent.waiting - 1)
+            elif kind is EventType.TOOL_CALL:
+                call = cast(ToolCallData, event.data)
+                agent.tools[call["toolCallId"]] = call["name"]
+            elif kind is EventType.TOOL_RESULT:
+                agent.tools.pop(cast(ToolResultData, event.data)["toolCallId"], None)
+
+    def _ended(self, agent: _Agent, event: Event) -> None:
+        if not agent.ended:
+            agent.ended = True
+            parent = self._agents.get(agent.parent)
+            if parent is not None and event.source is not None:
+                parent.children -= 1
+
+    def mark(self, agent_key: str | None) -> None:
+        """The agent is marked stalled (once: its AGENT_STALLED was written)."""
+        agent = self._agents.get(agent_key)
+        if agent is not None and not agent.stalled and not agent.ended:
+            agent.stalled = True
+            self.stalled += 1
+
+    def due(self, now: float, stall_seconds: float) -> list[Stall]:
+        """Agents silent for `stall_seconds` by `now` that are not marked yet (the
+        caller writes their AGENT_STALLED, which marks them when it comes back)."""
+        if self.ended:
+            return []
+        found = []
+        for key, agent in self._agents.items():
+            if agent.ended or agent.stalled or agent.waiting or agent.children > 0:
+                continue
+            silent = now - agent.last_seen
+            if silent < stall_seconds:
+                continue
+            data: AgentStalledData = {
+                "stalled": True,
+                "silentSeconds": round(silent, 1),
+                "lastSeq": agent.last_seq,
+            }
+            if agent.tools:
+                data["tool"] = next(reversed(agent.tools.values()))
+            found.append(Stall(key, self._sources.get(key), data))
+        return found

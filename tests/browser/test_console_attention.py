@@ -1,0 +1,130 @@
+"""Where to look, in a real browser (issue 37): a stall appears on an agent after
+`limits.stall_seconds` and clears when it streams again; the activity line of an
+agent in a tool and of a collapsed subtree."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tests.browser.test_console import (
+    Server,
+    config,
+    node,
+    open_page,
+    pytestmark,  # noqa: F401 (the same skip: Chromium and Playwright)
+    shot,
+    start_run,
+    write_agents,
+)
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
+
+def agent(turns: list[dict[str, Any]], tools: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "description": "test agent",
+        "instructions": "test",
+        "tools": tools,
+        "script": {"turns": turns, "token_delay": 0.05},
+        **extra,
+    }
+
+
+def spawn(agent_id: str) -> dict[str, Any]:
+    return {"name": "agent_spawn", "args": {"agent_id": agent_id, "task": "look into it"}}
+
+
+AGENTS = {
+    "chief": agent(
+        [{"calls": [spawn("dozer"), spawn("walker")]}, {"say": "boss got: {results}"}],
+        ["agent_spawn"],
+    ),
+    # Silent for 4 s before its second turn (the model "hangs"), then streams.
+    "dozer": agent(
+        [
+            {"say": "let me read", "calls": [{"name": "read_file", "args": {"path": "x"}}]},
+            {"sleep": 4, "say": "awake again and done"},
+        ],
+        ["read_file"],
+    ),
+    # Waits in a tool (sleep via a shell-less tool: a slow http_get to a dead port).
+    "walker": agent([{"say": "one two three four five six seven eight nine ten " * 6}], []),
+}
+
+
+def test_a_stall_shows_after_stall_seconds_and_clears_when_the_agent_streams(
+    browser: Browser, tmp_path: Path
+) -> None:
+    write_agents(tmp_path, token_delay=0.05, extra=AGENTS)
+    server = Server(tmp_path, config(limits={"stall_seconds": 1.5}))
+    server.start()
+    try:
+        page, errors = open_page(browser, server.url)
+        start_run(page, "chief", "go")
+        dozer = node(page, "dozer").first
+        dozer.locator(".badge.stalled").wait_for(timeout=15_000)
+        assert "stalled" in dozer.locator(".activity").inner_text()
+        assert page.evaluate("window.__console.state.run.stalled") == 1
+        boss = node(page, "chief").first
+        assert "waiting for children" in boss.locator(".activity").inner_text()
+        shot(page, "console-stalled.png")
+        # It streams again: the mark goes, without a reload.
+        page.wait_for_function(
+            "document.querySelectorAll('.node .badge.stalled').length === 0", timeout=15_000
+        )
+        page.wait_for_selector("#run-status.completed", timeout=30_000)
+        assert page.evaluate("window.__console.state.run.stalled") == 0
+        assert errors == []
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+def test_the_activity_line_of_an_agent_in_a_tool_and_of_a_collapsed_subtree(
+    browser: Browser, tmp_path: Path
+) -> None:
+    slow_tool = {
+        "head": agent(
+            [{"calls": [spawn("asker"), spawn("walker")]}, {"say": "done: {results}"}],
+            ["agent_spawn"],
+        ),
+        "asker": agent(
+            [
+                {"calls": [{"name": "write_file", "args": {"path": "a.txt", "content": "A"}}]},
+                {"say": "written"},
+            ],
+            ["write_file"],
+            approval=["write_file"],
+        ),
+    }
+    write_agents(tmp_path, token_delay=0.05, extra={**AGENTS, **slow_tool})
+    server = Server(tmp_path, config())
+    server.start()
+    try:
+        page, errors = open_page(browser, server.url)
+        start_run(page, "head", "go")
+        reader = node(page, "asker").first
+        reader.locator(".badge.waiting").wait_for(timeout=15_000)
+        assert "waiting for approval: write_file" in reader.locator(".activity").inner_text()
+        walker = node(page, "walker").first
+        page.wait_for_function(
+            "[...document.querySelectorAll('.node .activity')].some("
+            "(a) => a.textContent.startsWith('streaming text'))",
+            timeout=15_000,
+        )
+        assert walker.count() == 1
+        # Collapsed, the boss's line sums up its subtree.
+        boss = node(page, "head").first
+        boss.locator(".toggle").click()
+        page.wait_for_function(
+            "[...document.querySelectorAll('.node .activity')].some("
+            "(a) => a.textContent.includes('below:') && a.textContent.includes('1 waiting'))",
+            timeout=10_000,
+        )
+        text = boss.locator(".activity").inner_text()
+        assert text.startswith("waiting for children 0/2") and "1 waiting" in text, text
+        assert errors == []
+    finally:
+        server.stop(signal.SIGKILL)
