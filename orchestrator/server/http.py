@@ -33,10 +33,20 @@ STATIC_FILES = {
     "app.js": "text/javascript; charset=utf-8",
     "conn.js": "text/javascript; charset=utf-8",
     "model.js": "text/javascript; charset=utf-8",
+    "markdown.js": "text/javascript; charset=utf-8",
+    "vendor/marked.esm.js": "text/javascript; charset=utf-8",
+    "vendor/purify.es.mjs": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
 """The console's files under /static/ (a fixed list: no path from a request reaches the disk)."""
+CONSOLE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+"""The console page's Content-Security-Policy: its own scripts, styles and images only,
+no inline script, nothing loaded from elsewhere (a model's Markdown is sanitized too:
+static/markdown.js), and only its own origin to talk to (the WebSocket included)."""
 
 
 class RouteContext(Protocol):
@@ -72,7 +82,9 @@ class Routes:
             refused_host(host, url.path)
             return conn.respond(HTTPStatus.FORBIDDEN, HOST_REFUSED + "\n")
         if url.path in ("/", "/index.html"):
-            return _respond(conn, HTTPStatus.OK, _static("index.html"), "text/html; charset=utf-8")
+            page = _respond(conn, HTTPStatus.OK, _static("index.html"), "text/html; charset=utf-8")
+            page.headers["Content-Security-Policy"] = CONSOLE_CSP
+            return page
         if url.path.startswith("/static/"):
             name = url.path.removeprefix("/static/")
             kind = STATIC_FILES.get(name)

@@ -112,14 +112,18 @@ def server(tmp_path: Path) -> Iterator[Server]:
     srv.stop(signal.SIGKILL)
 
 
-def open_page(browser: Browser, url: str, width: int = 1280) -> tuple[Page, list[str]]:
-    page = browser.new_page(viewport={"width": width, "height": 800})
+def open_page(
+    browser: Browser, url: str, width: int = 1280, *, csp: bool = False
+) -> tuple[Page, list[str]]:
+    """A page on the console. Playwright's `wait_for_function` evaluates strings, which
+    the console's Content-Security-Policy forbids: pages bypass it unless `csp`."""
+    page = browser.new_page(viewport={"width": width, "height": 800}, bypass_csp=not csp)
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url)
     page.wait_for_selector("#conn.open", timeout=10_000)
-    page.wait_for_function("document.querySelectorAll('#agent option').length > 0")
+    page.wait_for_selector("#agent option", state="attached")
     return page, errors
 
 
@@ -132,7 +136,10 @@ def start_run(page: Page, agent: str, task: str) -> str:
     page.select_option("#agent", agent)
     page.fill("#input", task)
     page.press("#input", "Enter")
-    page.wait_for_function("window.__console.state.run !== null")
+    for _ in range(200):  # (not wait_for_function: a page with the console's CSP refuses it)
+        if page.evaluate("window.__console.state.run !== null"):
+            break
+        page.wait_for_timeout(50)
     run_id: str = page.evaluate("window.__console.state.run.runId")
     return run_id
 
@@ -554,7 +561,7 @@ def test_a_viewer_sees_what_waits_and_cannot_answer(browser: Browser, tmp_path: 
     srv = Server(tmp_path, config(server={"tokens": tokens}))
     srv.start()
     try:
-        page = browser.new_page()
+        page = browser.new_page(bypass_csp=True)
         page.goto(srv.url)
         page.fill("#token-input", "eve-secret")
         page.click("#token-go")
@@ -678,7 +685,7 @@ def test_a_server_with_tokens_asks_for_one_and_keeps_it_out_of_the_url(
     )
     srv.start()
     try:
-        page = browser.new_page()
+        page = browser.new_page(bypass_csp=True)
         dialogs: list[str] = []
         page.on("dialog", lambda dialog: dialogs.append(dialog.message))
         page.goto(srv.url)
@@ -698,7 +705,7 @@ def test_a_server_with_tokens_asks_for_one_and_keeps_it_out_of_the_url(
         assert "s3cret" not in page.url
         assert page.evaluate("sessionStorage.getItem('orchestrator.token')") == "s3cret"
         # A viewer's console watches the same run and offers no control at all.
-        viewer = browser.new_page()
+        viewer = browser.new_page(bypass_csp=True)
         viewer.goto(f"{srv.url}?run={page.evaluate('window.__console.state.run.runId')}")
         viewer.wait_for_selector("#token-form:not(.hidden)", timeout=10_000)
         viewer.fill("#token-input", "v1ewer")
@@ -713,8 +720,8 @@ def test_a_server_with_tokens_asks_for_one_and_keeps_it_out_of_the_url(
 
 
 def test_dark_mode_follows_the_system(browser: Browser, server: Server) -> None:
-    light = browser.new_page(color_scheme="light")
-    dark = browser.new_page(color_scheme="dark")
+    light = browser.new_page(color_scheme="light", bypass_csp=True)
+    dark = browser.new_page(color_scheme="dark", bypass_csp=True)
     colors = []
     for page in (light, dark):
         page.goto(server.url)

@@ -128,3 +128,82 @@ def test_the_activity_line_of_an_agent_in_a_tool_and_of_a_collapsed_subtree(
         assert errors == []
     finally:
         server.stop(signal.SIGKILL)
+
+
+MARKDOWN = """# Findings
+
+Here is **what** I found, with `inline code`:
+
+- first point
+- second point
+
+| tool | calls |
+|------|------:|
+| read_file | 3 |
+| <b onmouseover="window.__xss=1">bold</b> | `<img src=x onerror="window.__xss=2">` |
+
+```python
+def answer():
+    return 42
+```
+
+See [the docs](https://example.org/docs) and <https://example.org/a"onmouseover="window.__xss=3>.
+
+<script>window.__xss = 4</script>
+<img src="x" onerror="window.__xss=5">
+[click](javascript:window.__xss=6) and [data](data:text/html,<script>window.__xss=7</script>)
+![pixel](https://example.org/pixel.png)
+<a href="javascript:window.__xss=8">raw link</a> <iframe src="javascript:window.__xss=9"></iframe>
+"""
+
+
+def test_answers_are_rendered_as_sanitized_markdown(browser: Browser, tmp_path: Path) -> None:
+    """A code block, a table and a list render as such; none of the XSS vectors runs
+    or loads anything, with the page's own Content-Security-Policy on; the raw-text
+    toggle shows the answer as written."""
+    writer = {"writer": agent([{"think": "**Plan**: write it", "say": MARKDOWN}], [])}
+    write_agents(tmp_path, token_delay=0.0, extra=writer)
+    server = Server(tmp_path, config())
+    server.start()
+    try:
+        page, errors = open_page(browser, server.url, csp=True)
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        loads: list[str] = []
+        page.on("request", lambda r: loads.append(r.url))
+        start_run(page, "writer", "write")
+        page.wait_for_selector("#run-status.completed", timeout=30_000)
+        node(page, "writer").first.click()
+        answer = page.locator("#detail .answer.markdown")
+        answer.wait_for()
+        assert answer.locator("h1").inner_text() == "Findings"
+        assert answer.locator("ul > li").count() == 2
+        assert answer.locator("table tr").count() == 3
+        assert "def answer():" in answer.locator("pre code").inner_text()
+        assert answer.locator("pre .code-copy").count() == 1
+        assert page.locator("#detail .thinking.markdown strong").inner_text() == "Plan"
+        # Links: only http(s), opened apart from the page.
+        links = answer.locator("a")
+        hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
+        assert hrefs and all(h is None or h.startswith("https://example.org/") for h in hrefs)
+        for i in range(links.count()):
+            if links.nth(i).get_attribute("href"):
+                assert links.nth(i).get_attribute("rel") == "noopener noreferrer"
+                assert links.nth(i).get_attribute("target") == "_blank"
+        # Nothing ran, nothing was added that could run or load.
+        for i in range(links.count()):
+            links.nth(i).hover()
+        answer.locator("td").first.hover()
+        dangerous = "script, img, iframe, object, embed, [onerror], [onmouseover], [style]"
+        assert answer.locator(dangerous).count() == 0
+        assert page.evaluate("window.__xss") is None and dialogs == []
+        assert "<script>window.__xss = 4</script>" in answer.inner_text()  # shown as text
+        assert not [u for u in loads if "example.org" in u]  # the image did not load
+        # The raw text, as written.
+        page.locator("#detail .raw-toggle input").check()
+        assert page.locator("#detail .answer.markdown").count() == 0
+        assert "| tool | calls |" in page.locator("#detail .answer").inner_text()
+        shot(page, "console-markdown.png")
+        assert errors == []
+    finally:
+        server.stop(signal.SIGKILL)

@@ -1,6 +1,7 @@
 // The live tree console: runs list, agent tree, detail pane, timeline.
 // Speaks only the public WebSocket protocol (docs/server.md).
 import { Connection } from "./conn.js";
+import { renderMarkdown } from "./markdown.js";
 import { ROOT, RunModel } from "./model.js";
 
 const $ = (id) => document.getElementById(id);
@@ -27,6 +28,7 @@ const state = {
   filter: {},
   detail: "full",
   search: "",
+  rawText: false,     // answers and thinking as written, not rendered as Markdown
 };
 
 const conn = new Connection({ onFrame: timed("frame", onFrame), onState });
@@ -547,10 +549,11 @@ function renderDetail(run, key) {
   const took = agent.startTs ? ((agent.endTs ?? run.lastTs) - agent.startTs).toFixed(2) : "0";
   head.append(el("div", "sub", `${took} s` + (own ? ` · own ${fmt(own)} tokens` : "") + (tree ? ` · subtree ${fmt(tree)}` : "")));
   if (agent.startSeq !== null) head.append(forkHere(run, key, agent.startSeq, key === ROOT ? "the run's start" : "when it got its task"));
+  head.append(rawToggle(run, key));
   parts.push(head);
   if (state.forking && state.forking.runId === run.runId && state.forking.key === key) parts.push(forkBox(run, key, agent));
   parts.push(section("Task", agent.task, "prose"));
-  if (agent.result) parts.push(section("Answer", agent.result, "prose answer"));
+  if (agent.result) parts.push(section("Answer", agent.result, "prose answer", true));
   agent.turns.forEach((turn, i) => {
     for (const c of agent.compactions) if (c.before === i) parts.push(compactionBox(c, i, run, agent));
     if (!turn.text && !turn.thinking && turn.calls.length === 0) return;
@@ -560,8 +563,10 @@ function renderDetail(run, key) {
     const label = el("div", "label", `turn ${i + 1}${cut}`);
     if (turn.seq !== null) label.append(forkHere(run, key, turn.seq, `turn ${i + 1} (asked again)`));
     box.append(label);
-    if (turn.thinking) box.append(el("div", "thinking", turn.thinking));
-    if (turn.text) box.append(el("div", "prose", turn.text));
+    // A turn is rendered once it settles; while it streams it is plain text.
+    const settled = turn.finished || turn.abandoned || !live;
+    if (turn.thinking) box.append(textBlock(turn.thinking, "thinking", settled));
+    if (turn.text) box.append(textBlock(turn.text, "prose", settled));
     for (const id of turn.calls) {
       const call = agent.tools.get(id);
       const tool = toolBox(call, live ? null : agentEnd(run, agent));
@@ -708,15 +713,35 @@ function restoreSelection(root, saved) {
   }
 }
 
-function section(title, text, cls) {
+function section(title, text, cls, markdown = false) {
   const box = el("div", "block");
   const label = el("div", "label");
   const button = el("button", "copy", "copy");
   button.type = "button";
   button.onclick = () => copy(text || "");
   label.append(el("span", "", title), button);
-  box.append(label, el("div", cls, text || ""));
+  box.append(label, markdown ? textBlock(text || "", cls, true) : el("div", cls, text || ""));
   return box;
+}
+
+// A model's text: rendered as sanitized Markdown once it has settled (markdown.js),
+// as written while it streams or when the raw-text toggle is on.
+function textBlock(text, cls, settled) {
+  if (!settled || state.rawText) return el("div", cls, text);
+  const box = el("div", `${cls} markdown`);
+  box.append(renderMarkdown(text, copy));
+  return box;
+}
+
+function rawToggle(run, key) {
+  const label = el("label", "raw-toggle");
+  const box = el("input");
+  box.type = "checkbox";
+  box.checked = state.rawText;
+  box.onchange = () => { state.rawText = box.checked; box.blur(); renderDetail(run, key); };
+  label.append(box, " raw text");
+  label.title = "show answers and thinking as written instead of rendered as Markdown";
+  return label;
 }
 
 // Stop this agent and its subtree (the root: the whole run), with an optional reason.
