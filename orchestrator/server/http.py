@@ -34,6 +34,7 @@ STATIC_FILES = {
     "conn.js": "text/javascript; charset=utf-8",
     "model.js": "text/javascript; charset=utf-8",
     "markdown.js": "text/javascript; charset=utf-8",
+    "inbox.js": "text/javascript; charset=utf-8",
     "vendor/marked.esm.js": "text/javascript; charset=utf-8",
     "vendor/purify.es.mjs": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.browser.test_console import (
+    APPROVING,
     Server,
     config,
     node,
     open_page,
     pytestmark,  # noqa: F401 (the same skip: Chromium and Playwright)
     shot,
+    start_admin_run,
     start_run,
     write_agents,
 )
@@ -70,6 +72,9 @@ def test_a_stall_shows_after_stall_seconds_and_clears_when_the_agent_streams(
         assert page.evaluate("window.__console.state.run.stalled") == 1
         boss = node(page, "chief").first
         assert "waiting for children" in boss.locator(".activity").inner_text()
+        stalled = page.locator("#inbox .inbox-item.stalled")  # and in the inbox
+        stalled.wait_for(timeout=10_000)
+        assert "dozer" in stalled.inner_text() and "stalled" in stalled.inner_text()
         shot(page, "console-stalled.png")
         # It streams again: the mark goes, without a reload.
         page.wait_for_function(
@@ -77,6 +82,7 @@ def test_a_stall_shows_after_stall_seconds_and_clears_when_the_agent_streams(
         )
         page.wait_for_selector("#run-status.completed", timeout=30_000)
         assert page.evaluate("window.__console.state.run.stalled") == 0
+        stalled.wait_for(state="detached", timeout=10_000)  # resolved: it left the inbox
         assert errors == []
     finally:
         server.stop(signal.SIGKILL)
@@ -207,3 +213,111 @@ def test_answers_are_rendered_as_sanitized_markdown(browser: Browser, tmp_path: 
         assert errors == []
     finally:
         server.stop(signal.SIGKILL)
+
+
+TOKENS = [
+    {"name": "ops", "token": "ops-secret", "role": "admin"},
+    {"name": "eve", "token": "eve-secret", "role": "viewer"},
+]
+
+
+def login(browser: Browser, url: str, token: str) -> Any:
+    page = browser.new_page(bypass_csp=True)
+    page.goto(url)
+    page.fill("#token-input", token)
+    page.click("#token-go")
+    page.wait_for_selector("#conn.open", timeout=10_000)
+    return page
+
+
+def test_the_inbox_lists_two_waiting_runs_and_answers_from_there(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Two runs each wait on a call three levels down: both show in the inbox (and its
+    count in the title and header), one is approved with its button, the other with
+    the keyboard (`d` on the focused entry); a click opens the agent in its tree; a
+    viewer sees the same inbox without buttons."""
+    write_agents(tmp_path, token_delay=0.01, extra=APPROVING)
+    srv = Server(tmp_path, config(server={"tokens": TOKENS}))
+    srv.start()
+    try:
+        page = login(browser, srv.url, "ops-secret")
+        viewer = login(browser, srv.url, "eve-secret")
+        first = start_admin_run(srv, "ops-secret", "boss")
+        second = start_admin_run(srv, "ops-secret", "boss")
+        items = page.locator("#inbox .inbox-item.approval")
+        page.wait_for_function(
+            "document.querySelectorAll('#inbox .inbox-item.approval').length === 2",
+            timeout=20_000,
+        )
+        assert page.title().startswith("(2) ")
+        assert page.locator("#inbox-badge").inner_text() == "2 need you"
+        assert "write_file waits for approval" in items.first.inner_text()
+        shot(page, "console-inbox.png")
+        # The viewer's inbox: the same entries, no buttons.
+        viewer.wait_for_function(
+            "document.querySelectorAll('#inbox .inbox-item.approval').length === 2",
+            timeout=20_000,
+        )
+        assert viewer.locator("#inbox button", has_text="Approve").count() == 0
+        # A click opens the waiting agent in its run's tree.
+        items.first.locator(".what").click()
+        page.wait_for_function(
+            "window.__console.state.selected && window.__console.state.selected !== 'root'"
+        )
+        selected = page.evaluate(
+            "window.__console.state.run.agents.get(window.__console.state.selected).name"
+        )
+        assert selected == "fixer"
+        # Approve one with its button; deny the other with the keyboard.
+        items.first.locator("button", has_text="Approve").click()
+        page.wait_for_function(
+            "document.querySelectorAll('#inbox .inbox-item.approval').length === 1",
+            timeout=20_000,
+        )
+        items.first.focus()
+        page.keyboard.press("d")
+        page.wait_for_function(
+            "document.querySelectorAll('#inbox .inbox-item.approval').length === 0",
+            timeout=20_000,
+        )
+        assert not page.title().startswith("(")
+        assert page.locator("#inbox-badge").is_hidden()
+        decisions = {}
+        for run_id in (first, second):
+            page.goto(f"{srv.url}?run={run_id}")
+            page.wait_for_selector("#run-status.completed", timeout=20_000)
+            decisions[run_id] = page.evaluate(
+                "[...window.__console.state.run.agents.values()]"
+                ".flatMap((a) => [...a.approvals.values()]).map((a) => a.decision)"
+            )
+        assert sorted(d for ds in decisions.values() for d in ds) == ["approve", "deny"]
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_a_waiting_call_is_approved_with_the_keyboard_in_the_tree(
+    browser: Browser, tmp_path: Path
+) -> None:
+    write_agents(tmp_path, token_delay=0.01, extra=APPROVING)
+    srv = Server(tmp_path, config())
+    srv.start()
+    try:
+        page, errors = open_page(browser, srv.url)
+        start_run(page, "boss", "go")
+        page.wait_for_selector(".node .badge.waiting", timeout=20_000)
+        node(page, "boss").first.click()
+        page.keyboard.press("ArrowDown")  # lead
+        page.keyboard.press("ArrowDown")  # fixer
+        focused = page.evaluate("document.activeElement.closest('.node').dataset.key")
+        assert page.evaluate(f"window.__console.state.run.agents.get('{focused}').name") == "fixer"
+        page.keyboard.press("a")
+        page.wait_for_selector("#run-status.completed", timeout=20_000)
+        decisions = page.evaluate(
+            "[...window.__console.state.run.agents.values()]"
+            ".flatMap((a) => [...a.approvals.values()]).map((a) => a.decision)"
+        )
+        assert decisions == ["approve"]
+        assert errors == []
+    finally:
+        srv.stop(signal.SIGKILL)

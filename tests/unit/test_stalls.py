@@ -108,3 +108,24 @@ def test_the_count_of_stalled_agents_is_the_marks_that_hold(steps: list[tuple[st
         run.emit(now, agents[name], EventType.REASONING, delta="x")
         marked = [n for n in run.tree.nodes.values() if n.stalled is not None]
         assert run.watch.stalled == len(marked)
+
+
+def test_orchestrator_watch_shows_a_stalled_agent_until_it_moves() -> None:
+    from rich.console import Console
+
+    from orchestrator.cli.render import render_tree
+
+    def shown(view: TreeView) -> str:
+        console = Console(width=120, record=True)
+        console.print(render_tree(view, 120))
+        return console.export_text()
+
+    run = Run()
+    run.emit(0, None, EventType.RUN_STARTED, agentId="boss", input="x")
+    worker = source("worker")
+    run.emit(1, worker, EventType.AGENT_STARTED, agentId="worker", task="t")
+    run.emit(2, worker, EventType.TOOL_CALL, toolCallId="c1", name="http_get", args={})
+    run.due(70)
+    assert "⚠ stalled: no event for 68 s" in shown(run.tree)
+    run.emit(71, worker, EventType.TOOL_RESULT, toolCallId="c1", name="http_get", content="x")
+    assert "stalled" not in shown(run.tree)

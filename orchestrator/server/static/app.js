@@ -1,6 +1,7 @@
 // The live tree console: runs list, agent tree, detail pane, timeline.
 // Speaks only the public WebSocket protocol (docs/server.md).
 import { Connection } from "./conn.js";
+import { Inbox } from "./inbox.js";
 import { renderMarkdown } from "./markdown.js";
 import { ROOT, RunModel } from "./model.js";
 
@@ -32,6 +33,9 @@ const state = {
 };
 
 const conn = new Connection({ onFrame: timed("frame", onFrame), onState });
+const inbox = new Inbox(conn, () => {
+  if (!state.inboxFrame) state.inboxFrame = requestAnimationFrame(() => { state.inboxFrame = 0; renderInbox(); });
+});
 const timings = {};   // the longest run of each piece of work, in ms (for tests and the curious)
 window.__console = { state, conn, timings };
 
@@ -74,6 +78,7 @@ $("token-form").onsubmit = (event) => {
 };
 
 conn.onOpen = async () => {
+  inbox.reset();   // its subscriptions went with the old connection
   try {
     const [agents] = await Promise.all([conn.request("agents"), refreshRuns()]);
     state.specs = agents.agents;
@@ -87,6 +92,7 @@ conn.onOpen = async () => {
 };
 
 function onFrame(frame) {
+  if (frame.sub && inbox.onFrame(frame)) return;
   if (frame.op === "events" && frame.sub === state.sub && state.run) {
     for (const e of frame.events) state.run.apply(e);
     schedule();
@@ -120,6 +126,111 @@ async function refreshRuns() {
   state.waitingRuns = new Map();
   for (const a of pending.approvals) state.waitingRuns.set(a.runId, (state.waitingRuns.get(a.runId) || 0) + 1);
   renderRuns();
+  inbox.sync(reply.runs, pending.approvals);
+}
+
+// -- the attention inbox (inbox.js) ---------------------------------------------------
+
+const BASE_TITLE = document.title;
+const KIND_LABEL = { approval: "approval", stalled: "stalled", failed: "failed", "run-failed": "run failed" };
+
+function renderInbox() {
+  const entries = inbox.entries();
+  const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.entry : null;
+  const list = $("inbox");
+  list.replaceChildren(...entries.map((entry) => inboxItem(entry)));
+  $("inbox-empty").classList.toggle("hidden", entries.length > 0);
+  const count = entries.length;
+  $("inbox-count").textContent = count ? `(${count})` : "";
+  $("inbox-badge").textContent = `${count} need${count === 1 ? "s" : ""} you`;
+  $("inbox-badge").classList.toggle("hidden", count === 0);
+  document.title = count ? `(${count}) ${BASE_TITLE}` : BASE_TITLE;
+  if (inbox.covered > inbox.runs.size) {
+    $("inbox-empty").classList.remove("hidden");
+    $("inbox-empty").textContent = `Following the newest ${inbox.runs.size} of ${inbox.covered} running runs (approvals of all).`;
+  } else $("inbox-empty").textContent = "Nothing needs you now.";
+  if (focused) {
+    const again = list.querySelector(`[data-entry="${CSS.escape(focused)}"]`);
+    if (again) again.focus();
+  }
+}
+
+$("inbox-badge").onclick = () => { const first = $("inbox").firstElementChild; if (first) first.focus(); };
+
+function inboxItem(entry) {
+  const li = el("li", `inbox-item ${entry.kind}`);
+  li.tabIndex = 0;
+  li.dataset.entry = entry.id;
+  const head = el("div", "meta");
+  head.append(el("span", `badge ${entry.kind === "approval" ? "waiting" : entry.kind === "stalled" ? "stalled" : "error"}`, KIND_LABEL[entry.kind]),
+    el("span", "who", entry.agent || ""), el("span", "", new Date((entry.ts || 0) * 1000).toLocaleTimeString()));
+  const text = el("div", "what", entry.text);
+  const about = el("div", "about", entry.run);
+  about.title = entry.path || entry.run;
+  li.append(head, text, about);
+  if (entry.approval && !conn.readOnly) {
+    const buttons = el("div", "answer");
+    for (const [label, decision] of [["Approve", "approve"], ["Deny", "deny"]]) {
+      const b = el("button", decision === "approve" ? "primary" : "", label);
+      b.type = "button";
+      b.onclick = (e) => { e.stopPropagation(); answerEntry(entry, decision); };
+      buttons.append(b);
+    }
+    li.append(buttons);
+  }
+  if (entry.dismissable) {
+    const x = el("button", "dismiss", "×");
+    x.type = "button";
+    x.title = "dismiss";
+    x.setAttribute("aria-label", "dismiss");
+    x.onclick = (e) => { e.stopPropagation(); inbox.dismiss(entry.id); };
+    li.append(x);
+  }
+  li.onclick = () => openEntry(entry);
+  li.onkeydown = (e) => inboxKey(e, entry);
+  return li;
+}
+
+function inboxKey(event, entry) {
+  const items = [...$("inbox").children];
+  const at = items.indexOf(event.currentTarget);
+  if (event.key === "ArrowDown" && items[at + 1]) items[at + 1].focus();
+  else if (event.key === "ArrowUp" && items[at - 1]) items[at - 1].focus();
+  else if (event.key === "Enter") openEntry(entry);
+  else if ((event.key === "a" || event.key === "d") && entry.approval && !conn.readOnly) {
+    answerEntry(entry, event.key === "a" ? "approve" : "deny");
+  } else return;
+  event.preventDefault();
+}
+
+async function answerEntry(entry, decision) {
+  try {
+    await conn.request("approve", {
+      runId: entry.runId, toolCallId: entry.approval.toolCallId,
+      agentKey: entry.agentKey === ROOT ? null : entry.agentKey, decision,
+    });
+    notice(`${decision === "approve" ? "approved" : "denied"}: ${entry.approval.tool}`);
+    refreshRuns().catch(() => {});
+  } catch (error) { notice(error); }
+}
+
+// Opens the entry's run and selects its agent (once the tree has it).
+function openEntry(entry) {
+  state.pendingSelect = entry.agentKey;
+  if (state.run && state.run.runId === entry.runId) showPendingSelect();
+  else select(entry.runId);
+}
+
+function showPendingSelect() {
+  const key = state.pendingSelect;
+  const run = state.run;
+  if (!key || !run || !state.nodes.has(key)) return;
+  state.pendingSelect = null;
+  for (let a = run.agents.get(key); a && a.parent; a = run.agents.get(a.parent)) {
+    if (state.collapsed.has(a.parent)) collapse(a.parent);
+  }
+  selectAgent(key);
+  state.nodes.get(key).scrollIntoView({ block: "nearest" });
 }
 setInterval(() => { refreshRuns().catch(() => {}); }, 3000);
 
@@ -340,6 +451,7 @@ function renderFrame() {
     renderRuns();
   }
   if (run.structure) run.structure = !placeNodes(run, started);
+  if (state.pendingSelect) showPendingSelect();
   if (state.selected && run.dirty.has(state.selected)) renderDetail(run, state.selected);
   for (const key of run.dirty) {
     if (performance.now() - started > FRAME_BUDGET_MS) break;
@@ -509,8 +621,16 @@ function keyNav(event, key) {
   const visible = [...$("tree").querySelectorAll(".node")].filter((n) => n.offsetParent !== null);
   const at = visible.findIndex((n) => n.dataset.key === key);
   const go = (i) => { const n = visible[i]; if (n) selectAgent(n.dataset.key); };
+  const agent = state.run && state.run.agents.get(key);
+  const open = agent ? [...agent.approvals.values()].find((a) => a.decision === null) : null;
   if (event.key === "ArrowDown") go(at + 1);
   else if (event.key === "ArrowUp") go(at - 1);
+  else if (event.key === "Enter") { selectAgent(key, false); $("detail").focus(); }
+  else if ((event.key === "a" || event.key === "d") && open && !conn.readOnly && state.run.status === "running") {
+    const decision = event.key === "a" ? "approve" : "deny";
+    conn.request("approve", { runId: state.run.runId, toolCallId: open.id, agentKey: key === ROOT ? null : key, decision })
+      .then(() => notice(`${decision === "approve" ? "approved" : "denied"}: ${open.name}`), notice);
+  }
   else if (event.key === "ArrowLeft" && !state.collapsed.has(key)) collapse(key);
   else if (event.key === "ArrowRight" && state.collapsed.has(key)) collapse(key);
   else return;
