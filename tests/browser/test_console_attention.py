@@ -205,11 +205,11 @@ def test_answers_are_rendered_as_sanitized_markdown(browser: Browser, tmp_path: 
         assert page.evaluate("window.__xss") is None and dialogs == []
         assert "<script>window.__xss = 4</script>" in answer.inner_text()  # shown as text
         assert not [u for u in loads if "example.org" in u]  # the image did not load
+        shot(page, "console-markdown.png")
         # The raw text, as written.
         page.locator("#detail .raw-toggle input").check()
         assert page.locator("#detail .answer.markdown").count() == 0
         assert "| tool | calls |" in page.locator("#detail .answer").inner_text()
-        shot(page, "console-markdown.png")
         assert errors == []
     finally:
         server.stop(signal.SIGKILL)
