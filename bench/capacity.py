@@ -124,6 +124,7 @@ def write_config(root: Path, args: argparse.Namespace, provider_url: str | None)
         "limits": {
             "max_concurrent_runs": runs + 8,
             "max_children": max(16, args.children),
+            **({} if args.stall_seconds is None else {"stall_seconds": args.stall_seconds}),
         },
     }
     path = root / "server.yaml"
@@ -463,6 +464,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --provider openai: the provider speaks HTTPS (a certificate of its own "
         "CA, trusted through the model's tls.ca_file)",
+    )
+    parser.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=None,
+        help="limits.stall_seconds of the server (default: the server's own, 60; 0: off)",
     )
     parser.add_argument(
         "--workers",

@@ -27,6 +27,8 @@ __all__ = ["HANDLES", "IGNORES", "Stall", "StallWatch"]
 
 HANDLES = frozenset(
     {
+        EventType.REASONING,
+        EventType.TOOL_CALL_DELTA,
         EventType.AGENT_STARTED,
         EventType.AGENT_RESULT,
         EventType.AGENT_ERROR,
@@ -38,12 +40,11 @@ HANDLES = frozenset(
         EventType.RUN_FINISHED,
     }
 )
-"""Event types that change an agent's state here (every other one is activity)."""
+"""Event types read here: deltas (looked at in bulk) and the ones that change an agent's
+state; every other type only says its agent is active."""
 IGNORES = frozenset(
     {
         EventType.RUN_STARTED,
-        EventType.REASONING,
-        EventType.TOOL_CALL_DELTA,
         EventType.USER_MESSAGE,
         EventType.TOOL_PROGRESS,
         EventType.RUN_RESUMED,
@@ -53,6 +54,10 @@ IGNORES = frozenset(
     }
 )
 """Event types that only say the agent is active."""
+
+
+_REASONING, _ARGS_DELTA = EventType.REASONING, EventType.TOOL_CALL_DELTA
+_RESULT, _ERROR = EventType.AGENT_RESULT, EventType.AGENT_ERROR
 
 
 class Stall(msgspec.Struct, frozen=True):
@@ -118,50 +123,73 @@ class StallWatch:
         return agent
 
     def apply(self, events: Iterable[Event], seen: float) -> None:
-        """Committed events of the run, in seq order, seen at `seen` (trio's clock)."""
+        """Committed events of the run, in seq order, seen at `seen` (trio's clock).
+
+        Deltas are most of a run's events and only say their agent is active: of a
+        batch's run of them only each agent's last is looked at (a dict store per
+        event; the enum's members are compared by identity, read once).
+        """
+        active: dict[int, Event] = {}
+        first: dict[int, Event] = {}  # (only while an agent is marked: where it moved)
         for event in events:
             kind = event.type
-            if kind is EventType.RUN_FINISHED:
-                self.ended = True
-                self.stalled = 0
+            if kind is _REASONING or kind is _ARGS_DELTA:
+                active[id(event.source)] = event
+                if self.stalled:
+                    first.setdefault(id(event.source), event)
                 continue
-            agent = self._agent(event.source, seen)
-            if kind is EventType.AGENT_STALLED:
-                if cast(AgentStalledData, event.data)["stalled"]:
-                    self.mark(None if event.source is None else event.source.agent_key)
-                continue
-            if agent.stalled:
-                agent.stalled = False
-                self.stalled -= 1
-                if kind is EventType.AGENT_RESULT or kind is EventType.AGENT_ERROR:
-                    agent.last_seen, agent.last_seq = seen, event.seq
-                    self._ended(agent, event)
-                    continue  # its end says it
-                silent = round(seen - agent.last_seen, 1)
+            if active:  # (in order: the deltas before this event come first)
+                for key, latest in active.items():
+                    self._active(latest, seen, first.get(key))
+                active, first = {}, {}
+            self._apply(event, kind, seen)
+        for key, latest in active.items():
+            self._active(latest, seen, first.get(key))
+
+    def _active(self, event: Event, seen: float, moved: Event | None = None) -> _Agent:
+        """The event's agent did something (`moved`: the first of it, when the batch had
+        several): its silence, if any, ended there."""
+        agent = self._agent(event.source, seen)
+        if agent.stalled:
+            agent.stalled = False
+            self.stalled -= 1
+            if event.type is not _RESULT and event.type is not _ERROR:  # (an end says it)
                 data: AgentStalledData = {
                     "stalled": False,
-                    "silentSeconds": silent,
-                    "lastSeq": event.seq,
+                    "silentSeconds": round(seen - agent.last_seen, 1),
+                    "lastSeq": (moved or event).seq,
                 }
-                self.moved.append(
-                    Stall(event.source.agent_key if event.source else None, event.source, data)
-                )
-            agent.last_seen, agent.last_seq = seen, event.seq
-            if kind is EventType.AGENT_STARTED:
-                parent = self._agents.get(agent.parent)
-                if parent is not None:
-                    parent.children += 1
-            elif kind is EventType.AGENT_RESULT or kind is EventType.AGENT_ERROR:
-                self._ended(agent, event)
-            elif kind is EventType.APPROVAL_REQUESTED:
-                agent.waiting += 1
-            elif kind is EventType.APPROVAL_RESOLVED:
-                agent.waiting = max(0, agent.waiting - 1)
-            elif kind is EventType.TOOL_CALL:
-                call = cast(ToolCallData, event.data)
-                agent.tools[call["toolCallId"]] = call["name"]
-            elif kind is EventType.TOOL_RESULT:
-                agent.tools.pop(cast(ToolResultData, event.data)["toolCallId"], None)
+                key = None if event.source is None else event.source.agent_key
+                self.moved.append(Stall(key, event.source, data))
+        agent.last_seen, agent.last_seq = seen, event.seq
+        return agent
+
+    def _apply(self, event: Event, kind: EventType, seen: float) -> None:
+        if kind is EventType.RUN_FINISHED:
+            self.ended = True
+            self.stalled = 0
+            return
+        if kind is EventType.AGENT_STALLED:
+            self._agent(event.source, seen)
+            if cast(AgentStalledData, event.data)["stalled"]:
+                self.mark(None if event.source is None else event.source.agent_key)
+            return
+        agent = self._active(event, seen)
+        if kind is EventType.AGENT_STARTED:
+            parent = self._agents.get(agent.parent)
+            if parent is not None:
+                parent.children += 1
+        elif kind is _RESULT or kind is _ERROR:
+            self._ended(agent, event)
+        elif kind is EventType.APPROVAL_REQUESTED:
+            agent.waiting += 1
+        elif kind is EventType.APPROVAL_RESOLVED:
+            agent.waiting = max(0, agent.waiting - 1)
+        elif kind is EventType.TOOL_CALL:
+            call = cast(ToolCallData, event.data)
+            agent.tools[call["toolCallId"]] = call["name"]
+        elif kind is EventType.TOOL_RESULT:
+            agent.tools.pop(cast(ToolResultData, event.data)["toolCallId"], None)
 
     def _ended(self, agent: _Agent, event: Event) -> None:
         if not agent.ended:

@@ -129,3 +129,36 @@ def test_orchestrator_watch_shows_a_stalled_agent_until_it_moves() -> None:
     assert "⚠ stalled: no event for 68 s" in shown(run.tree)
     run.emit(71, worker, EventType.TOOL_RESULT, toolCallId="c1", name="http_get", content="x")
     assert "stalled" not in shown(run.tree)
+
+
+def test_a_batch_of_deltas_counts_as_activity_in_order() -> None:
+    """Deltas are looked at in bulk (each agent's last of a run of them), yet the
+    silence ends at the first one, and an event between deltas keeps its place."""
+    watch = StallWatch(0.0)
+    worker = source("worker")
+    events = [Event("run-1", 1, 0.0, EventType.AGENT_STARTED, worker, False, {"task": "t"})]
+    watch.apply(events, 0.0)
+    (stall,) = watch.due(61, 60.0)
+    watch.mark(stall.agent_key)
+    batch = [
+        Event("run-1", seq, 0.0, EventType.REASONING, worker, False, {"delta": "x"})
+        for seq in (3, 4, 5)
+    ]
+    batch.append(
+        Event(
+            "run-1",
+            6,
+            0.0,
+            EventType.TOOL_CALL,
+            worker,
+            False,
+            {"toolCallId": "c", "name": "t", "args": {}},
+        )
+    )
+    batch += [Event("run-1", 7, 0.0, EventType.TOOL_CALL_DELTA, worker, False, {"toolCallId": "d"})]
+    watch.apply(batch, 70.0)
+    (moved,) = watch.moved
+    assert moved.data["lastSeq"] == 3 and moved.data["silentSeconds"] == 70.0
+    assert watch.stalled == 0
+    (again,) = watch.due(131, 60.0)  # silent since its last event, seq 7, in tool t
+    assert again.data == {"stalled": True, "silentSeconds": 61.0, "lastSeq": 7, "tool": "t"}
