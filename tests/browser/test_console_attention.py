@@ -52,7 +52,7 @@ AGENTS = {
         ],
         ["read_file"],
     ),
-    # Waits in a tool (sleep via a shell-less tool: a slow http_get to a dead port).
+    # Streams steadily while its sibling is silent.
     "walker": agent([{"say": "one two three four five six seven eight nine ten " * 6}], []),
 }
 
@@ -91,9 +91,29 @@ def test_a_stall_shows_after_stall_seconds_and_clears_when_the_agent_streams(
 def test_the_activity_line_of_an_agent_in_a_tool_and_of_a_collapsed_subtree(
     browser: Browser, tmp_path: Path
 ) -> None:
-    slow_tool = {
+    """A call to a slow tool reads `in tool http_get for N s` (the seconds move without
+    events); one waiting for a person reads so; collapsed, the parent sums them up."""
+    import http.server
+    import threading
+    import time
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            time.sleep(6)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    slow = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=slow.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{slow.server_address[1]}/slow"
+    agents = {
         "head": agent(
-            [{"calls": [spawn("asker"), spawn("walker")]}, {"say": "done: {results}"}],
+            [{"calls": [spawn("asker"), spawn("fetcher")]}, {"say": "done: {results}"}],
             ["agent_spawn"],
         ),
         "asker": agent(
@@ -104,36 +124,42 @@ def test_the_activity_line_of_an_agent_in_a_tool_and_of_a_collapsed_subtree(
             ["write_file"],
             approval=["write_file"],
         ),
+        "fetcher": agent(
+            [{"calls": [{"name": "http_get", "args": {"url": url}}]}, {"say": "fetched"}],
+            ["http_get"],
+        ),
     }
-    write_agents(tmp_path, token_delay=0.05, extra={**AGENTS, **slow_tool})
-    server = Server(tmp_path, config())
+    write_agents(tmp_path, token_delay=0.05, extra=agents)
+    settings = {**config(), "tools": {"http_allow_private": True, "http_timeout": 30}}
+    server = Server(tmp_path, settings)
     server.start()
     try:
         page, errors = open_page(browser, server.url)
         start_run(page, "head", "go")
-        reader = node(page, "asker").first
-        reader.locator(".badge.waiting").wait_for(timeout=15_000)
-        assert "waiting for approval: write_file" in reader.locator(".activity").inner_text()
-        walker = node(page, "walker").first
+        asker = node(page, "asker").first
+        asker.locator(".badge.waiting").wait_for(timeout=15_000)
+        assert "waiting for approval: write_file" in asker.locator(".activity").inner_text()
+        fetcher = node(page, "fetcher").first.locator(".activity")
         page.wait_for_function(
             "[...document.querySelectorAll('.node .activity')].some("
-            "(a) => a.textContent.startsWith('streaming text'))",
+            "(a) => /^in tool http_get for [2-9] s$/.test(a.textContent))",
             timeout=15_000,
         )
-        assert walker.count() == 1
-        # Collapsed, the boss's line sums up its subtree.
-        boss = node(page, "head").first
-        boss.locator(".toggle").click()
+        assert fetcher.inner_text().startswith("in tool http_get for ")
+        # Collapsed, the head's line sums up its subtree.
+        head = node(page, "head").first
+        head.locator(".toggle").click()
         page.wait_for_function(
             "[...document.querySelectorAll('.node .activity')].some("
-            "(a) => a.textContent.includes('below:') && a.textContent.includes('1 waiting'))",
+            "(a) => a.textContent.includes('below: 1 running, 1 waiting'))",
             timeout=10_000,
         )
-        text = boss.locator(".activity").inner_text()
-        assert text.startswith("waiting for children 0/2") and "1 waiting" in text, text
+        text = head.locator(".activity").inner_text()
+        assert text.startswith("waiting for children 0/2"), text
         assert errors == []
     finally:
         server.stop(signal.SIGKILL)
+        slow.shutdown()
 
 
 MARKDOWN = """# Findings
