@@ -95,20 +95,25 @@ def test_the_activity_line_of_an_agent_in_a_tool_and_of_a_collapsed_subtree(
     events); one waiting for a person reads so; collapsed, the parent sums them up."""
     import http.server
     import threading
-    import time
+
+    done = threading.Event()
 
     class Slow(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            time.sleep(6)
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
+            done.wait(6)
+            try:
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+            except OSError:  # the server (the client of this) is gone
+                pass
 
         def log_message(self, *args: Any) -> None:
             pass
 
     slow = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    slow.daemon_threads = False  # (server_close joins the handlers: no socket left open)
     threading.Thread(target=slow.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{slow.server_address[1]}/slow"
     agents = {
@@ -159,7 +164,9 @@ def test_the_activity_line_of_an_agent_in_a_tool_and_of_a_collapsed_subtree(
         assert errors == []
     finally:
         server.stop(signal.SIGKILL)
+        done.set()
         slow.shutdown()
+        slow.server_close()
 
 
 MARKDOWN = """# Findings
@@ -200,7 +207,12 @@ def test_answers_are_rendered_as_sanitized_markdown(browser: Browser, tmp_path: 
     try:
         page, errors = open_page(browser, server.url, csp=True)
         dialogs: list[str] = []
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+        def dialog(d: Any) -> None:
+            dialogs.append(d.message)
+            d.dismiss()
+
+        page.on("dialog", dialog)
         loads: list[str] = []
         page.on("request", lambda r: loads.append(r.url))
         start_run(page, "writer", "write")
@@ -347,3 +359,42 @@ def test_a_waiting_call_is_approved_with_the_keyboard_in_the_tree(
         assert errors == []
     finally:
         srv.stop(signal.SIGKILL)
+
+
+def test_the_inbox_lists_a_failed_subtree_while_its_run_goes_on_and_a_failed_run(
+    browser: Browser, tmp_path: Path
+) -> None:
+    agents = {
+        "keeper": agent(
+            [{"calls": [spawn("bomb"), spawn("walker")]}, {"say": "kept going: {results}"}],
+            ["agent_spawn"],
+        ),
+        "bomb": agent([{"fail": "the model is down"}], []),
+        "crasher": agent([{"fail": "the root's model is down"}], []),
+        **AGENTS,
+    }
+    write_agents(tmp_path, token_delay=0.05, extra=agents)
+    server = Server(tmp_path, config())
+    server.start()
+    try:
+        page, errors = open_page(browser, server.url)
+        start_run(page, "keeper", "go")
+        failed = page.locator("#inbox .inbox-item.failed")
+        failed.wait_for(timeout=15_000)
+        assert page.locator("#run-status.running").count() == 1  # the run goes on
+        assert "bomb" in failed.inner_text() and "provider_error" in failed.inner_text()
+        page.wait_for_selector("#run-status.completed", timeout=30_000)
+        failed.wait_for(state="detached", timeout=10_000)  # its run ended well
+        start_run(page, "crasher", "go")
+        ended = page.locator("#inbox .inbox-item.run-failed")
+        ended.wait_for(timeout=15_000)
+        assert "crasher" in ended.inner_text()
+        ended.locator(".dismiss").click()
+        ended.wait_for(state="detached", timeout=5_000)
+        page.reload()  # dismissed for good in this browser
+        page.wait_for_selector("#conn.open", timeout=10_000)
+        page.wait_for_timeout(3500)  # a refresh of the runs
+        assert page.locator("#inbox .inbox-item.run-failed").count() == 0
+        assert errors == []
+    finally:
+        server.stop(signal.SIGKILL)
