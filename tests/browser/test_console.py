@@ -7,6 +7,7 @@ how to enable them, when Chromium or Playwright is missing; `.ci/run` installs b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -77,6 +78,17 @@ class Server:
             self.proc.wait(timeout=20)
         assert self.proc.stdout is not None
         self.proc.stdout.close()
+
+
+@contextlib.contextmanager
+def serving(root: Path, settings: dict[str, Any]) -> Iterator[Server]:
+    """A started `orchestrator serve` on `settings`, killed at the end."""
+    srv = Server(root, settings)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop(signal.SIGKILL)
 
 
 def write_agents(root: Path, token_delay: float, extra: dict[str, Any] | None = None) -> None:

@@ -4,39 +4,30 @@ agent in a tool and of a collapsed subtree."""
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.browser.test_console import (
     APPROVING,
-    Server,
     config,
     node,
     open_page,
     pytestmark,  # noqa: F401 (the same skip: Chromium and Playwright)
+    serving,
     shot,
     start_admin_run,
     start_run,
     write_agents,
 )
+from tests.integration.test_approvals_server import agent as scripted
+from tests.integration.test_approvals_server import spawn
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
 
 def agent(turns: list[dict[str, Any]], tools: list[str], **extra: Any) -> dict[str, Any]:
-    return {
-        "description": "test agent",
-        "instructions": "test",
-        "tools": tools,
-        "script": {"turns": turns, "token_delay": 0.05},
-        **extra,
-    }
-
-
-def spawn(agent_id: str) -> dict[str, Any]:
-    return {"name": "agent_spawn", "args": {"agent_id": agent_id, "task": "look into it"}}
+    return scripted(turns, tools, token_delay=0.05, **extra)
 
 
 AGENTS = {
@@ -61,9 +52,7 @@ def test_a_stall_shows_after_stall_seconds_and_clears_when_the_agent_streams(
     browser: Browser, tmp_path: Path
 ) -> None:
     write_agents(tmp_path, token_delay=0.05, extra=AGENTS)
-    server = Server(tmp_path, config(limits={"stall_seconds": 1.5}))
-    server.start()
-    try:
+    with serving(tmp_path, config(limits={"stall_seconds": 1.5})) as server:
         page, errors = open_page(browser, server.url)
         start_run(page, "chief", "go")
         dozer = node(page, "dozer").first
@@ -84,8 +73,6 @@ def test_a_stall_shows_after_stall_seconds_and_clears_when_the_agent_streams(
         assert page.evaluate("window.__console.state.run.stalled") == 0
         stalled.wait_for(state="detached", timeout=10_000)  # resolved: it left the inbox
         assert errors == []
-    finally:
-        server.stop(signal.SIGKILL)
 
 
 def test_the_activity_line_of_an_agent_in_a_tool_and_of_a_collapsed_subtree(
@@ -136,34 +123,32 @@ def test_the_activity_line_of_an_agent_in_a_tool_and_of_a_collapsed_subtree(
     }
     write_agents(tmp_path, token_delay=0.05, extra=agents)
     settings = {**config(), "tools": {"http_allow_private": True, "http_timeout": 30}}
-    server = Server(tmp_path, settings)
-    server.start()
     try:
-        page, errors = open_page(browser, server.url)
-        start_run(page, "head", "go")
-        asker = node(page, "asker").first
-        asker.locator(".badge.waiting").wait_for(timeout=15_000)
-        assert "waiting for approval: write_file" in asker.locator(".activity").inner_text()
-        fetcher = node(page, "fetcher").first.locator(".activity")
-        page.wait_for_function(
-            "[...document.querySelectorAll('.node .activity')].some("
-            "(a) => /^in tool http_get for [2-9] s$/.test(a.textContent))",
-            timeout=15_000,
-        )
-        assert fetcher.inner_text().startswith("in tool http_get for ")
-        # Collapsed, the head's line sums up its subtree.
-        head = node(page, "head").first
-        head.locator(".toggle").click()
-        page.wait_for_function(
-            "[...document.querySelectorAll('.node .activity')].some("
-            "(a) => a.textContent.includes('below: 1 running, 1 waiting'))",
-            timeout=10_000,
-        )
-        text = head.locator(".activity").inner_text()
-        assert text.startswith("waiting for children 0/2"), text
-        assert errors == []
+        with serving(tmp_path, settings) as server:
+            page, errors = open_page(browser, server.url)
+            start_run(page, "head", "go")
+            asker = node(page, "asker").first
+            asker.locator(".badge.waiting").wait_for(timeout=15_000)
+            assert "waiting for approval: write_file" in asker.locator(".activity").inner_text()
+            fetcher = node(page, "fetcher").first.locator(".activity")
+            page.wait_for_function(
+                "[...document.querySelectorAll('.node .activity')].some("
+                "(a) => /^in tool http_get for [2-9] s$/.test(a.textContent))",
+                timeout=15_000,
+            )
+            assert fetcher.inner_text().startswith("in tool http_get for ")
+            # Collapsed, the head's line sums up its subtree.
+            head = node(page, "head").first
+            head.locator(".toggle").click()
+            page.wait_for_function(
+                "[...document.querySelectorAll('.node .activity')].some("
+                "(a) => a.textContent.includes('below: 1 running, 1 waiting'))",
+                timeout=10_000,
+            )
+            text = head.locator(".activity").inner_text()
+            assert text.startswith("waiting for children 0/2"), text
+            assert errors == []
     finally:
-        server.stop(signal.SIGKILL)
         done.set()
         slow.shutdown()
         slow.server_close()
@@ -202,9 +187,7 @@ def test_answers_are_rendered_as_sanitized_markdown(browser: Browser, tmp_path: 
     toggle shows the answer as written."""
     writer = {"writer": agent([{"think": "**Plan**: write it", "say": MARKDOWN}], [])}
     write_agents(tmp_path, token_delay=0.0, extra=writer)
-    server = Server(tmp_path, config())
-    server.start()
-    try:
+    with serving(tmp_path, config()) as server:
         page, errors = open_page(browser, server.url, csp=True)
         dialogs: list[str] = []
 
@@ -249,8 +232,6 @@ def test_answers_are_rendered_as_sanitized_markdown(browser: Browser, tmp_path: 
         assert page.locator("#detail .answer.markdown").count() == 0
         assert "| tool | calls |" in page.locator("#detail .answer").inner_text()
         assert errors == []
-    finally:
-        server.stop(signal.SIGKILL)
 
 
 TOKENS = [
@@ -276,9 +257,7 @@ def test_the_inbox_lists_two_waiting_runs_and_answers_from_there(
     the keyboard (`d` on the focused entry); a click opens the agent in its tree; a
     viewer sees the same inbox without buttons."""
     write_agents(tmp_path, token_delay=0.01, extra=APPROVING)
-    srv = Server(tmp_path, config(server={"tokens": TOKENS}))
-    srv.start()
-    try:
+    with serving(tmp_path, config(server={"tokens": TOKENS})) as srv:
         page = login(browser, srv.url, "ops-secret")
         viewer = login(browser, srv.url, "eve-secret")
         first = start_admin_run(srv, "ops-secret", "boss")
@@ -330,17 +309,13 @@ def test_the_inbox_lists_two_waiting_runs_and_answers_from_there(
                 ".flatMap((a) => [...a.approvals.values()]).map((a) => a.decision)"
             )
         assert sorted(d for ds in decisions.values() for d in ds) == ["approve", "deny"]
-    finally:
-        srv.stop(signal.SIGKILL)
 
 
 def test_a_waiting_call_is_approved_with_the_keyboard_in_the_tree(
     browser: Browser, tmp_path: Path
 ) -> None:
     write_agents(tmp_path, token_delay=0.01, extra=APPROVING)
-    srv = Server(tmp_path, config())
-    srv.start()
-    try:
+    with serving(tmp_path, config()) as srv:
         page, errors = open_page(browser, srv.url)
         start_run(page, "boss", "go")
         page.wait_for_selector(".node .badge.waiting", timeout=20_000)
@@ -357,8 +332,6 @@ def test_a_waiting_call_is_approved_with_the_keyboard_in_the_tree(
         )
         assert decisions == ["approve"]
         assert errors == []
-    finally:
-        srv.stop(signal.SIGKILL)
 
 
 def test_the_inbox_lists_a_failed_subtree_while_its_run_goes_on_and_a_failed_run(
@@ -374,9 +347,7 @@ def test_the_inbox_lists_a_failed_subtree_while_its_run_goes_on_and_a_failed_run
         **AGENTS,
     }
     write_agents(tmp_path, token_delay=0.05, extra=agents)
-    server = Server(tmp_path, config())
-    server.start()
-    try:
+    with serving(tmp_path, config()) as server:
         page, errors = open_page(browser, server.url)
         start_run(page, "keeper", "go")
         failed = page.locator("#inbox .inbox-item.failed")
@@ -396,5 +367,3 @@ def test_the_inbox_lists_a_failed_subtree_while_its_run_goes_on_and_a_failed_run
         page.wait_for_timeout(3500)  # a refresh of the runs
         assert page.locator("#inbox .inbox-item.run-failed").count() == 0
         assert errors == []
-    finally:
-        server.stop(signal.SIGKILL)

@@ -13,12 +13,15 @@ from websockets.trio.client import ClientConnection, connect
 from tests.server_helpers import demo_config, read_until_end, recv, running_server
 
 
-def agent(turns: list[dict[str, Any]], tools: list[str], **extra: Any) -> dict[str, Any]:
+def agent(
+    turns: list[dict[str, Any]], tools: list[str], *, token_delay: float = 0.0, **extra: Any
+) -> dict[str, Any]:
+    """A scripted test agent's YAML (`token_delay`: seconds a word)."""
     return {
         "description": "test agent",
         "instructions": "test",
         "tools": tools,
-        "script": {"turns": turns},
+        "script": {"turns": turns, **({"token_delay": token_delay} if token_delay else {})},
         **extra,
     }
 
