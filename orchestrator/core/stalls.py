@@ -76,12 +76,15 @@ class _Agent:
         "last_seen",
         "last_seq",
         "parent",
+        "source",
         "stalled",
         "tools",
         "waiting",
     )
 
-    def __init__(self, parent: str | None, seen: float) -> None:
+    def __init__(self, source: Source | None, parent: str | None, seen: float) -> None:
+        self.source = source
+        """The Source its events carry (None: the root), for its AGENT_STALLED."""
         self.parent = parent
         self.children = 0
         """Its children still running."""
@@ -99,9 +102,8 @@ class StallWatch:
     """One run's agents as stall detection sees them."""
 
     def __init__(self, started: float) -> None:
-        self._agents: dict[str | None, _Agent] = {None: _Agent(None, started)}
+        self._agents: dict[str | None, _Agent] = {None: _Agent(None, None, started)}
         """By agentKey (None: the root, silent since `started` until it emits)."""
-        self._sources: dict[str | None, Source | None] = {None: None}
         self._by_session: dict[str, str] = {}
         self.ended = False
         """The run finished: nothing more is due."""
@@ -118,8 +120,7 @@ class StallWatch:
             if source is not None:
                 parent = self._by_session.get(source.parent_session_id)
                 self._by_session[source.session_id] = source.agent_key
-                self._sources[key] = source
-            agent = self._agents[key] = _Agent(parent, seen)
+            agent = self._agents[key] = _Agent(source, parent, seen)
         return agent
 
     def apply(self, events: Iterable[Event], seen: float) -> None:
@@ -224,5 +225,5 @@ class StallWatch:
             }
             if agent.tools:
                 data["tool"] = next(reversed(agent.tools.values()))
-            found.append(Stall(key, self._sources.get(key), data))
+            found.append(Stall(key, agent.source, data))
         return found
