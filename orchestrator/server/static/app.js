@@ -30,6 +30,8 @@ const state = {
   detail: "full",
   search: "",
   rawText: false,     // answers and thinking as written, not rendered as Markdown
+  ticked: new Set(),  // rows to redraw for the time alone (activity lines: "for N s")
+  pressing: false,    // a pointer is down in the detail pane: it is not redrawn
 };
 
 const conn = new Connection({ onFrame: timed("frame", onFrame), onState });
@@ -460,6 +462,13 @@ function renderFrame() {
     if (!state.nodes.has(key) || !state.onScreen.has(key)) continue;
     updateNode(run, key);
     run.dirty.delete(key);
+    state.ticked.delete(key);
+  }
+  for (const key of state.ticked) {   // rows whose durations moved (the detail pane did not)
+    if (performance.now() - started > FRAME_BUDGET_MS) break;
+    if (!state.nodes.has(key) || !state.onScreen.has(key)) { state.ticked.delete(key); continue; }
+    updateNode(run, key);
+    state.ticked.delete(key);
   }
   const now = performance.now();
   const settled = run.status !== "running" && run.dirty.size === 0 && !run.structure;
@@ -471,7 +480,7 @@ function renderFrame() {
       timed("timeline", renderTimeline)(run);
     });
   }
-  if (run.structure || [...run.dirty].some((key) => state.onScreen.has(key))) schedule();
+  if (run.structure || state.ticked.size || [...run.dirty].some((key) => state.onScreen.has(key))) schedule();
 }
 
 // Which tree rows are on screen (rows entering the view are redrawn if they changed).
@@ -574,9 +583,9 @@ setInterval(() => {
   const run = state.run;
   if (!run || run.status !== "running") return;
   for (const agent of run.agents.values()) {
-    if (agent.status === "running") run.dirty.add(agent.key);
+    if (agent.status === "running") state.ticked.add(agent.key);
   }
-  for (const key of state.collapsed) run.dirty.add(key);
+  for (const key of state.collapsed) state.ticked.add(key);
   schedule();
 }, 1000);
 
@@ -645,7 +654,7 @@ function renderDetail(run, key) {
   if (!agent) return;
   // Someone typing a message here: redraw once they leave the field.
   const typing = pane.contains(document.activeElement) && ["INPUT", "TEXTAREA"].includes(document.activeElement.tagName);
-  if (typing) {
+  if (typing || state.pressing) {
     state.detailStale = true;
     return;
   }
@@ -956,7 +965,16 @@ function toolBox(call, ended = null) {
 }
 
 $("detail").addEventListener("focusout", () => {
-  if (state.detailStale && state.run) setTimeout(() => renderDetail(state.run, state.selected), 0);
+  if (state.detailStale && state.run && !state.pressing) setTimeout(() => renderDetail(state.run, state.selected), 0);
+});
+// A press in the pane lands on what it began on: no redraw between the pointer going
+// down and the click (leaving a field for its button redrew the pane on focusout, and
+// the button under the pointer was replaced: the click was lost).
+$("detail").addEventListener("pointerdown", () => { state.pressing = true; });
+document.addEventListener("pointerup", () => {
+  if (!state.pressing) return;
+  state.pressing = false;
+  setTimeout(() => { if (state.detailStale && state.run) renderDetail(state.run, state.selected); }, 0);
 });
 
 // -- the timeline -------------------------------------------------------------------------
