@@ -11,11 +11,12 @@ protocol, as bench/ws_bench.py: a task per connection would make the *client* th
 bottleneck).
 
 The children's words come from the `scripted` model (`--provider scripted`), or from
-an OpenAI-compatible SSE server in a third process (`--provider openai`), so a real
-provider's HTTP and SSE parsing are counted; there each word is the time the fake
-server wrote it, which is what the latency is measured from. With `scripted`, it is
-measured from the event's `ts` (stamped when the scripted model's word is
-published: a server that falls behind emits late, which shows as delivered below
+a fake provider in a third process (bench/fake_provider.py) speaking OpenAI's Chat
+Completions (`--provider openai`) or Anthropic's Messages (`--provider anthropic`)
+over SSE, so a real provider's HTTP and SSE parsing are counted; there each word is
+the time the fake server wrote it, which is what the latency is measured from. With
+`scripted`, it is measured from the event's `ts` (stamped when the scripted model's
+word is published: a server that falls behind emits late, which shows as delivered below
 offered rather than as latency).
 
 Reported per N: children's deltas delivered/s (over the time from asking for the
@@ -29,13 +30,13 @@ p99 is at most 100 ms.
     python -m bench.capacity                          # 250, 500, 1000 agents; scripted
     python -m bench.capacity --agents 100 200 --provider openai --storage redis://127.0.0.1:6379/5
     python -m bench.capacity --agents 150 250 --provider openai --https   # as users run it
+    python -m bench.capacity --agents 150 250 --provider anthropic --https
     python -m bench.capacity --storage redis://127.0.0.1:6379/0 --workers 2   # a cluster
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import selectors
@@ -103,7 +104,7 @@ def write_config(root: Path, args: argparse.Namespace, provider_url: str | None)
         (root / "subagents" / f"{name}.yaml").write_text(yaml.safe_dump(spec))
     model: dict[str, Any] = {"provider": "scripted"}
     if provider_url is not None:
-        model = {"provider": "openai", "base_url": provider_url, "model": "paced"}
+        model = {"provider": args.provider, "base_url": provider_url, "model": "paced"}
         if provider_url.startswith("https:"):
             model["tls"] = {"ca_file": "ca.pem"}
     runs = max(1, args.agents_now // args.children)
@@ -186,109 +187,6 @@ def peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
-# -- the fake provider (a process of its own) ----------------------------------------
-
-
-def provider_main(pace: float, words: int, children: int, https: bool = False) -> None:
-    """An OpenAI-compatible server streaming at `pace` words/s, each word its own SSE
-    event and write (and, with `https`, its own TLS record); each word is the time it
-    was written. `ROLE: lead` asks for `children` spawns, then says done. With `https`
-    it serves a certificate of a CA of its own making, whose certificate it writes to
-    `ca.pem` in its directory (the server trusts it through the model's `tls`)."""
-    import ssl
-
-    import trio
-    import trustme
-
-    from agents.providers.pacing import sleep_until
-
-    delay = 1.0 / pace
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        body = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "paced"}
-        body["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
-        return b"data: " + json.dumps(body).encode() + b"\n\n"
-
-    async def handle(stream: trio.abc.Stream) -> None:
-        buffer = b""
-        try:
-            while True:
-                while b"\r\n\r\n" not in buffer:
-                    data = await stream.receive_some(65536)
-                    if not data:
-                        return
-                    buffer += data
-                head, _, buffer = buffer.partition(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                while len(buffer) < length:
-                    buffer += await stream.receive_some(65536)
-                body, buffer = json.loads(buffer[:length]), buffer[length:]
-                await stream.send_all(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                    b"transfer-encoding: chunked\r\n\r\n"
-                )
-
-                async def send(payload: bytes) -> None:
-                    await stream.send_all(b"%x\r\n%s\r\n" % (len(payload), payload))
-
-                system = json.dumps(body.get("messages", [])[:1])
-                said_tools = any(m.get("role") == "tool" for m in body.get("messages", []))
-                if "ROLE: lead" in system and not said_tools:
-                    for i in range(children):
-                        call = {
-                            "index": i,
-                            "id": f"call_{i}",
-                            "type": "function",
-                            "function": {
-                                "name": "agent_spawn",
-                                "arguments": json.dumps({"agent_id": "leaf", "task": "talk"}),
-                            },
-                        }
-                        await send(chunk({"tool_calls": [call]}))
-                    await send(chunk({}, "tool_calls"))
-                elif "ROLE: lead" in system:
-                    await send(chunk({"content": "done"}))
-                    await send(chunk({}, "stop"))
-                elif pace > 1e6:  # as fast as it can: the whole answer in few writes
-                    pieces = [chunk({"content": f"{time.time():.6f} "}) for _ in range(words)]
-                    for i in range(0, words, 256):
-                        part = pieces[i : i + 256]
-                        await stream.send_all(b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in part))
-                    await send(chunk({}, "stop"))
-                else:
-                    started = trio.current_time()
-                    for i in range(words):
-                        await sleep_until(started + i * delay)  # (the cheap shared alarm)
-                        await send(chunk({"content": f"{time.time():.6f} "}))
-                    await send(chunk({}, "stop"))
-                await send(b"data: [DONE]\n\n")
-                await stream.send_all(b"0\r\n\r\n")
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
-            return
-        finally:
-            await trio.aclose_forcefully(stream)
-
-    async def main() -> None:
-        listeners: list[Any] = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        port = listeners[0].socket.getsockname()[1]
-        scheme = "http"
-        if https:
-            ca = trustme.CA()
-            ca.cert_pem.write_to_path("ca.pem")
-            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ca.issue_cert("127.0.0.1").configure_cert(context)
-            listeners = [trio.SSLListener(listener, context) for listener in listeners]
-            scheme = "https"
-        print(f"provider listening on {scheme}://127.0.0.1:{port}/v1", flush=True)
-        await trio.serve_listeners(handle, listeners)
-
-    trio.run(main)
-
-
 # -- the watchers (this process) ------------------------------------------------------
 
 
@@ -300,7 +198,7 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     asked = time.time()
     starts = [asked + args.ramp * index / runs for index in range(runs)]  # (spread out)
     started = 0
-    from_text = args.provider == "openai"
+    from_text = args.provider != "scripted"
     every = max(1, int(args.pace * args.agents_now // 20_000))  # ≤ ~20k samples/s kept
     lags: list[float] = []
     times: list[float] = []
@@ -382,14 +280,13 @@ def step(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         provider = provider_url = None
-        if args.provider == "openai":
+        if args.provider != "scripted":
             words = int(args.seconds * args.pace)
             provider, provider_url = start(
                 [
                     sys.executable,
                     "-m",
-                    "bench.capacity",
-                    "--provider-process",
+                    "bench.fake_provider",
                     str(args.pace),
                     str(words),
                     str(args.children),
@@ -457,12 +354,19 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ramp", type=float, default=2.0, help="runs start spread over this many seconds"
     )
-    parser.add_argument("--provider", choices=["scripted", "openai"], default="scripted")
+    parser.add_argument(
+        "--provider",
+        choices=["scripted", "openai", "anthropic"],
+        default="scripted",
+        help="where the leaves' words come from: the scripted model, or a fake provider "
+        "process speaking OpenAI's Chat Completions or Anthropic's Messages over SSE",
+    )
     parser.add_argument("--storage", default="sqlite:///journal.db")
     parser.add_argument(
         "--https",
         action="store_true",
-        help="with --provider openai: the provider speaks HTTPS (a certificate of its own "
+        help="with --provider openai or anthropic: the provider speaks HTTPS (a certificate of "
+        "its own "
         "CA, trusted through the model's tls.ca_file)",
     )
     parser.add_argument(
@@ -481,10 +385,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--provider-process":
-        https = len(sys.argv) > 5 and sys.argv[5] == "https"
-        provider_main(float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), https)
-        return
     args = parser().parse_args()
     print(
         f"provider {args.provider}{' (https)' if args.https else ''}, storage {args.storage}, "

@@ -1,10 +1,11 @@
 """What one provider chunk costs to read: TLS, HTTP, SSE and the normalizer, all in.
 
-The fake OpenAI-compatible provider of bench/capacity.py runs in a process of its own
-and streams `--chunks` chunks (one SSE event and one write each; over HTTPS, one TLS
-record each). This process reads them through the real provider stack
-(`OpenAIProvider`: httpx, `post_sse`, the SSE decoder, the Chat Completions
-normalizer) and reports the CPU time of this process per chunk:
+The fake provider (bench/fake_provider.py) runs in a process of its own and streams
+`--chunks` chunks (one SSE event and one write each; over HTTPS, one TLS record
+each), in OpenAI's Chat Completions dialect or, with `--provider anthropic`, in
+Anthropic's Messages dialect. This process reads them through the real provider
+stack (`OpenAIProvider` or `AnthropicProvider`: httpx, `post_sse`, the SSE decoder,
+the dialect's normalizer) and reports the CPU time of this process per chunk:
 
 - at full speed (the provider writes as fast as it can, so a read holds many chunks);
 - paced at `--paced-rate` chunks a second (about one chunk per read, as real streams
@@ -15,6 +16,7 @@ With `--profile`, the CPU of the full-speed read is broken down by where it is s
 
     .venv/bin/python -m bench.provider_chunks --https
     .venv/bin/python -m bench.provider_chunks            # plain HTTP
+    .venv/bin/python -m bench.provider_chunks --https --provider anthropic
     .venv/bin/python -m bench.provider_chunks --https --stack httpcore  # as before
     .venv/bin/python -m bench.provider_chunks --https --stack floor     # trio alone
 """
@@ -38,6 +40,7 @@ import trio
 
 from agents.core.messages import ModelRequest, TextDelta, UserMessage
 from agents.model_config import ModelConfig
+from agents.providers.anthropic import AnthropicProvider
 from agents.providers.openai_chat import OpenAIProvider
 from agents.providers.transport import StreamTransport
 
@@ -51,8 +54,7 @@ def start_provider(
     command = [
         sys.executable,
         "-m",
-        "bench.capacity",
-        "--provider-process",
+        "bench.fake_provider",
         str(pace),
         str(chunks),
         "1",
@@ -79,20 +81,21 @@ def client_of(stack: str, root: Path, https: bool) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=StreamTransport(ssl_context=context))
 
 
-async def read_floor(url: str, root: Path, https: bool, chunks: int) -> tuple[int, int, float]:
+async def read_floor(url: str, root: Path, args: argparse.Namespace) -> tuple[int, int, float]:
     """The floor under any stack: the same response read with trio's own streams
     (`SocketStream`, `SSLStream`) and nothing else, no parsing; as `read_once`."""
     parts = httpx.URL(url)
     stream: trio.abc.Stream = await trio.open_tcp_stream(parts.host, parts.port or 80)
-    if https:
+    if args.https:
         context = ssl.create_default_context(cafile=str(root / "ca.pem"))
         stream = trio.SSLStream(stream, context, server_hostname=parts.host)
     body = b'{"model":"paced","messages":[{"role":"system","content":"ROLE: leaf"},'
     body += b'{"role":"user","content":"talk"}],"stream":true}'
+    path = b"/messages" if args.provider == "anthropic" else b"/chat/completions"
     await stream.send_all(
-        b"POST %s/chat/completions HTTP/1.1\r\nHost: %s\r\ncontent-type: application/json"
+        b"POST %s%s HTTP/1.1\r\nHost: %s\r\ncontent-type: application/json"
         b"\r\ncontent-length: %d\r\n\r\n%s"
-        % (parts.raw_path.rstrip(b"/"), parts.host.encode(), len(body), body)
+        % (parts.raw_path.rstrip(b"/"), path, parts.host.encode(), len(body), body)
     )
     reads = 0
     started = time.process_time()
@@ -100,18 +103,19 @@ async def read_floor(url: str, root: Path, https: bool, chunks: int) -> tuple[in
         reads += 1
     cpu = time.process_time() - started
     await trio.aclose_forcefully(stream)
-    return chunks, reads, cpu
+    return args.chunks, reads, cpu
 
 
 async def read_once(url: str, root: Path, args: argparse.Namespace) -> tuple[int, int, float]:
     """Chunks read, the batches the provider yielded them in (one per read of the
     response), and this process's CPU s."""
     if args.stack == "floor":
-        return await read_floor(url, root, args.https, args.chunks)
-    config = ModelConfig(provider="openai", base_url=url, model="paced", read_timeout=60)
+        return await read_floor(url, root, args)
+    config = ModelConfig(provider=args.provider, base_url=url, model="paced", read_timeout=60)
     request = ModelRequest(system="ROLE: leaf", messages=(UserMessage(text="talk"),))
     async with client_of(args.stack, root, args.https) as client:
-        provider = OpenAIProvider(config, client)
+        kind = AnthropicProvider if args.provider == "anthropic" else OpenAIProvider
+        provider = kind(config, client)
         count = reads = 0
         started = time.process_time()
         async for batch in provider.stream(request):
@@ -173,6 +177,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--paced-rate", type=float, default=2_000.0, help="chunks/s when paced")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--https", action="store_true")
+    parser.add_argument(
+        "--provider",
+        choices=["openai", "anthropic"],
+        default="openai",
+        help="the dialect streamed: Chat Completions chunks or Messages events",
+    )
     parser.add_argument("--profile", action="store_true", help="where the full-speed CPU goes")
     parser.add_argument(
         "--stack",
@@ -186,7 +196,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
-    scheme = f"{'HTTPS' if args.https else 'HTTP'} ({args.stack})"
+    scheme = f"{args.provider}, {'HTTPS' if args.https else 'HTTP'} ({args.stack})"
     full, held = measure(args, 1e9, False)
     print(f"{scheme}, full speed: {full:.1f} µs a chunk ({held:.1f} chunks a batch)")
     if args.profile:
