@@ -8,14 +8,17 @@ the batch and retries it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
+import outcome
 import trio
 
 from orchestrator.storage.base import ForkPoint, RunRecord, StorageError
@@ -262,7 +265,19 @@ class SqliteStorage:
             raise
 
     async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
-        """One transaction for the whole batch, in a worker thread.
+        """One transaction for the whole batch, in a worker thread (`write_then`)."""
+        await self.write_then(records, events, None)
+
+    async def write_then(
+        self,
+        records: list[RunRecord],
+        events: list[tuple[str, int, bytes]],
+        committed: Callable[[], None] | None,
+    ) -> None:
+        """One transaction for the whole batch, in a worker thread; `committed()` is
+        called in trio's thread as soon as it is committed, before this task resumes
+        (the journal hands the batch to live feeds there: one turn of a busy scheduler
+        sooner).
 
         A record is written when it is new or its status or attempt changed (not for
         every batch of its events: at a model's pace that was a row per run per batch,
@@ -288,7 +303,15 @@ class SqliteStorage:
             )
             for r in records
         ]
-        await trio.to_thread.run_sync(self._write, events, record_rows, limiter=self._write_limiter)
+        limiter = self._write_limiter
+        try:  # (free but for a trim or a load: no turn of the scheduler is waited for)
+            limiter.acquire_nowait()
+        except trio.WouldBlock:
+            await limiter.acquire()
+        try:
+            await _in_thread(functools.partial(self._write, events, record_rows), committed)
+        finally:
+            limiter.release()
         self._wrote.set()
         for record in records:
             self._written[record.run_id] = (record.status, record.attempt)
@@ -404,6 +427,39 @@ class SqliteStorage:
 
 
 _decode_fork = msgspec.json.Decoder(ForkPoint).decode
+_T = TypeVar("_T")
+
+
+async def _in_thread(fn: Callable[[], _T], then: Callable[[], None] | None = None) -> _T:
+    """`fn()` in a worker thread, started at once; not abandoned when cancelled (the
+    cancellation is noted, and raised once it returns). `then()` runs in trio's thread
+    the moment `fn` returned (not when it raised), before this task is woken: a task's
+    wake-up waits for a turn of every ready task, which at 1,000 agents is 5–20 ms.
+
+    Why not `trio.to_thread.run_sync`: it takes its limiter with a checkpoint first,
+    so the commit's thread started only after the loop had run every task that was
+    ready. At 1,000 agents that wait was 7 ms (p50) to 32 ms (p90) of every commit
+    cycle, which is what a live event waits for (bench/capacity.py; docs/benchmarks.md).
+    """
+    await trio.lowlevel.checkpoint_if_cancelled()  # (it yields only when cancelled)
+    task = trio.lowlevel.current_task()
+    token = trio.lowlevel.current_trio_token()
+
+    def done(result: outcome.Outcome[_T]) -> None:
+        if then is not None and isinstance(result, outcome.Value):
+            try:
+                then()
+            except BaseException as exc:  # (raised in the task: never in trio's own loop)
+                result = outcome.Error(exc)
+        trio.lowlevel.reschedule(task, result)
+
+    def deliver(result: outcome.Outcome[_T]) -> None:
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(done, result)
+
+    trio.lowlevel.start_thread_soon(fn, deliver)
+    result: _T = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+    return result
 
 
 def _packs(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol, runtime_checkable
 
 import msgspec
 import trio
@@ -35,6 +36,24 @@ __all__ = ["FencedWrite", "JournalWriter"]
 
 logger = logging.getLogger(__name__)
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 5.0
+
+
+@runtime_checkable
+class CommitsEarly(Protocol):
+    """A storage that says a write is committed before the writing task resumes
+    (`SqliteStorage`: its commit runs in a thread, and the task's wake-up waits for a
+    turn of every ready task; the batch goes to the live feeds a turn sooner)."""
+
+    async def write_then(
+        self,
+        records: list[RunRecord],
+        events: list[tuple[str, int, bytes]],
+        committed: Callable[[], None] | None,
+    ) -> None:
+        """`Storage.write`, calling `committed()` in trio's thread the moment the
+        transaction is committed (before this returns; never when it fails)."""
+        ...
+
 
 FencedWrite = Callable[[list[RunRecord], list[tuple[str, int, bytes]]], Awaitable[set[str]]]
 """Writes records and events behind the runs' leases; returns the refused runs."""
@@ -181,20 +200,37 @@ class JournalWriter:
         ]
         self._writing = True
         refused: set[str] = set()
+        committed = False
+
+        def commit(refused: set[str] | frozenset[str] = frozenset()) -> None:
+            nonlocal committed
+            committed = True
+            self._writing = False
+            self._commit(batches, refused)
+
         try:
             if self.fenced_write is not None:
                 refused = await self.fenced_write(records, rows)
+            elif isinstance(self.storage, CommitsEarly):
+                await self.storage.write_then(records, rows, commit)
             else:
                 await self.storage.write(records, rows)
         except BaseException:
-            # Keep everything for the next try, in order, ahead of newer events.
-            for log, batch in batches:
-                log.pending[:0] = batch
-                log.writing = 0
-            self.dirty = {**dirty, **self.dirty}
+            if not committed:  # keep everything for the next try, ahead of newer events
+                for log, batch in batches:
+                    log.pending[:0] = batch
+                    log.writing = 0
+                self.dirty = {**dirty, **self.dirty}
             raise
         finally:
             self._writing = False
+        if not committed:
+            commit(refused)
+
+    def _commit(
+        self, batches: list[tuple[RunLog, list[Entry]]], refused: set[str] | frozenset[str]
+    ) -> None:
+        """The batch is stored: it joins the runs' tails and goes to their feeds."""
         fenced: list[str] = []
         for log, batch in batches:
             log.writing = 0
@@ -211,7 +247,7 @@ class JournalWriter:
                 self.events_written += len(batch)
             if log.record.status != "running":
                 log.finished_status = log.record.status
-            if durable:
+            if self.storage.durable:
                 log.evict(self.tail)
             hand_over(log, batch)
         if not self.dirty and self._idle:

@@ -6,6 +6,7 @@ import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -17,6 +18,7 @@ from orchestrator.storage.base import RunRecord, Storage, StorageError
 from orchestrator.storage.journal import Journal, UnknownRun
 from orchestrator.storage.memory import MemoryStorage
 from orchestrator.storage.redis import RedisStorage
+from orchestrator.storage.runlog import Entry
 from orchestrator.storage.sqlite import SqliteStorage
 
 Factory = Callable[[], AbstractAsyncContextManager[Storage]]
@@ -202,6 +204,48 @@ async def test_flush_waits_for_a_write_in_progress() -> None:
             assert not flushed and journal.get("run-1").committed == 0
             gate.set()
         assert flushed and journal.get("run-1").committed == 1
+
+
+async def test_sqlite_hands_a_batch_to_live_feeds_as_soon_as_it_is_committed(
+    tmp_path: Path,
+) -> None:
+    """The feeds are offered the batch in the callback that reports the commit (trio's
+    `run_sync_soon` task), not after the writer task has waited for its next turn;
+    a write that fails offers nothing, and the batch is written on the retry."""
+
+    class Follower:
+        def __init__(self) -> None:
+            self.offered: list[tuple[str, list[int]]] = []
+
+        def offer(self, entries: list[Entry], shared: dict[object, bytes]) -> bool:
+            self.offered.append((trio.lowlevel.current_task().name, [e.seq for e in entries]))
+            return True
+
+        def wake(self) -> None:
+            pass
+
+    failing = [True]
+
+    class Once(SqliteStorage):
+        def _write(self, *args: Any) -> None:
+            if failing.pop() if failing else False:
+                raise OSError(28, "No space left on device")
+            super()._write(*args)
+
+    async with Once.open(tmp_path / "j.db") as storage, Journal.open(storage) as journal:
+        log = journal.create_run(record())
+        follower = Follower()
+        journal.follow(log, follower)
+        Bus(RunSink("run-1", "sess-1", journal.outlet("run-1"))).emit_nowait(
+            EventType.RUN_STARTED, {"agentId": "planner", "input": "q"}
+        )
+        with trio.fail_after(10):
+            await journal.writer.flush()
+        assert journal.writer.write_failures == 1
+        assert [seqs for _, seqs in follower.offered] == [[1]]
+        (task,) = {name for name, _ in follower.offered}
+        assert "JournalWriter" not in task
+        assert "run_sync_soon" in task
 
 
 async def test_strict_durability_refuses_a_redis_that_forgets(redis_url: str) -> None:

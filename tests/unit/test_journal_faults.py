@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -31,11 +31,16 @@ class FlakyStorage(SqliteStorage):
         self.failing = FlakyStorage.fail_from_start
         self.attempts = 0
 
-    async def write(self, records: list[RunRecord], events: list[tuple[str, int, bytes]]) -> None:
+    async def write_then(
+        self,
+        records: list[RunRecord],
+        events: list[tuple[str, int, bytes]],
+        committed: Callable[[], None] | None,
+    ) -> None:
         self.attempts += 1
         if self.failing:
             raise OSError(28, "No space left on device")
-        await super().write(records, events)
+        await super().write_then(records, events, committed)
 
 
 def record(run_id: str, created_at: float = 1.0, status: str = "running") -> RunRecord:
