@@ -42,6 +42,7 @@ from orchestrator.storage.writer import FencedWrite, JournalWriter
 __all__ = ["Entry", "Follower", "Journal", "RunLog", "RunOutlet", "UnknownRun"]
 
 _encode = msgspec.json.Encoder().encode
+_RUN_FINISHED = EventType.RUN_FINISHED
 
 
 class RunOutlet:
@@ -61,19 +62,7 @@ class RunOutlet:
 
         Returns True when producers should wait (`max_pending` events are queued).
         """
-        log = self._log
-        if log.fenced:  # the run is someone else's now: this copy is being cancelled
-            return False
-        raw = _encode(event)
-        if len(raw) > self._max_bytes:
-            event, raw = cap_event(event, raw, self._max_bytes)
-            self._journal.events_truncated += 1
-        log.pending.append(Entry(event, raw, event.seq))
-        if event.type is EventType.RUN_FINISHED:
-            log.record.status = str(event.data.get("status", "completed"))
-            log.record.finished_at = event.ts
-        self._mark(log)
-        return len(log.pending) >= self._max_pending
+        return self.put_many([event])
 
     def put_copied(self, event: Event, raw: bytes) -> bool:
         """`put_nowait` for an event already encoded as `raw` (and cut, where it had to
@@ -86,11 +75,24 @@ class RunOutlet:
         return len(log.pending) >= self._max_pending
 
     def put_many(self, events: list[Event]) -> bool:
-        """`put_nowait` for each (every event is encoded and may be cut on its own)."""
-        wait = False
+        """`put_nowait` for each (every event is encoded and may be cut on its own),
+        with one mark for them all: the deltas of one provider read come this way, and
+        per event the calls and lookups cost as much as the encoding."""
+        log = self._log
+        if log.fenced:  # the run is someone else's now: this copy is being cancelled
+            return False
+        pending, max_bytes = log.pending, self._max_bytes
         for event in events:
-            wait = self.put_nowait(event)
-        return wait
+            raw = _encode(event)
+            if len(raw) > max_bytes:
+                event, raw = cap_event(event, raw, max_bytes)
+                self._journal.events_truncated += 1
+            pending.append(Entry(event, raw, event.seq))
+            if event.type is _RUN_FINISHED:
+                log.record.status = str(event.data.get("status", "completed"))
+                log.record.finished_at = event.ts
+        self._mark(log)
+        return len(pending) >= self._max_pending
 
     async def wait_writable(self) -> None:
         """Wait for the writer to take the pending batch."""
