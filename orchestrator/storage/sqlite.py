@@ -15,7 +15,6 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar
 
 import msgspec
 import outcome
@@ -274,10 +273,24 @@ class SqliteStorage:
         events: list[tuple[str, int, bytes]],
         committed: Callable[[], None] | None,
     ) -> None:
-        """One transaction for the whole batch, in a worker thread; `committed()` is
-        called in trio's thread as soon as it is committed, before this task resumes
-        (the journal hands the batch to live feeds there: one turn of a busy scheduler
-        sooner).
+        """`begin_write` once the connection is free (a trim or a load may hold it),
+        and wait for the transaction."""
+        while (started := self.begin_write(records, events, committed)) is None:
+            async with self._write_limiter:
+                pass
+        await started.wait()
+
+    def begin_write(
+        self,
+        records: list[RunRecord],
+        events: list[tuple[str, int, bytes]],
+        committed: Callable[[], None] | None,
+    ) -> _Commit | None:
+        """Start the batch's transaction in a worker thread now, without awaiting
+        (None: a trim or a load holds the connection). `committed()` is called in
+        trio's thread as soon as it is committed, before any task is woken
+        (`CommitsEarly`: the journal hands the batch to live feeds there and starts
+        the next one).
 
         A record is written when it is new or its status or attempt changed (not for
         every batch of its events: at a model's pace that was a row per run per batch,
@@ -303,18 +316,21 @@ class SqliteStorage:
             )
             for r in records
         ]
-        limiter = self._write_limiter
-        try:  # (free but for a trim or a load: no turn of the scheduler is waited for)
-            limiter.acquire_nowait()
-        except trio.WouldBlock:
-            await limiter.acquire()
+
+        def done() -> None:  # (before `committed`: it may begin the next write)
+            self._wrote.set()
+            for record in records:
+                self._written[record.run_id] = (record.status, record.attempt)
+            if committed is not None:
+                committed()
+
+        commit = _Commit(self._write_limiter, done)
         try:
-            await _in_thread(functools.partial(self._write, events, record_rows), committed)
-        finally:
-            limiter.release()
-        self._wrote.set()
-        for record in records:
-            self._written[record.run_id] = (record.status, record.attempt)
+            self._write_limiter.acquire_on_behalf_of_nowait(commit)
+        except trio.WouldBlock:
+            return None
+        commit.start(functools.partial(self._write, events, record_rows))
+        return commit
 
     def _write(
         self, events: list[tuple[str, int, bytes]], record_rows: list[tuple[object, ...]]
@@ -427,39 +443,56 @@ class SqliteStorage:
 
 
 _decode_fork = msgspec.json.Decoder(ForkPoint).decode
-_T = TypeVar("_T")
 
 
-async def _in_thread(fn: Callable[[], _T], then: Callable[[], None] | None = None) -> _T:
-    """`fn()` in a worker thread, started at once; not abandoned when cancelled (the
-    cancellation is noted, and raised once it returns). `then()` runs in trio's thread
-    the moment `fn` returned (not when it raised), before this task is woken: a task's
-    wake-up waits for a turn of every ready task, which at 1,000 agents is 5–20 ms.
+class _Commit:
+    """One batch's transaction in a worker thread, started at once, holding the write
+    limiter until it ends.
 
     Why not `trio.to_thread.run_sync`: it takes its limiter with a checkpoint first,
-    so the commit's thread started only after the loop had run every task that was
-    ready. At 1,000 agents that wait was 7 ms (p50) to 32 ms (p90) of every commit
-    cycle, which is what a live event waits for (bench/capacity.py; docs/benchmarks.md).
+    so the thread started only after the loop had run every task that was ready, and
+    its result reaches the awaiting task one more such turn after the callback that
+    delivers it. At 1,000 agents the first wait was 7 ms (p50) to 32 ms (p90) of every
+    commit cycle, which is what a live event waits for; `committed` runs in that
+    callback instead (bench/capacity.py; docs/benchmarks.md).
     """
-    await trio.lowlevel.checkpoint_if_cancelled()  # (it yields only when cancelled)
-    task = trio.lowlevel.current_task()
-    token = trio.lowlevel.current_trio_token()
 
-    def done(result: outcome.Outcome[_T]) -> None:
-        if then is not None and isinstance(result, outcome.Value):
+    def __init__(self, limiter: trio.CapacityLimiter, committed: Callable[[], None]) -> None:
+        self._limiter = limiter
+        self._committed = committed
+        self._result: outcome.Outcome[None] | None = None
+        self._waiter: trio.lowlevel.Task | None = None
+
+    def start(self, fn: Callable[[], None]) -> None:
+        token = trio.lowlevel.current_trio_token()
+
+        def deliver(result: outcome.Outcome[None]) -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self._done, result)
+
+        trio.lowlevel.start_thread_soon(fn, deliver)
+
+    def _done(self, result: outcome.Outcome[None]) -> None:
+        self._limiter.release_on_behalf_of(self)
+        if isinstance(result, outcome.Value):
             try:
-                then()
-            except BaseException as exc:  # (raised in the task: never in trio's own loop)
+                self._committed()
+            except BaseException as exc:  # (raised in the waiting task, never in trio's loop)
                 result = outcome.Error(exc)
-        trio.lowlevel.reschedule(task, result)
+        self._result = result
+        if self._waiter is not None:
+            trio.lowlevel.reschedule(self._waiter)
 
-    def deliver(result: outcome.Outcome[_T]) -> None:
-        with contextlib.suppress(trio.RunFinishedError):
-            token.run_sync_soon(done, result)
-
-    trio.lowlevel.start_thread_soon(fn, deliver)
-    result: _T = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-    return result
+    async def wait(self) -> None:
+        """Return once committed (raise what failed it); not abandoned when cancelled:
+        the cancellation is noted and raised at the next checkpoint."""
+        if self._result is None:
+            self._waiter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        else:
+            await trio.lowlevel.checkpoint()
+        assert self._result is not None
+        self._result.unwrap()
 
 
 def _packs(

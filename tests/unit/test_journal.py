@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -13,7 +14,7 @@ import trio
 import trio.testing
 
 from orchestrator.core.bus import Bus, RunSink
-from orchestrator.core.events import EventType
+from orchestrator.core.events import EventType, decode_event
 from orchestrator.storage.base import RunRecord, Storage, StorageError
 from orchestrator.storage.journal import Journal, UnknownRun
 from orchestrator.storage.memory import MemoryStorage
@@ -246,6 +247,85 @@ async def test_sqlite_hands_a_batch_to_live_feeds_as_soon_as_it_is_committed(
         (task,) = {name for name, _ in follower.offered}
         assert "JournalWriter" not in task
         assert "run_sync_soon" in task
+
+
+async def test_sqlite_starts_the_next_commit_when_one_is_committed(tmp_path: Path) -> None:
+    """Events published while a commit runs are committed by the next one, started in
+    the callback that reports the first (not a turn later by the writer task); all
+    arrive in order, and closing the journal waits for a commit under way."""
+    release = threading.Event()
+    started_by: list[str] = []
+
+    class Slow(SqliteStorage):
+        def begin_write(self, *args: Any) -> Any:
+            started_by.append(f"{trio.lowlevel.current_task().name}: {len(args[1])} events")
+            return super().begin_write(*args)
+
+        def _write(self, *args: Any) -> None:
+            release.wait(10)
+            super()._write(*args)
+
+    path = tmp_path / "j.db"
+    async with Slow.open(path) as storage, Journal.open(storage) as journal:
+        journal.create_run(record())
+        bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
+        bus.emit_nowait(EventType.RUN_STARTED, {"agentId": "planner", "input": "q"})
+        await trio.testing.wait_all_tasks_blocked()  # the first commit waits in its thread
+        for _ in range(5):
+            bus.emit_nowait(EventType.REASONING, {"delta": "x"})
+        release.set()
+        with trio.fail_after(10):
+            await journal.writer.flush()
+        assert [s for s in started_by if "run_sync_soon" in s] == [
+            "<TrioToken.run_sync_soon task>: 5 events"
+        ]
+        bus.emit_nowait(EventType.REASONING, {"delta": "y"})  # closed while it commits
+    async with SqliteStorage.open(path) as storage:
+        seqs = [decode_event(raw).seq for raw in await storage.read("run-1", 0, 100)]
+    assert seqs == [1, 2, 3, 4, 5, 6, 7]
+
+
+async def test_flush_returns_when_a_commit_the_last_one_started_is_already_over() -> None:
+    """Regression: the writer took a commit that was already over and said it was
+    writing; a `flush` that came then waited for a wake-up that never came."""
+
+    class Started:
+        def __init__(self, committed: Callable[[], None]) -> None:
+            self.committed, self.over, self.waiter = committed, False, trio.Event()
+
+        def finish(self) -> None:
+            self.over = True
+            self.committed()
+            self.waiter.set()
+
+        async def wait(self) -> None:
+            await self.waiter.wait()
+
+    class Early(MemoryStorage):
+        def __init__(self) -> None:
+            self.started: list[Started] = []
+
+        def begin_write(self, records: Any, events: Any, committed: Any) -> Started:
+            self.started.append(Started(committed))
+            return self.started[-1]
+
+        async def write_then(self, records: Any, events: Any, committed: Any) -> None:
+            raise AssertionError("begin_write never refuses here")
+
+    for _ in range(20):  # (which of the writer and `flush` runs first varies)
+        async with Early.open() as storage, Journal.open(storage) as journal:
+            assert isinstance(storage, Early)
+            journal.create_run(record())
+            bus = Bus(RunSink("run-1", "sess-1", journal.outlet("run-1")))
+            bus.emit_nowait(EventType.RUN_STARTED, {"agentId": "planner", "input": "q"})
+            await trio.testing.wait_all_tasks_blocked()
+            bus.emit_nowait(EventType.REASONING, {"delta": "x"})
+            storage.started[0].finish()  # starts the next commit, which is over at once
+            storage.started[1].finish()
+            await trio.lowlevel.checkpoint()  # the writer takes that one (or not yet)
+            with trio.fail_after(5):
+                await journal.writer.flush()
+            assert journal.get("run-1").committed == 2
 
 
 async def test_strict_durability_refuses_a_redis_that_forgets(redis_url: str) -> None:

@@ -18,7 +18,7 @@ from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.journal import Journal, UnknownRun
 from orchestrator.storage.memory import MemoryStorage
 from orchestrator.storage.retention import Retention, RetentionPolicy
-from orchestrator.storage.sqlite import SqliteStorage
+from orchestrator.storage.sqlite import SqliteStorage, _Commit
 
 
 class FlakyStorage(SqliteStorage):
@@ -31,16 +31,16 @@ class FlakyStorage(SqliteStorage):
         self.failing = FlakyStorage.fail_from_start
         self.attempts = 0
 
-    async def write_then(
+    def begin_write(
         self,
         records: list[RunRecord],
         events: list[tuple[str, int, bytes]],
         committed: Callable[[], None] | None,
-    ) -> None:
+    ) -> _Commit | None:
         self.attempts += 1
         if self.failing:
             raise OSError(28, "No space left on device")
-        await super().write_then(records, events, committed)
+        return super().begin_write(records, events, committed)
 
 
 def record(run_id: str, created_at: float = 1.0, status: str = "running") -> RunRecord:
