@@ -15,7 +15,7 @@ import trio
 from websockets.exceptions import ConnectionClosed
 from websockets.trio.client import connect
 
-from tests.integration.test_approvals_server import AGENTS, Client
+from tests.integration.test_approvals_server import AGENTS, Client, agent, spawn
 from tests.integration.test_server_lifecycle import start_serve_process
 from tests.server_helpers import demo_config, read_until_end, recv, replay, request
 
@@ -83,12 +83,25 @@ async def test_a_run_stopped_by_sigterm_goes_on_after_the_restart(tmp_path: Path
     assert not [e for e in rest if keyed(e) == first]
 
 
+# The root says its last words slowly: the run is still running when the call is
+# answered a second time (the desk forgets a run's answers when it ends; an answer
+# to an ended run is `not running`, which a fast run reached first one time in CI).
+SLOW_TOP = {
+    **AGENTS,
+    "top": agent(
+        [{"calls": [spawn("mid"), spawn("talker")]}, {"say": "top got: {results}"}],
+        ["agent_spawn"],
+        token_delay=0.05,
+    ),
+}
+
+
 async def test_an_approval_waits_through_kill_9_and_its_call_runs_once(tmp_path: Path) -> None:
     config_path = tmp_path / "server.yaml"
     demo_config(
         tmp_path,
         storage="sqlite:///journal.db",
-        extra_agents=AGENTS,
+        extra_agents=SLOW_TOP,
     )
     seen: list[dict[str, Any]] = []
     async with trio.open_nursery() as nursery:
