@@ -63,7 +63,8 @@ class CommitsEarly(Protocol):
         events: list[tuple[str, int, bytes]],
         committed: Callable[[], None] | None,
     ) -> None:
-        """`begin_write` once the store is free, and wait for it."""
+        """`begin_write` now, or once the store is free (a trim or a load may hold
+        it), and wait for the commit."""
         ...
 
     def begin_write(
@@ -239,8 +240,7 @@ class JournalWriter:
             batch, started = self._next
             self._next = None
         elif self.dirty:
-            dirty, self.dirty = self.dirty, {}
-            batch, started = _Batch(dirty, self.storage.durable), None
+            batch, started = self._take(), None
         else:
             return
         self._writing = not batch.committed  # (one the last commit started may be over)
@@ -252,11 +252,7 @@ class JournalWriter:
                 refused = await self.fenced_write(batch.records, batch.rows)
             elif isinstance(self.storage, CommitsEarly):
                 then = functools.partial(self._early, batch)
-                started = self.storage.begin_write(batch.records, batch.rows, then)
-                if started is None:  # (a trim or a load holds the store: wait for it)
-                    await self.storage.write_then(batch.records, batch.rows, then)
-                else:
-                    await started.wait()
+                await self.storage.write_then(batch.records, batch.rows, then)
             else:
                 await self.storage.write(batch.records, batch.rows)
         except BaseException:
@@ -275,8 +271,7 @@ class JournalWriter:
         committing what came meanwhile (awaited by the writer task's next turn)."""
         self._committed(batch, frozenset())
         if self.dirty and not self._closing and self._next is None:
-            dirty, self.dirty = self.dirty, {}
-            following = _Batch(dirty, self.storage.durable)
+            following = self._take()
             assert isinstance(self.storage, CommitsEarly)
             then = functools.partial(self._early, following)
             try:
@@ -288,6 +283,11 @@ class JournalWriter:
                 return
             self._next = (following, started)
             self._writing = True
+
+    def _take(self) -> _Batch:
+        """Every dirty run's pending events, for one write."""
+        dirty, self.dirty = self.dirty, {}
+        return _Batch(dirty, self.storage.durable)
 
     def _put_back(self, batch: _Batch) -> None:
         """Not written: everything goes back for the next try, ahead of newer events."""
