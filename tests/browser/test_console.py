@@ -160,6 +160,20 @@ def node(page: Page, name: str) -> Any:
     return page.locator(".node > .row", has=page.locator(".name", has_text=name))
 
 
+def select_a_streaming_researcher(page: Page) -> str:
+    """Start the planner's run, wait for both researchers, select the first; its key."""
+    start_run(page, "planner", "one thread is enough")
+    page.wait_for_function(
+        "[...window.__console.state.run.agents.values()]"
+        ".filter(a => a.agentId === 'researcher').length === 2",
+        timeout=20_000,
+    )
+    node(page, "ResearcherAgent").first.click()
+    page.wait_for_selector("#stop-box button")
+    key: str = page.evaluate("window.__console.state.selected")
+    return key
+
+
 def model_events(page: Page) -> dict[str, int]:
     seen: dict[str, int] = page.evaluate(
         "({last: window.__console.state.run.lastSeq, count: window.__console.state.run.eventCount})"
@@ -413,15 +427,7 @@ def test_stop_on_an_agent_cancels_its_subtree_and_the_run_goes_on(
     srv.start()
     try:
         page, errors = open_page(browser, srv.url)
-        start_run(page, "planner", "one thread is enough")
-        page.wait_for_function(
-            "[...window.__console.state.run.agents.values()]"
-            ".filter(a => a.agentId === 'researcher').length === 2",
-            timeout=20_000,
-        )
-        node(page, "ResearcherAgent").first.click()
-        page.wait_for_selector("#stop-box button")
-        key = page.evaluate("window.__console.state.selected")
+        key = select_a_streaming_researcher(page)
         page.fill("#stop-box input", "enough")
         page.click("#stop-box button")
         page.wait_for_function(

@@ -13,6 +13,7 @@ from tests.browser.test_console import (
     node,
     open_page,
     pytestmark,  # noqa: F401 (the same skip: Chromium and Playwright)
+    select_a_streaming_researcher,
     serving,
     shot,
     start_admin_run,
@@ -379,14 +380,7 @@ def test_a_press_in_the_detail_pane_is_not_lost_to_a_redraw(
     write_agents(tmp_path, token_delay=0.1)
     with serving(tmp_path, config()) as server:
         page, errors = open_page(browser, server.url)
-        start_run(page, "planner", "one thread is enough")
-        page.wait_for_function(
-            "[...window.__console.state.run.agents.values()]"
-            ".filter(a => a.agentId === 'researcher').length === 2",
-            timeout=20_000,
-        )
-        node(page, "ResearcherAgent").first.click()
-        key = page.evaluate("window.__console.state.selected")
+        key = select_a_streaming_researcher(page)
         page.fill("#stop-box input", "enough")
         box = page.locator("#stop-box button").bounding_box()
         assert box is not None
