@@ -368,8 +368,7 @@ class Worker:
             run = self.host.active.get(run_id)
             if log is None or run is None:
                 continue  # no copy runs here (what it wrote last was refused, or dropped)
-            log.fenced = log.remote = True  # what the copy still emits is dropped
-            log.pending.clear()
+            log.fence()  # what the copy still emits is dropped
             run.cancel()
         self._changed.unpark_all()
 

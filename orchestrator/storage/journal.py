@@ -191,11 +191,11 @@ class Journal:
             fenced_write=fenced_write,
         )
         for record in await storage.load():
-            log = RunLog(record)
+            log = RunLog(record, remote=cluster)
             journal.logs[record.run_id] = log
             if cluster:
-                log.remote = True
-            elif record.status == "running" and resume and (record.last_seq or record.forked_from):
+                continue  # (another instance may execute it: the cluster decides)
+            if record.status == "running" and resume and (record.last_seq or record.forked_from):
                 journal.resumable.append(record.run_id)  # (a fork: whose copy had not begun)
             elif record.status == "running":
                 journal.interrupted.append(record.run_id)
@@ -266,13 +266,7 @@ class Journal:
         log = self.logs.get(record.run_id)
         if log is None:
             return self.create_run(record)
-        log.record = record
-        log.remote = log.fenced = False
-        log.finished_status = None
-        if log.committed < record.last_seq:  # the mirror was behind: read the rest from storage
-            log.entries.clear()
-            log.committed = record.last_seq
-            log.tail_first = record.last_seq + 1
+        log.own(record)
         self.writer.mark(log)
         self.started(log)
         return log
@@ -285,8 +279,7 @@ class Journal:
         log = self.logs.get(run_id)
         if log is None:
             return
-        log.remote, log.fenced = True, False
-        log.pending.clear()
+        log.mirror()
         self.writer.dirty.pop(run_id, None)
         hand_over(log, [])
 

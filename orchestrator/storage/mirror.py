@@ -17,7 +17,7 @@ from typing import Protocol
 
 import trio
 
-from orchestrator.core.events import EventType, decode_event
+from orchestrator.core.events import decode_event
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.runlog import Entry, RunLog, UnknownRun, hand_over
 
@@ -65,8 +65,7 @@ class RunMirrors:
 
     def adopt(self, record: RunRecord) -> RunLog:
         """Register a run executed by another instance: a mirror fed by `append_remote`."""
-        log = RunLog(record)
-        log.remote = True
+        log = RunLog(record, remote=True)
         self.journal.logs[record.run_id] = log
         return log
 
@@ -83,15 +82,7 @@ class RunMirrors:
                 fresh.append(Entry(event, raw, event.seq))
         if not fresh:
             return
-        if log.committed + 1 != log.tail_first + len(log.entries):  # not contiguous: restart
-            log.entries.clear()
-            log.tail_first = fresh[0].seq
-        log.entries.extend(fresh)
-        log.committed = log.record.last_seq = fresh[-1].seq
-        last = fresh[-1].event
-        if last.type is EventType.RUN_FINISHED:
-            log.record.status = log.finished_status = str(last.data.get("status", "completed"))
-            log.record.finished_at = last.ts
+        log.append_mirrored(fresh)
         if journal.storage.durable:
             log.evict(journal.tail)
         hand_over(log, fresh)

@@ -89,8 +89,7 @@ class _Batch:
         self.logs: list[tuple[RunLog, list[Entry]]] = []
         self.rows: list[tuple[str, int, bytes]] = []
         for log in dirty.values():
-            batch, log.pending = log.pending, []
-            log.writing = len(batch)
+            batch = log.take()
             if batch and durable:
                 run_id = log.record.run_id
                 self.rows.extend((run_id, e.seq, e.raw) for e in batch)
@@ -292,8 +291,7 @@ class JournalWriter:
     def _put_back(self, batch: _Batch) -> None:
         """Not written: everything goes back for the next try, ahead of newer events."""
         for log, entries in batch.logs:
-            log.pending[:0] = entries
-            log.writing = 0
+            log.put_back(entries)
         self.dirty = {**batch.dirty, **self.dirty}
 
     def _committed(self, batch: _Batch, refused: set[str] | frozenset[str]) -> None:
@@ -308,20 +306,13 @@ class JournalWriter:
         """The batch is stored: it joins the runs' tails and goes to their feeds."""
         fenced: list[str] = []
         for log, batch in batches:
-            log.writing = 0
             if log.record.run_id in refused:  # lost the lease: none of it was written
-                log.fenced = log.remote = True
-                log.pending.clear()
+                log.refuse()
                 fenced.append(log.record.run_id)
                 hand_over(log, [])
                 continue
-            if batch:
-                log.record.last_seq = batch[-1].seq
-                log.entries.extend(batch)
-                log.committed = batch[-1].seq
-                self.events_written += len(batch)
-            if log.record.status != "running":
-                log.finished_status = log.record.status
+            log.commit(batch)
+            self.events_written += len(batch)
             if self.storage.durable:
                 log.evict(self.tail)
             hand_over(log, batch)

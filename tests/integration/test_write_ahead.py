@@ -88,8 +88,7 @@ async def test_a_copy_that_lost_its_run_acts_on_nothing(tmp_path: Path) -> None:
         storage.failing = True
         log = host.journal.get(hosted.run_id)
         await eventually(lambda: _results(log) == 1)
-        log.fenced = True  # as the cluster writer does when an append is refused
-        log.pending.clear()
+        log.refuse()  # as the cluster writer does when an append is refused
         log.readers.unpark_all()
         storage.failing = False
         with trio.fail_after(30):
