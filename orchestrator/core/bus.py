@@ -23,8 +23,10 @@ from orchestrator.core.events import Event, EventType, Source
 
 __all__ = [
     "AnyBus",
+    "AnySink",
     "Bus",
     "NullBus",
+    "NullSink",
     "Outlet",
     "RunSink",
     "child_source",
@@ -170,6 +172,13 @@ class RunSink:
             return False
         return True if self._durable is None else await self._durable(self._seq)
 
+    streaming = True
+    """Its events reach an outlet (a consumer, a journal): a person can see and answer."""
+
+    def bus(self) -> Bus:
+        """The root agent's bus."""
+        return Bus(self)
+
     def publish_nowait(
         self,
         source: Source | None,
@@ -199,6 +208,43 @@ class RunSink:
         if type is EventType.RUN_FINISHED:
             self.closed = True
         return event
+
+
+class NullSink:
+    """The sink of a non-streaming call: it numbers and keeps nothing (its bus is a
+    `NullBus`), so a run without a consumer is the same object as one with."""
+
+    __slots__ = ("root_session_id", "run_id")
+
+    closed = False
+    dropped = False
+    last_seq = 0
+    streaming = False
+    """Nobody sees its events (`RunSink.streaming`)."""
+
+    def __init__(self, run_id: str, root_session_id: str) -> None:
+        self.run_id = run_id
+        self.root_session_id = root_session_id
+
+    def bus(self) -> NullBus:
+        """The root agent's bus."""
+        return NullBus(self.run_id, self.root_session_id)
+
+    def drop(self) -> None:
+        """Nothing is kept anyway (`RunSink.drop`)."""
+
+    async def durable(self) -> bool:
+        """Nothing to wait for (`RunSink.durable`)."""
+        return True
+
+    def publish_nowait(
+        self,
+        source: Source | None,
+        type: EventType,
+        data: Mapping[str, Any],
+        last: bool = False,
+    ) -> None:
+        """The event goes nowhere (`RunSink.publish_nowait`)."""
 
 
 class _Dropped:
@@ -316,6 +362,14 @@ class Bus:
         source = child_source(parent=self.source, root_session_id=self.sink.root_session_id, **tags)
         return Bus(self.sink, source)
 
+    def at(self, source: Source | None) -> Bus:
+        """A bus of the same run for the agent `source` (one rebuilt from the journal,
+        or one whose end the run writes for it)."""
+        return Bus(self.sink, source)
+
+    streaming = True
+    """Its events reach a sink (a consumer, a journal): a person can see and answer."""
+
 
 class NullBus(NullEmitter):
     """A bus whose events go nowhere: a non-streaming `call()`.
@@ -354,6 +408,15 @@ class NullBus(NullEmitter):
         source = child_source(parent=self.source, root_session_id=self.root_session_id, **tags)
         return NullBus(self.run_id, self.root_session_id, source)
 
+    def at(self, source: Source | None) -> NullBus:
+        """A null bus of the same run for the agent `source` (`Bus.at`)."""
+        return NullBus(self.run_id, self.root_session_id, source)
+
+    streaming = False
+    """Its events go nowhere: nobody sees them, nobody can answer a call (`Bus.streaming`)."""
+
 
 AnyBus = Bus | NullBus
 """What `current_bus` holds during a run."""
+AnySink = RunSink | NullSink
+"""Where a run's events go: a streaming run's sink, or a call's null one."""

@@ -246,7 +246,7 @@ class RunHost:
     async def _execute(self, run: Run) -> None:
         try:
             result = await run.execute()
-            if run.sink is None:
+            if not run.sink.streaming:  # a blocking call: no events, its record ends here
                 self.journal.end_call_run(run.run_id, result.status)
         finally:
             self.active.pop(run.run_id, None)
@@ -325,9 +325,10 @@ class RunHost:
         """Where the calls of the runs here wait (subscribe to hear of each change)."""
         return self.orchestrator.catalog.desk
 
-    async def approve(self, run_id: str, answer: Answer) -> None:
+    async def approve(self, run_id: str, answer: Answer, *, checked: bool = False) -> None:
         """Answer a waiting tool call of a run here (the desk decides; a call of a
-        remote subtree is handed to the server it waits on).
+        remote subtree is handed to the server it waits on). `checked`: a cluster
+        gateway checked it against the call already (`cluster/gateway.py`).
 
         Raises:
             UnknownRun: no such run.
@@ -336,7 +337,7 @@ class RunHost:
         self.journal.get(run_id)
         if run_id not in self.active:
             raise ApprovalError("not_found", f"run {run_id!r} is not running")
-        await self.approvals.answer(run_id, answer)
+        await self.approvals.answer(run_id, answer, checked=checked)
 
     async def pending(
         self, run_id: str | None, *, owner: str | None, limit: int
@@ -393,12 +394,9 @@ class RunHost:
 
     async def suspend_all(self) -> None:
         """Shutdown, to resume at the next start: stop every run without journaling its
-        end (`Run.suspend`; a blocking call, which has no journal, ends `interrupted`)."""
+        end (`Run.suspend`)."""
         for run in list(self.active.values()):
-            if run.sink is None:
-                run.interrupt()
-            else:
-                run.suspend()
+            run.suspend()
         for done in list(self._done.values()):
             await done.wait()
 

@@ -64,7 +64,7 @@ class StallSweeper:
 
     def watch(self, run: Run) -> None:
         """Follow `run` (a streaming run this process executes) until it ends."""
-        if run.sink is None:
+        if not run.sink.streaming:
             return  # a call run: no journal, no watchers
         watch = StallWatch(trio.current_time())
         self.journal.follow(self.journal.get(run.run_id), _Follower(watch, self._wake))
@@ -90,8 +90,7 @@ class StallSweeper:
         """Write AGENT_STALLED for every agent that moved again and every agent due by
         `now`; forget ended runs."""
         for run_id, (run, watch) in list(self._runs.items()):
-            sink = run.sink
-            if watch.ended or run.result is not None or sink is None or sink.closed:
+            if watch.ended or run.result is not None or run.sink.closed:
                 del self._runs[run_id]
                 continue
             moved, watch.moved = watch.moved, []
@@ -108,7 +107,7 @@ class StallSweeper:
     def _write(run: Run, stall: Stall) -> bool:
         """The agent's AGENT_STALLED, if it runs here (a remote subtree's agent is its
         own server's to mark)."""
-        if run.sink is None or run.agent(stall.agent_key) is None:
+        if run.agent(stall.agent_key) is None:
             return False
         run.sink.publish_nowait(stall.source, EventType.AGENT_STALLED, stall.data)
         return True

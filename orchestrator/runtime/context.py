@@ -1,15 +1,16 @@
 """What runs are made of (`AgentCatalog`), their bounds, and one run as its tools see it.
 
-`agent_spawn` and `agent_send` need the agent catalog, the run's limits and the
-run's live agent instances. They are bound to their run's `RunContext` when the
-run starts (`spawn.run_tools`), not handed it through a context variable: the
-only context variable is `current_bus`, which the contract names.
+`agent_spawn` and `agent_send` need the agent catalog, the run's limits, how the
+run goes on from its journal and the run's live agent instances. They are bound
+to their run's `RunContext`, which makes them with itself, not handed it through a
+context variable: the only context variable is `current_bus`, which the contract
+names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import final
+from typing import NamedTuple, final
 
 import msgspec
 import trio
@@ -22,15 +23,23 @@ from agents.providers.factory import ProviderFactory
 from agents.runner import AgentRunner, BackgroundAgain, Summarizer, TurnLimits
 from agents.spec import AgentSpec, CompactionSpec
 from agents.tools.base import Tool
-from orchestrator.core.bus import AnyBus, Bus
-from orchestrator.core.rebuild import AgentPlan, ResumePlan
+from orchestrator.core.bus import AnyBus
+from orchestrator.core.rebuild import AgentPlan
 from orchestrator.mcp.hub import McpError, McpHub
 from orchestrator.mcp.names import server_of, wildcard_match
 from orchestrator.mcp.tool import McpTool
 from orchestrator.runtime.approvals import NOBODY, ApprovalDesk
+from orchestrator.runtime.continuation import Continuation
 from orchestrator.runtime.remote import RemoteLink
 
-__all__ = ["AgentCatalog", "RunContext", "RunLimits", "UnknownAgent"]
+__all__ = [
+    "AgentCatalog",
+    "LiveAgents",
+    "RunContext",
+    "RunLimits",
+    "RuntimeTools",
+    "UnknownAgent",
+]
 
 
 class UnknownAgent(LookupError):
@@ -183,9 +192,9 @@ class AgentCatalog:
         policy = self.approval_policy(spec)
         gate: ApprovalGate | None = None
         if policy is not None:
-            if isinstance(bus, Bus):
+            if bus.streaming:
                 key = bus.agent_key
-                gate = self.desk.gate(bus.run_id, bus.source, lambda: run.deadlines(key))
+                gate = self.desk.gate(bus.run_id, bus.source, lambda: run.live.deadlines(key))
             else:
                 gate = NOBODY
         return AgentRunner(
@@ -206,53 +215,42 @@ class AgentCatalog:
 
 
 @final
-class RunContext:
-    """One run as its tools see it: the catalog, the limits, the live agent instances."""
+class LiveAgents:
+    """A run's agent instances while it runs: the root, every child by agentKey and its
+    parent, the remote links, and the rebuilt agents started again.
 
-    __slots__ = (
-        "agents",
-        "background_again",
-        "catalog",
-        "continued",
-        "limits",
-        "parents",
-        "recording",
-        "remotes",
-        "resume",
-        "root",
-        "summarizer",
-        "tools",
-    )
+    The registry is what `agent_send`, `cancel` and the approval deadlines look agents
+    up in; only `add` and `set_root` fill it.
+    """
 
-    def __init__(self, catalog: AgentCatalog, limits: RunLimits) -> None:
-        self.catalog = catalog
-        self.limits = limits
-        self.tools: dict[str, Tool] = dict(catalog.tools)
-        """The tools this run's agents may call: the catalog's, plus the runtime's own
-        bound to this run (the run sets them: `spawn.run_tools`)."""
+    __slots__ = ("agents", "buses", "continued", "parents", "remotes", "root")
+
+    def __init__(self) -> None:
+        self.root: AgentRunner | None = None
+        """The root agent's runner (`set_root`, when the run makes it)."""
         self.agents: dict[str, AgentRunner] = {}
         """Every child instance of the run by agentKey (valid for `agent_send` until the
         run ends)."""
+        self.buses: dict[str, AnyBus] = {}
+        """agentKey → the child's bus (`send_to` runs an idle one on it again)."""
         self.parents: dict[str, str | None] = {}
         """agentKey → its parent's agentKey (None: the root spawned it)."""
-        self.root: AgentRunner | None = None
-        """The root agent's runner (the run sets it)."""
-        self.resume: ResumePlan | None = None
-        """Cluster takeover: the agents rebuilt from the journal (spawn calls left
-        without a result continue their child from it)."""
-        self.recording: Recording | None = None
-        """A fork with `replay`: the original's recorded turns (agents/core/replay.py)."""
-        self.continued: set[str] = set()
-        """agentKeys of rebuilt children that were continued (or answered from the journal)."""
         self.remotes: dict[str, RemoteLink] = {}
         """agentKey → the link of a remote child running now, under the child's key and
         each forwarded descendant's (`cancel`, `send` and answers go through it)."""
-        self.summarizer: Summarizer | None = None
-        """Runs a compaction's summarizer subagent as a child (the run sets it:
-        `spawn.run_tools`)."""
-        self.background_again: Callable[[AgentPlan], list[BackgroundAgain]] = _nothing_again
-        """After a takeover: a rebuilt agent's background children to pick up again
-        beside it (`spawn.run_tools` sets it)."""
+        self.continued: set[str] = set()
+        """agentKeys of rebuilt children started again (continued, answered from the
+        journal, followed again or lost: `Continuation.unresumed` skips them)."""
+
+    def set_root(self, runner: AgentRunner) -> None:
+        """The root agent's runner, once made."""
+        self.root = runner
+
+    def add(self, key: str, runner: AgentRunner, bus: AnyBus, parent: str | None) -> None:
+        """A child instance `key` of `parent` (None: the root) starts."""
+        self.agents[key] = runner
+        self.buses[key] = bus
+        self.parents[key] = parent
 
     def deadlines(self, agent_key: str | None) -> list[trio.CancelScope]:
         """The scopes that time out the instance `agent_key` (None: the root): its own
@@ -282,6 +280,74 @@ class RunContext:
         return found
 
 
-def _nothing_again(parent: AgentPlan) -> list[BackgroundAgain]:
-    """No background work to pick up again (a run that is not a takeover)."""
-    return []
+class RuntimeTools(NamedTuple):
+    """The runtime's own tools bound to one run (`spawn.run_tools`): `agent_spawn` and
+    `agent_send`, the compactions' summarizer, and how a continued agent's background
+    children are picked up again."""
+
+    tools: tuple[Tool, ...]
+    summarizer: Summarizer
+    background_again: Callable[[AgentPlan], list[BackgroundAgain]]
+
+
+@final
+class RunContext:
+    """One run as its tools see it, made whole at once and never reassigned: the
+    catalog, the limits, how the run goes on from its journal (`continuation`; empty
+    for a fresh run), a fork's recording, the live agents, and the run's tools (the
+    catalog's and the runtime's own bound to it: `agent_spawn`, `agent_send`)."""
+
+    __slots__ = (
+        "background_again",
+        "catalog",
+        "continuation",
+        "limits",
+        "live",
+        "recording",
+        "summarizer",
+        "tools",
+    )
+
+    catalog: AgentCatalog
+    limits: RunLimits
+    continuation: Continuation
+    recording: Recording | None
+    """A fork with `replay`: the original's recorded turns (agents/core/replay.py)."""
+    live: LiveAgents
+    tools: dict[str, Tool]
+    summarizer: Summarizer
+    """Runs a compaction's summarizer subagent as a child of the compacting agent."""
+    background_again: Callable[[AgentPlan], list[BackgroundAgain]]
+    """A continued agent's background children to pick up again beside it."""
+
+    def __init__(
+        self,
+        catalog: AgentCatalog,
+        limits: RunLimits,
+        *,
+        runtime: Callable[[RunContext], RuntimeTools],
+        continuation: Continuation | None = None,
+        recording: Recording | None = None,
+    ) -> None:
+        """`runtime` makes the runtime's tools for this run (`spawn.run_tools`: they
+        hold the context, so they are made with it)."""
+        given = {
+            "catalog": catalog,
+            "limits": limits,
+            "live": LiveAgents(),
+            "continuation": continuation or Continuation(),
+            "recording": recording,
+        }
+        for name, value in given.items():
+            object.__setattr__(self, name, value)
+        own = runtime(self)  # (its tools read the fields above, never the ones below)
+        made = {
+            "tools": {**catalog.tools, **{tool.name: tool for tool in own.tools}},
+            "summarizer": own.summarizer,
+            "background_again": own.background_again,
+        }
+        for name, value in made.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a RunContext is made whole at once: {name!r} cannot be set")

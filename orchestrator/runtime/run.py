@@ -1,19 +1,22 @@
 """One run: the root agent on an input, from RUN_STARTED to RUN_FINISHED.
 
 A run owns one cancel scope (cancel reaches every descendant, each of which
-emits AGENT_ERROR `cancelled`) and one deadline (`run_timeout_seconds`).
+emits AGENT_ERROR `cancelled`) and one deadline (`run_timeout_seconds`). It takes
+one path whether it starts fresh or goes on from its journal: its `Continuation`
+(`runtime/continuation.py`) says what opens it and how its root starts, and a stop
+from outside is one `StopReason`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import msgspec
 import trio
 
 from agents.approval import ApprovalRequest
-from agents.core.payloads import agent_error
 from agents.core.replay import Recording
 from agents.core.turn import parse_arguments
 from agents.core.usage import UsageNode
@@ -23,8 +26,8 @@ from agents.spec import AgentSpec
 from orchestrator.core.approvals import Answer
 from orchestrator.core.bus import (
     AnyBus,
-    Bus,
-    NullBus,
+    AnySink,
+    NullSink,
     RunSink,
     current_bus,
     new_run_id,
@@ -35,6 +38,7 @@ from orchestrator.core.rebuild import ResumePlan
 from orchestrator.mcp.hub import McpError
 from orchestrator.runtime.approvals import ApprovalError, PendingApproval
 from orchestrator.runtime.context import AgentCatalog, RunContext, RunLimits
+from orchestrator.runtime.continuation import Answered, Continuation, Continue, Fresh, Kind
 from orchestrator.runtime.remote import RemoteLink
 from orchestrator.runtime.spawn import run_tools
 
@@ -62,12 +66,38 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     """The whole tree's token usage."""
 
 
-_LOST = {"restart": "when the server restarted", "fork": "in the fork (its subtree ran elsewhere)"}
-"""How an orphan's AGENT_ERROR says it was lost, by RUN_RESUMED's `reason`."""
+@dataclass(frozen=True, slots=True)
+class StopReason:
+    """Why a run was stopped from outside, and how it then ends. A stronger reason
+    replaces a weaker one (`rank`): a run whose journal failed ends `failed` even if a
+    person cancelled it first."""
+
+    status: RunStatus
+    error: str
+    rank: int
+    cancellation: Cancellation | None = None
+    """Who cancelled it, and why (RUN_FINISHED says so)."""
+
+    @staticmethod
+    def cancelled(cancellation: Cancellation) -> StopReason:
+        """A person (or a client) cancelled the run."""
+        return StopReason("cancelled", cancellation.describe(), 0, cancellation)
+
+    @staticmethod
+    def server_stopped() -> StopReason:
+        """The server is stopping (the run is interrupted, or suspended to resume)."""
+        return StopReason("interrupted", "the server stopped while the run was running", 1)
+
+    @staticmethod
+    def failed(reason: str) -> StopReason:
+        """Its events cannot be stored."""
+        return StopReason("failed", reason, 2)
 
 
 class Run:
-    """Executes one run; `sink` is None for a non-streaming call (a `NullBus` run)."""
+    """Executes one run: from its input, or going on from its journal (`resume`: the
+    plan rebuilt from it, announced with `resumed`). Without a `sink` (a non-streaming
+    call) its events go nowhere (`NullSink`)."""
 
     def __init__(
         self,
@@ -86,72 +116,68 @@ class Run:
         self.agent_id = agent_id
         self.input = input
         self.limits = limits
-        self.sink = sink
-        self.run_id = sink.run_id if sink is not None else (run_id or new_run_id())
+        self.sink: AnySink = sink or NullSink(run_id or new_run_id(), new_session_id(root=True))
+        self.run_id = self.sink.run_id
         self.scope = trio.CancelScope()
         self.result: RunResult | None = None
-        self.context = RunContext(catalog, limits)
-        self.context.tools = run_tools(self.context)
-        self.context.recording = recording
-        self.agents: dict[str, AgentRunner] = self.context.agents
+        kinds = {spec.id: _kind(spec) for spec in catalog.specs.values()}
+        continuation = Continuation(resume, kinds, resumed or {})
+        self.context = RunContext(
+            catalog, limits, runtime=run_tools, continuation=continuation, recording=recording
+        )
+        self.agents: dict[str, AgentRunner] = self.context.live.agents
         """Child instances by agentKey (valid for `agent_send` until the run ends)."""
         self.root: AgentRunner | None = None
-        self._interrupted = False
-        self._suspended = False
-        self._failure: str | None = None
-        self._cancelled: Cancellation | None = None
-        self.resume = resume
-        """Cluster takeover: continue the run from its journal instead of starting it."""
-        self.resumed = resumed or {}
-        self._orphaned: set[str] = set()
-        """RUN_RESUMED's data (`attempt`, `worker`, `afterSeq`)."""
-        if resume is not None and sink is not None:
-            self._adopt_approvals(resume)
+        self._stop: StopReason | None = None
+        self._adopt_approvals()
 
-    def _adopt_approvals(self, plan: ResumePlan) -> None:
+    def _adopt_approvals(self) -> None:
         """Calls that waited for a decision when the journal stopped wait again, and can
         be listed and answered from now on (before their agents reach them)."""
         now = time.time()
-        for agent in plan.agents.values():
-            if agent.ended or agent.key in plan.remote:  # (a remote subtree's wait there)
+        for waiting in self.context.continuation.approvals():
+            agent, call = waiting.agent, waiting.call
+            tool = self.context.tools.get(call.name)
+            if tool is None:
+                continue
+            try:
+                args = parse_arguments(call.arguments)
+            except ValueError:
                 continue
             spec = self.catalog.specs.get(agent.agent_id)
             policy = self.catalog.approval_policy(spec) if spec is not None else None
-            for call in agent.pending:
-                prior = agent.approvals.get(call.id)
-                tool = self.context.tools.get(call.name)
-                if not isinstance(prior, tuple) or tool is None:
-                    continue
-                try:
-                    args = parse_arguments(call.arguments)
-                except ValueError:
-                    continue
-                requested_at, timeout_at = prior
-                self.catalog.desk.adopt(
-                    self.run_id,
-                    agent.source,
-                    ApprovalRequest(
-                        tool_call_id=call.id,
-                        name=call.name,
-                        args=args,
-                        requested_at=requested_at,
-                        timeout_at=timeout_at,
-                        wait=max(0.0, timeout_at - now),
-                        edit=policy.edit if policy is not None else False,
-                        parameters=tool.parameters(),
-                    ),
-                )
+            self.catalog.desk.adopt(
+                self.run_id,
+                agent.source,
+                ApprovalRequest(
+                    tool_call_id=call.id,
+                    name=call.name,
+                    args=args,
+                    requested_at=waiting.requested_at,
+                    timeout_at=waiting.timeout_at,
+                    wait=max(0.0, waiting.timeout_at - now),
+                    edit=policy.edit if policy is not None else False,
+                    parameters=tool.parameters(),
+                ),
+            )
+
+    def _stopped(self, reason: StopReason) -> None:
+        """Stop the run from outside: it ends as the strongest reason given says."""
+        if self._stop is None or reason.rank > self._stop.rank:
+            self._stop = reason
+        self.scope.cancel()
 
     def cancel(self, by: str = "user", reason: str | None = None) -> None:
         """Cancel the whole tree; the run ends `cancelled`.
 
         Every running agent reports AGENT_ERROR `cancelled` with `by` and `reason`.
         """
-        if self._cancelled is None:
-            self._cancelled = Cancellation(by, reason)
+        if self._stop is None or self._stop.cancellation is None:
+            cancellation = Cancellation(by, reason)
             for runner in self._runners():
                 if runner.running:
-                    runner.cancel(self._cancelled, stop=False)  # the run's scope stops it
+                    runner.cancel(cancellation, stop=False)  # the run's scope stops it
+            self._stopped(StopReason.cancelled(cancellation))
         self.scope.cancel()
 
     def cancel_agent(self, agent_key: str, by: str = "user", reason: str | None = None) -> None:
@@ -165,7 +191,7 @@ class Run:
         """
         if self.result is not None:
             raise AgentGone(f"run {self.run_id!r} has ended")
-        remote = self.context.remotes.get(agent_key)
+        remote = self.context.live.remotes.get(agent_key)
         if remote is not None and remote.child_key == agent_key:
             if remote.cancellation is not None:
                 raise AgentGone(f"agent {agent_key!r} was already cancelled")
@@ -181,14 +207,14 @@ class Run:
         cancellation = Cancellation(by, reason)
         if not runner.cancel(cancellation):
             raise AgentGone(f"agent {agent_key!r} was already cancelled")
-        for key in self.context.descendants(agent_key):
+        for key in self.context.live.descendants(agent_key):
             # Running ones are stopped by the cancelled ancestor's scope; idle ones end now.
             self.agents[key].cancel(cancellation, stop=False)
 
     def remote_link(self, agent_key: str | None) -> RemoteLink | None:
         """The remote child whose run (on another server) `agent_key` belongs to, if
         it is one of a remote subtree running now (docs/remote.md)."""
-        return self.context.remotes.get(agent_key) if agent_key is not None else None
+        return self.context.live.remotes.get(agent_key) if agent_key is not None else None
 
     @property
     def pending_approvals(self) -> list[PendingApproval]:
@@ -212,22 +238,19 @@ class Run:
 
     def fail(self, reason: str) -> None:
         """Stop the run from outside (its events cannot be stored); it ends `failed`."""
-        self._failure = reason
-        self.scope.cancel()
+        self._stopped(StopReason.failed(reason))
 
     def interrupt(self) -> None:
         """Stop the run because the server is stopping; it ends `interrupted`."""
-        self._interrupted = True
-        self.scope.cancel()
+        self._stopped(StopReason.server_stopped())
 
     def suspend(self) -> None:
         """Stop the run because the server is stopping, to resume it at the next start:
         nothing it emits from now on is journaled (no AGENT_ERROR, no RUN_FINISHED), so
-        its journal ends as it was, still `running` — the same as after a crash."""
-        self._suspended = True
-        if self.sink is not None:
-            self.sink.drop()
-        self.scope.cancel()
+        its journal ends as it was, still `running` — the same as after a crash. A
+        blocking call, which has no journal, ends `interrupted`."""
+        self.sink.drop()
+        self._stopped(StopReason.server_stopped())
 
     def agent(self, agent_key: str | None) -> AgentRunner | None:
         """A running agent of this run: the root for None, else by agentKey."""
@@ -236,19 +259,13 @@ class Run:
         return self.agents.get(agent_key)
 
     async def execute(self) -> RunResult:
-        """Run the root agent to the end and emit RUN_FINISHED."""
+        """Run the root agent to the end and emit RUN_FINISHED (first the run's opening:
+        RUN_STARTED, or RUN_RESUMED and what the continuation ends at once)."""
         spec = self.catalog.spec(self.agent_id)
-        bus: AnyBus = (
-            Bus(self.sink)
-            if self.sink is not None
-            else NullBus(self.run_id, new_session_id(root=True))
-        )
-        plan = self.resume
-        if plan is None:
-            bus.emit_nowait(EventType.RUN_STARTED, {"agentId": spec.id, "input": self.input})
-        else:
-            self._announce_resume(bus, plan)
-            self.context.resume = plan
+        bus = self.sink.bus()
+        continuation = self.context.continuation
+        for opening in continuation.opening(spec.id, self.input):
+            bus.at(opening.source).emit_nowait(opening.type, opening.data, opening.last)
         bus_token = current_bus.set(bus)
         status: RunStatus = "failed"
         text = error = None
@@ -269,13 +286,14 @@ class Run:
             timeout_scope=deadline,
             usage=UsageNode(budget=budget, budget_source=source),
         )
-        self.root = self.context.root = runner
+        self.root = runner
+        self.context.live.set_root(runner)
         try:
             with self.scope, deadline:
                 try:
                     if unavailable is not None:
                         runner.fail("mcp_unavailable", unavailable)
-                    text = await self._drive(runner, plan)
+                    text = await self._drive(runner)
                     status = "completed"
                 except AgentFailed as exc:
                     error = f"{exc.error_type}: {exc}"
@@ -284,13 +302,8 @@ class Run:
                     error = f"internal: {type(exc).__name__}: {exc}"
             if deadline.cancelled_caught:
                 error = f"timeout: run exceeded run_timeout_seconds ({timeout:g} s)"
-            elif self.scope.cancelled_caught and self._failure is not None:
-                status, error = "failed", self._failure
-            elif self.scope.cancelled_caught and (self._interrupted or self._suspended):
-                status, error = "interrupted", "the server stopped while the run was running"
-            elif self.scope.cancelled_caught:
-                status = "cancelled"
-                error = self._cancelled.describe() if self._cancelled is not None else "cancelled"
+            elif self.scope.cancelled_caught and self._stop is not None:
+                status, error = self._stop.status, self._stop.error
         finally:
             current_bus.reset(bus_token)
             self.catalog.desk.forget_run(self.run_id)
@@ -301,8 +314,8 @@ class Run:
             error=error,
             usage=runner.subtree_usage.copy(),
         )
-        if plan is not None and not self._suspended:
-            self._end_unresumed(bus, plan, status)
+        for end in continuation.unresumed(self.context.live.continued, status):
+            bus.at(end.source).emit_nowait(end.type, end.data, end.last)
         self._emit_finished(bus, runner)
         return self.result
 
@@ -319,24 +332,26 @@ class Run:
         ]
         return min(budgets) if budgets else (None, "budget_tokens")
 
-    async def _drive(self, runner: AgentRunner, plan: ResumePlan | None) -> str:
-        """The root agent's final text: run on the input, or continued from `plan`."""
-        if plan is not None and plan.root.ended:  # only RUN_FINISHED was missing
-            if plan.root.result is None:
-                raise AgentFailed(plan.root.error or "failed", error_type="failed")
-            return plan.root.result
-        if plan is not None:
-            runner.messages = list(plan.root.messages)
-            root = plan.root
-            outcome = await runner.continue_run(
-                tuple(root.pending),
-                tuple(root.done),
-                root.approvals,
-                self.context.background_again(root),
-                root.inbox,
-            )
-            return outcome.text
-        return (await runner.run(self.input)).text
+    async def _drive(self, runner: AgentRunner) -> str:
+        """The root agent's final text: run on the input, continued from the journal,
+        or the journaled one (only RUN_FINISHED was missing)."""
+        match self.context.continuation.root():
+            case Answered() as answered:
+                if answered.result is None:
+                    raise AgentFailed(answered.error, error_type="failed")
+                return answered.result
+            case Continue(plan=root):
+                runner.messages = list(root.messages)
+                outcome = await runner.continue_run(
+                    tuple(root.pending),
+                    tuple(root.done),
+                    root.approvals,
+                    self.context.background_again(root),
+                    root.inbox,
+                )
+                return outcome.text
+            case Fresh():
+                return (await runner.run(self.input)).text
 
     def _emit_finished(self, bus: AnyBus, runner: AgentRunner) -> None:
         """RUN_FINISHED, from `self.result` (and who cancelled the run)."""
@@ -347,66 +362,17 @@ class Run:
             data["result"] = result.text
         if result.error is not None:
             data["error"] = result.error
-        if result.status == "cancelled" and self._cancelled is not None:
-            data["by"] = self._cancelled.by
-            if self._cancelled.reason is not None:
-                data["reason"] = self._cancelled.reason
+        cancellation = self._stop.cancellation if self._stop is not None else None
+        if result.status == "cancelled" and cancellation is not None:
+            data["by"] = cancellation.by
+            if cancellation.reason is not None:
+                data["reason"] = cancellation.reason
         data["usage"] = runner.subtree_usage.to_dict()
         bus.emit_nowait(EventType.RUN_FINISHED, data, last=True)
 
-    def _end_unresumed(self, bus: AnyBus, plan: ResumePlan, status: str) -> None:
-        """Rebuilt children the run ended before continuing (a cancel during the
-        takeover): their terminal event, so every agent still ends exactly once."""
-        if not isinstance(bus, Bus):
-            return
-        skip = self.context.continued | self._orphaned
-        # A remote child followed again brings its subtree's ends from its server.
-        followed = tuple(
-            child.source.path + "/"
-            for key in self.context.continued
-            if (child := plan.agents.get(key)) is not None and child.source is not None
-        )
-        for agent in plan.agents.values():
-            if agent.key is None or agent.ended or agent.key in skip:
-                continue
-            if agent.key in plan.remote and agent.source and agent.source.path.startswith(followed):
-                continue
-            Bus(bus.sink, agent.source).emit_nowait(
-                EventType.AGENT_ERROR,
-                agent_error(
-                    "cancelled" if status == "cancelled" else "worker_lost",
-                    f"agent {agent.agent_id!r}: the run ended ({status}) before "
-                    "it was continued after its worker's failure",
-                ),
-                last=True,
-            )
 
-    def _announce_resume(self, bus: AnyBus, plan: ResumePlan) -> None:
-        """RUN_RESUMED, then TURN_ABANDONED for cut-off turns and AGENT_ERROR for orphans."""
-        if not isinstance(bus, Bus):
-            return
-        bus.emit_nowait(EventType.RUN_RESUMED, dict(self.resumed))
-        attempt = self.resumed.get("attempt")
-        reason = self.resumed.get("reason", "worker_lost")
-        lost = _LOST.get(str(reason), "with its worker")
-        for agent in plan.cut_off():
-            Bus(bus.sink, agent.source).emit_nowait(
-                EventType.TURN_ABANDONED, {"reason": reason, "attempt": attempt}
-            )
-        for agent in plan.orphans():
-            assert agent.key is not None
-            self._orphaned.add(agent.key)
-            Bus(bus.sink, agent.source).emit_nowait(
-                EventType.AGENT_ERROR,
-                agent_error(
-                    "worker_lost",
-                    f"agent {agent.agent_id!r} was lost {lost} and nobody waits for it any more",
-                ),
-                last=True,
-            )
-        for agent in plan.end_now:
-            Bus(bus.sink, agent.source).emit_nowait(
-                EventType.AGENT_ERROR,
-                agent_error(agent.error_type or "failed", agent.error or "ended"),
-                last=True,
-            )
+def _kind(spec: AgentSpec) -> Kind:
+    """How a subagent runs: here, on another of our servers, or as an A2A task."""
+    if spec.remote is None:
+        return "local"
+    return "a2a" if spec.remote.a2a else "remote"

@@ -20,7 +20,7 @@ would compress every message.
 The conditions are websockets' own: no `send_all` in progress (`send_lock` free),
 no fragmented message in progress, the connection OPEN. The attributes it relies
 on are checked once (`socket_fd`); if a websockets release renames them, every
-frame takes the ordinary path and nothing breaks (tests/unit/test_direct_send.py
+frame takes the ordinary path and nothing breaks (tests/integration/test_direct_send.py
 pins them).
 """
 

@@ -386,7 +386,8 @@ async def test_run_max_tokens_fails_the_run(tmp_path: Path) -> None:
 async def test_spawn_schema_offers_background_spawns(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"boss": agent([{"say": "hi"}])})
     async with Orchestrator.open(config) as orch:
-        tool = run_tools(RunContext(orch.catalog, orch.default_limits()))["agent_spawn"]
+        run = RunContext(orch.catalog, orch.default_limits(), runtime=run_tools)
+        tool = run.tools["agent_spawn"]
         schema = tool.parameters()["properties"]["timeout_seconds"]
     assert schema["minimum"] == 0 and "exclusiveMinimum" not in schema
     assert "background" in schema["description"]

@@ -353,7 +353,7 @@ async def test_a_cancel_during_a_compaction_leaves_the_conversation_as_it_was(
             async for event in run:
                 events.append(event)
                 if event.type == EventType.COMPACTION_STARTED:
-                    runner = run._run.context.root
+                    runner = run._run.context.live.root
                     assert runner is not None
                     root, before = runner, list(runner.messages)
                     await trio.sleep(0.3)  # the summary is being written (and never ends)
