@@ -24,6 +24,7 @@ from rich.table import Table
 from agents.errors import SpecError
 from agents.spec import load_specs
 from orchestrator.cli.approver import Mode, TerminalApprover, pausing
+from orchestrator.cli.commands import parser
 from orchestrator.cli.control import approve_main, cancel_main, pending_main
 from orchestrator.cli.render import render_tree
 from orchestrator.cli.watch import check_url, fork_main, start_main, watch_main
@@ -51,151 +52,6 @@ ACCESS_LOGGERS = (
     "mcp.server.streamable_http_manager",
 )
 """Loggers that speak once per request: quiet (WARNING) unless `serve --access-log`."""
-
-
-# Long on purpose: the command's whole surface, one subcommand after another, as
-# `orchestrator --help` shows it: split, it would be read in pieces.
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="orchestrator", description="Run and watch trees of agents."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    run = sub.add_parser("run", help="run an agent in-process and show its live tree")
-    run.add_argument("agent", help="agentId of the root agent (a subagent file's stem)")
-    run.add_argument("input", help="the task for the root agent")
-    run.add_argument("--config", type=Path, default=None, help="server config (YAML)")
-    run.add_argument("--json", action="store_true", help="print one event JSON per line")
-    run.add_argument("--max-depth", type=int, default=None, help="override limits.max_depth")
-    run.add_argument(
-        "--no-stream", action="store_true", help="blocking call: print only the final text"
-    )
-    answers = run.add_mutually_exclusive_group()
-    answers.add_argument(
-        "--approve-all", action="store_true", help="approve every call that waits for approval"
-    )
-    answers.add_argument(
-        "--deny-all", action="store_true", help="deny every call that waits for approval"
-    )
-
-    agents = sub.add_parser("agents", help="list the subagents")
-    agents.add_argument("--config", type=Path, default=None, help="server config (YAML)")
-
-    serve = sub.add_parser("serve", help="run the WebSocket server")
-    serve.add_argument("--config", type=Path, default=None, help="server config (YAML)")
-    serve.add_argument("--host", default=None, help="override server.host")
-    serve.add_argument("--port", type=int, default=None, help="override server.port")
-    serve.add_argument(
-        "--access-log",
-        action="store_true",
-        help="log every connection and HTTP response (off: only warnings and errors of them)",
-    )
-
-    worker = sub.add_parser(
-        "worker", help="execute the runs of a cluster (no listening socket; needs `cluster:`)"
-    )
-    worker.add_argument("--config", type=Path, default=None, help="server config (YAML)")
-
-    start = sub.add_parser("start", help="start a run on a server; print its runId (or follow it)")
-    start.add_argument("agent", help="agentId of the root agent")
-    start.add_argument("input", help="the task for the root agent")
-    start.add_argument(
-        "--follow", action="store_true", help="then follow it, as `watch` does, to its end"
-    )
-    start.add_argument("--json", action="store_true", help="with --follow: JSON lines")
-    _server_options(start)
-    start.add_argument(
-        "--give-up-after",
-        type=float,
-        default=60.0,
-        help="seconds without a working connection before giving up (default 60)",
-    )
-
-    fork = sub.add_parser(
-        "fork", help="start a new run from a run as it stood at one event, and follow it"
-    )
-    fork.add_argument("run_id", help="the run to fork (it is never changed)")
-    fork.add_argument("--at", type=int, required=True, help="the seq of the event to fork at")
-    fork.add_argument(
-        "--agent", default=None, help="agentKey of who gets --message (default: root)"
-    )
-    fork.add_argument("--message", default=None, help="a message for that agent at the fork")
-    fork.add_argument(
-        "--replay",
-        action="store_true",
-        help="answer turns asked the same as in the original from its recording",
-    )
-    fork.add_argument("--detach", action="store_true", help="print the new runId, do not follow")
-    fork.add_argument("--json", action="store_true", help="print one event JSON per line")
-    _server_options(fork)
-    fork.add_argument(
-        "--give-up-after",
-        type=float,
-        default=60.0,
-        help="seconds without a working connection before giving up (default 60)",
-    )
-
-    watch = sub.add_parser("watch", help="follow a run on a server, live")
-    watch.add_argument("run_id", help="the run to follow")
-    _server_options(watch)
-    watch.add_argument(
-        "--give-up-after",
-        type=float,
-        default=60.0,
-        help="seconds without a working connection before giving up (default 60)",
-    )
-    watch.add_argument("--max-depth", type=int, default=None, help="only events up to this depth")
-    watch.add_argument("--path-prefix", default=None, help="only this subtree (whole segments)")
-    watch.add_argument("--after-seq", type=int, default=0, help="start after this seq")
-    watch.add_argument("--json", action="store_true", help="print one event JSON per line")
-    cancel = sub.add_parser(
-        "cancel", help="cancel a run on a server, or one agent and its subtree (--agent)"
-    )
-    cancel.add_argument("run_id", help="the run")
-    cancel.add_argument(
-        "--agent", default=None, help="agentKey of the agent to stop with its subtree"
-    )
-    cancel.add_argument("--reason", default=None, help="why (shown in the AGENT_ERRORs)")
-    _server_options(cancel)
-    approve = sub.add_parser("approve", help="answer a tool call that waits for approval")
-    approve.add_argument("run_id", help="the run")
-    approve.add_argument("tool_call_id", help="the waiting call (its APPROVAL_REQUESTED)")
-    approve.add_argument(
-        "--agent",
-        default=None,
-        help="agentKey of the calling agent (`root`: the root agent), when calls of several "
-        "agents of the run have that id",
-    )
-    approve.add_argument("--deny", action="store_true", help="deny it (default: approve)")
-    approve.add_argument("--reason", default=None, help="why (the agent sees it)")
-    approve.add_argument(
-        "--args", default=None, help="changed arguments, a JSON object (where edits are allowed)"
-    )
-    _server_options(approve)
-    mcp = sub.add_parser(
-        "mcp", help="serve a server's subagents as MCP tools over stdio (for MCP clients)"
-    )
-    _server_options(mcp)
-    pending = sub.add_parser("pending", help="list the tool calls that wait for approval")
-    pending.add_argument("run_id", nargs="?", default=None, help="only this run")
-    pending.add_argument("--json", action="store_true", help="print them as one JSON array")
-    _server_options(pending)
-    return parser
-
-
-def _server_options(command: argparse.ArgumentParser) -> None:
-    """How a client command reaches a server: --url, --config, --token, --origin."""
-    command.add_argument(
-        "--url",
-        default=None,
-        help="the server's /ws URL (default: $ORCHESTRATOR_URL, else server.host/port of "
-        "--config or configs/server.yaml)",
-    )
-    command.add_argument("--config", type=Path, default=None, help="server config (YAML)")
-    command.add_argument(
-        "--token", default=None, help="bearer token (default: $ORCHESTRATOR_TOKEN)"
-    )
-    command.add_argument("--origin", default=None, help="send this Origin header")
 
 
 def _load(config_path: Path | None) -> ServerConfig:
@@ -427,7 +283,7 @@ def _describe(exc: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `orchestrator` console script."""
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         return _main(args)
     except BaseException as exc:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sized
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Collection, Iterator, Sized
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -13,9 +14,12 @@ from orchestrator.storage.journal import Journal
 
 if TYPE_CHECKING:
     from orchestrator.cluster.node import Node
+    from orchestrator.cluster.worker import Worker
     from orchestrator.telemetry.export import Telemetry
 
-__all__ = ["AppCollector", "MetricsContext"]
+__all__ = ["CLUSTER", "SERVER", "TELEMETRY", "WORKER", "AppCollector", "Metric", "MetricsContext"]
+
+T = TypeVar("T")
 
 
 class Watching(Protocol):
@@ -40,15 +44,141 @@ class MetricsContext(Protocol):
     def stalled_agents(self) -> int: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Metric(Generic[T]):
+    """One number of /metrics: its name, help, kind, and how it is read from `T`."""
+
+    name: str
+    help: str
+    read: Callable[[T], float]
+    counter: bool = False
+    """A counter (only goes up), else a gauge."""
+
+    def family(self, source: T) -> GaugeMetricFamily | CounterMetricFamily:
+        """The metric family, read now."""
+        kind = CounterMetricFamily if self.counter else GaugeMetricFamily
+        return kind(self.name, self.help, value=self.read(source))
+
+
+SERVER: tuple[Metric[MetricsContext], ...] = (
+    Metric(
+        "orchestrator_events_journaled",
+        "Events written to the journal",
+        lambda app: app.journal.writer.events_written,
+        counter=True,
+    ),
+    Metric(
+        "orchestrator_connections", "Open WebSocket connections", lambda app: len(app.connections)
+    ),
+    Metric(
+        "orchestrator_subscriptions",
+        "Active subscriptions",
+        lambda app: sum(len(c.feeds) for c in list(app.connections)),
+    ),
+    Metric(
+        "orchestrator_slowest_client_lag_events",
+        "Committed events the furthest-behind subscription has not read yet",
+        lambda app: app.slowest_lag(),
+    ),
+    Metric(
+        "orchestrator_agents_stalled",
+        "Agents of runs executing here marked stalled now: running, waiting for nobody, "
+        "silent for limits.stall_seconds (AGENT_STALLED)",
+        lambda app: app.stalled_agents(),
+    ),
+    Metric(
+        "orchestrator_storage_healthy",
+        "1 while journal writes succeed, 0 while they fail (new runs are refused)",
+        lambda app: 1 if app.journal.writer.healthy else 0,
+    ),
+    Metric(
+        "orchestrator_journal_write_failures",
+        "Journal write attempts that failed (each is retried)",
+        lambda app: app.journal.writer.write_failures,
+        counter=True,
+    ),
+    Metric(
+        "orchestrator_journal_pending_events",
+        "Events waiting to be written to storage",
+        lambda app: app.journal.writer.pending_events,
+    ),
+    Metric(
+        "orchestrator_events_truncated",
+        "Events cut to limits.max_event_bytes",
+        lambda app: app.journal.events_truncated,
+        counter=True,
+    ),
+    Metric(
+        "orchestrator_runs_deleted",
+        "Finished runs deleted by the retention policy",
+        lambda app: app.journal.retention.runs_deleted,
+        counter=True,
+    ),
+)
+"""What every server says, after the runs by status (docs/server.md lists them)."""
+
+TELEMETRY: tuple[Metric[dict[str, int]], ...] = (
+    Metric(
+        "orchestrator_telemetry_events_dropped",
+        "Events never turned into spans (the event queue was full)",
+        lambda stats: stats["dropped_events"],
+        counter=True,
+    ),
+    Metric(
+        "orchestrator_telemetry_spans_queued",
+        "Finished spans waiting for export",
+        lambda stats: stats["queued"],
+    ),
+)
+"""With telemetry on, after the spans by outcome (read from `Telemetry.stats`)."""
+
+CLUSTER: tuple[Metric[Node], ...] = (
+    Metric(
+        "orchestrator_cluster_queue_depth",
+        "Queued runs no worker has taken yet (refreshed every 2 s)",
+        lambda node: node.queue_depth,
+    ),
+)
+"""In cluster mode."""
+
+WORKER: tuple[Metric[Worker], ...] = (
+    Metric("orchestrator_cluster_runs_owned", "Runs this worker executes", lambda w: len(w.owned)),
+    Metric(
+        "orchestrator_cluster_lease_renewals",
+        "Leases this worker renewed",
+        lambda w: w.lease_renewals,
+        counter=True,
+    ),
+    Metric(
+        "orchestrator_cluster_leases_lost",
+        "Runs this worker stopped because it lost their lease",
+        lambda w: w.leases_lost,
+        counter=True,
+    ),
+    Metric(
+        "orchestrator_cluster_takeovers",
+        "Runs this worker took over from a worker that stopped renewing",
+        lambda w: w.takeovers,
+        counter=True,
+    ),
+    Metric(
+        "orchestrator_cluster_takeover_failures",
+        "Runs this worker took the lease of but could not execute (it let them go at once)",
+        lambda w: w.takeover_failures,
+        counter=True,
+    ),
+)
+"""On a process that runs a cluster worker."""
+
+
 class AppCollector(Collector):
     """Prometheus metrics read from the live server state at scrape time."""
 
     def __init__(self, app: MetricsContext) -> None:
         self.app = app
 
-    # Long on purpose: one metric family after another, each a few lines; the list of
-    # what /metrics says reads best in one place (docs/server.md lists them).
     def collect(self) -> Iterator[Any]:
+        """The tables above, in order, with the two labelled families among them."""
         app = self.app
         runs = GaugeMetricFamily(
             "orchestrator_runs", "Runs known to the journal, by status", labels=["status"]
@@ -59,109 +189,21 @@ class AppCollector(Collector):
         for status, count in counts.items():
             runs.add_metric([status], count)
         yield runs
-        yield CounterMetricFamily(
-            "orchestrator_events_journaled",
-            "Events written to the journal",
-            value=app.journal.writer.events_written,
-        )
-        yield GaugeMetricFamily(
-            "orchestrator_connections", "Open WebSocket connections", value=len(app.connections)
-        )
-        yield GaugeMetricFamily(
-            "orchestrator_subscriptions",
-            "Active subscriptions",
-            value=sum(len(c.feeds) for c in list(app.connections)),
-        )
-        yield GaugeMetricFamily(
-            "orchestrator_slowest_client_lag_events",
-            "Committed events the furthest-behind subscription has not read yet",
-            value=app.slowest_lag(),
-        )
-        yield GaugeMetricFamily(
-            "orchestrator_agents_stalled",
-            "Agents of runs executing here marked stalled now: running, waiting for nobody, "
-            "silent for limits.stall_seconds (AGENT_STALLED)",
-            value=app.stalled_agents(),
-        )
-        journal, writer = app.journal, app.journal.writer
-        yield GaugeMetricFamily(
-            "orchestrator_storage_healthy",
-            "1 while journal writes succeed, 0 while they fail (new runs are refused)",
-            value=1 if writer.healthy else 0,
-        )
-        yield CounterMetricFamily(
-            "orchestrator_journal_write_failures",
-            "Journal write attempts that failed (each is retried)",
-            value=writer.write_failures,
-        )
-        yield GaugeMetricFamily(
-            "orchestrator_journal_pending_events",
-            "Events waiting to be written to storage",
-            value=writer.pending_events,
-        )
-        yield CounterMetricFamily(
-            "orchestrator_events_truncated",
-            "Events cut to limits.max_event_bytes",
-            value=journal.events_truncated,
-        )
-        yield CounterMetricFamily(
-            "orchestrator_runs_deleted",
-            "Finished runs deleted by the retention policy",
-            value=journal.retention.runs_deleted,
-        )
-        telemetry = app.telemetry
-        if telemetry is not None:
+        yield from (metric.family(app) for metric in SERVER)
+        if app.telemetry is not None:
+            stats = app.telemetry.stats()
             spans = CounterMetricFamily(
                 "orchestrator_telemetry_spans",
                 "Trace spans by outcome: exported, dropped (the queue was full: a slow or "
                 "dead collector), failed (the export did not succeed)",
                 labels=["outcome"],
             )
-            stats = telemetry.stats()
             for outcome in ("exported", "dropped", "failed"):
                 spans.add_metric([outcome], stats[outcome])
             yield spans
-            yield CounterMetricFamily(
-                "orchestrator_telemetry_events_dropped",
-                "Events never turned into spans (the event queue was full)",
-                value=stats["dropped_events"],
-            )
-            yield GaugeMetricFamily(
-                "orchestrator_telemetry_spans_queued",
-                "Finished spans waiting for export",
-                value=stats["queued"],
-            )
+            yield from (metric.family(stats) for metric in TELEMETRY)
         node = app.node
-        if node is None:
-            return
-        yield GaugeMetricFamily(
-            "orchestrator_cluster_queue_depth",
-            "Queued runs no worker has taken yet (refreshed every 2 s)",
-            value=node.queue_depth,
-        )
-        worker = node.worker
-        if worker is None:
-            return
-        yield GaugeMetricFamily(
-            "orchestrator_cluster_runs_owned", "Runs this worker executes", value=len(worker.owned)
-        )
-        yield CounterMetricFamily(
-            "orchestrator_cluster_lease_renewals",
-            "Leases this worker renewed",
-            value=worker.lease_renewals,
-        )
-        yield CounterMetricFamily(
-            "orchestrator_cluster_leases_lost",
-            "Runs this worker stopped because it lost their lease",
-            value=worker.leases_lost,
-        )
-        yield CounterMetricFamily(
-            "orchestrator_cluster_takeovers",
-            "Runs this worker took over from a worker that stopped renewing",
-            value=worker.takeovers,
-        )
-        yield CounterMetricFamily(
-            "orchestrator_cluster_takeover_failures",
-            "Runs this worker took the lease of but could not execute (it let them go at once)",
-            value=worker.takeover_failures,
-        )
+        if node is not None:
+            yield from (metric.family(node) for metric in CLUSTER)
+            if node.worker is not None:
+                yield from (metric.family(node.worker) for metric in WORKER)

@@ -23,7 +23,7 @@ import yaml
 from agents.errors import SpecError
 from agents.spec import AgentSpec, load_specs
 from orchestrator import protocol
-from orchestrator.cli.main import _parser
+from orchestrator.cli.commands import parser as _parser
 from orchestrator.config import ConfigError, ServerConfig, load_config
 from orchestrator.core.events import decode_event
 from orchestrator.runtime.engine import builtin_tool_names
@@ -133,11 +133,12 @@ def test_json_is_an_event_an_mcp_client_config_or_an_ag_ui_input(example: Exampl
     if "threadId" in data:  # an AG-UI RunAgentInput: its answers must be answers
         from ag_ui.core import RunAgentInput
 
-        from orchestrator.agui.mapping import Answer, answer_of
+        from orchestrator.agui.mapping import answer_of
+        from orchestrator.core.approvals import Answer
 
         run_input = RunAgentInput.model_validate(data)
         for entry in run_input.resume or ():
-            answer = answer_of(entry.status, entry.payload)
+            answer = answer_of(entry.status, entry.payload, tool_call_id="call")
             assert isinstance(answer, Answer), f"{example.where}: {answer}"
         return
     if "mcpServers" in data:
