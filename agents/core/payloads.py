@@ -12,7 +12,7 @@ next to each), and a test fails when a type is added that one of them does not
 name: see `tests/unit/test_payloads.py`.
 """
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, final
 
 from agents.core.events import EventType, UsageData
 
@@ -65,12 +65,14 @@ class AgentStartedData(TypedDict):
     """A remote subagent's: `{url, agent}` (our server) or `{a2a}` (an A2A agent)."""
 
 
+@final  # (a REASONING's shapes: `"delta" in data` tells them apart, for mypy too)
 class ReasoningDeltaData(TypedDict):
     """A piece of the turn's text, as it streams."""
 
     delta: str
 
 
+@final
 class ThinkingDeltaData(TypedDict):
     """A piece of the model's reasoning (thinking), as it streams."""
 
@@ -83,6 +85,7 @@ class TurnCallData(TypedDict):
     args: Any
 
 
+@final
 class TurnEndData(TypedDict):
     """The end of a model turn (`last: true`): its text, calls and finish reason."""
 

@@ -45,13 +45,13 @@ from agents.core.messages import (
 )
 from agents.core.payloads import (
     ReasoningData,
-    ReasoningDeltaData,
-    ThinkingDeltaData,
     ToolCallDeltaData,
     TurnEndData,
 )
 
 __all__ = [
+    "HANDLES",
+    "IGNORES",
     "Recorder",
     "Recording",
     "conversation_digest",
@@ -100,6 +100,38 @@ def turn_key(spec: str, digest: bytes) -> str:
 def request_key(spec: str, messages: Sequence[Message]) -> str:
     """`turn_key` of a live conversation."""
     return turn_key(spec, conversation_digest(messages))
+
+
+HANDLES = frozenset(
+    {
+        EventType.REASONING,
+        EventType.TOOL_CALL_DELTA,
+        EventType.TURN_ABANDONED,
+    }
+)
+"""Event types a `Recorder` reads: a turn's text, thinking and calls as they stream, its
+end, and a turn cut off."""
+IGNORES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.AGENT_STARTED,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.USER_MESSAGE,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+        EventType.AGENT_STALLED,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types it leaves aside (a turn's parts are all in the three it reads);
+tests/unit/test_payloads.py checks that every type is in one of the two."""
 
 
 class Recording:
@@ -154,7 +186,7 @@ class Recorder:
         self._digests[agent_key] = digest
 
     def feed(self, agent_key: str | None, kind: EventType, last: bool, data: object) -> None:
-        """One event of the run (others than these three kinds are ignored)."""
+        """One event of the run (those not in `HANDLES` are ignored)."""
         if kind is EventType.REASONING:
             turn = self._open.setdefault(agent_key, _OpenTurn())
             reasoning = cast(ReasoningData, data)
@@ -165,10 +197,9 @@ class Recorder:
                 if spec is not None and digest is not None:
                     self.recording.add(turn_key(spec, digest), turn.close(end))
             elif "delta" in reasoning:
-                turn.parts.append(TextDelta(cast(ReasoningDeltaData, reasoning)["delta"]))
+                turn.parts.append(TextDelta(reasoning["delta"]))
             elif "thinkingDelta" in reasoning:
-                thinking = cast(ThinkingDeltaData, reasoning)["thinkingDelta"]
-                turn.parts.append(ThinkingDelta(thinking))
+                turn.parts.append(ThinkingDelta(reasoning["thinkingDelta"]))
         elif kind is EventType.TOOL_CALL_DELTA:
             turn = self._open.setdefault(agent_key, _OpenTurn())
             turn.args(cast(ToolCallDeltaData, data))

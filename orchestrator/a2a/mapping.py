@@ -26,7 +26,7 @@ from a2a.types import a2a_pb2 as pb
 from agents.core.payloads import (
     AgentErrorData,
     AgentStalledData,
-    ReasoningDeltaData,
+    ReasoningData,
     RunFinishedData,
     TurnEndData,
     agent_error,
@@ -214,9 +214,10 @@ class TaskView:
             if event.last:  # a turn that called tools was not the answer: the next replaces it
                 self._replace = bool(cast(TurnEndData, data).get("toolCalls"))
                 return []
-            if "delta" not in data:
+            delta = cast(ReasoningData, data)
+            if "delta" not in delta:
                 return []
-            text = str(cast(ReasoningDeltaData, data)["delta"])
+            text = str(delta["delta"])
             if self._replace:
                 self.answer.clear()
                 self._replace = False

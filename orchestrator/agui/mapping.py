@@ -79,13 +79,13 @@ from agents.core.payloads import (
     ToolCallDeltaData,
     ToolResultData,
 )
+from orchestrator.core.approvals import Answer
 from orchestrator.core.events import Event, EventType
 
 __all__ = [
     "HANDLES",
     "IGNORES",
     "AguiStream",
-    "Answer",
     "answer_of",
     "interrupt_id",
     "parse_interrupt_id",
@@ -139,26 +139,41 @@ def parse_interrupt_id(text: str) -> tuple[str, int, int] | None:
     return run_id, int(asked), int(end)
 
 
-@dataclass(frozen=True)
-class Answer:
-    """A `resume[]` entry as the `approve` op's decision."""
-
-    decision: Literal["approve", "deny"]
-    reason: str | None = None
-    args: dict[str, Any] | None = None
-
-
-def answer_of(status: str, payload: Any) -> Answer | str:
-    """The decision a `ResumeEntry` gives (`status`, `payload`), or why it gives none.
+def answer_of(
+    status: str,
+    payload: Any,
+    *,
+    tool_call_id: str,
+    agent_key: str | None = None,
+    by: str = "client",
+) -> Answer | str:
+    """The answer a `ResumeEntry` (`status`, `payload`) gives the call `tool_call_id` of
+    `agent_key` (None: the root), from `by`, or why it gives none: the same `Answer` the
+    `approve` op makes (`core/approvals.py`).
 
     `payload` is `{"approved": bool, "reason"?: str, "args"?: object}` (the interrupt's
     `responseSchema`), or a bare boolean; `status: "cancelled"` denies the call.
     """
+
+    def given(
+        decision: Literal["approve", "deny"],
+        reason: str | None = None,
+        args: dict[str, Any] | None = None,
+    ) -> Answer:
+        return Answer(
+            tool_call_id=tool_call_id,
+            decision=decision,
+            agent_key=agent_key,
+            by=by,
+            reason=reason,
+            args=args,
+        )
+
     if status == "cancelled":
         reason = payload.get("reason") if isinstance(payload, dict) else None
-        return Answer("deny", reason if isinstance(reason, str) else "cancelled by the client")
+        return given("deny", reason if isinstance(reason, str) else "cancelled by the client")
     if isinstance(payload, bool):
-        return Answer("approve" if payload else "deny")
+        return given("approve" if payload else "deny")
     if not isinstance(payload, dict) or not isinstance(payload.get("approved"), bool):
         return 'payload must be {"approved": true|false, "reason"?: string, "args"?: object}'
     reason, args = payload.get("reason"), payload.get("args")
@@ -166,7 +181,7 @@ def answer_of(status: str, payload: Any) -> Answer | str:
         return "payload.reason must be a string"
     if args is not None and not isinstance(args, dict):
         return "payload.args must be an object"
-    return Answer("approve" if payload["approved"] else "deny", reason, args)
+    return given("approve" if payload["approved"] else "deny", reason, args)
 
 
 _TOOL_EVENTS = frozenset({EventType.TOOL_CALL_DELTA, EventType.TOOL_CALL, EventType.TOOL_RESULT})
@@ -180,7 +195,7 @@ class _Waiting:
     seq: int
     key: str | None
     wire_id: str
-    data: ApprovalRequestedData
+    asked: ApprovalRequestedData
     metadata: dict[str, Any]
 
 
@@ -352,7 +367,8 @@ class AguiStream:
     ) -> list[BaseEvent]:
         """A tool call's events: its arguments streaming, the call, its result."""
         kind = event.type
-        call_id = self._call_id(agent, str(event.data.get("toolCallId", "")), common)
+        about = cast(ToolCallDeltaData | ToolCallData | ToolResultData, event.data)
+        call_id = self._call_id(agent, str(about.get("toolCallId", "")), common)
         if kind is EventType.TOOL_CALL_DELTA:
             streaming = cast(ToolCallDeltaData, event.data)
             out = self._start_call(agent, call_id, str(streaming.get("name", "")), common, sub)
@@ -595,7 +611,7 @@ class AguiStream:
 def _interrupt(waiting: _Waiting, run_id: str, end_seq: int) -> Interrupt:
     """The AG-UI interrupt of a call that waits for a person, in a segment ending at
     `end_seq`."""
-    data = waiting.data
+    data = waiting.asked
     name = str(data.get("name", "tool"))
     agent = waiting.metadata.get("agentId") or "the agent"
     schema: dict[str, Any] = {

@@ -11,17 +11,18 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import Literal, cast
 
 import msgspec
 import trio
 from rich.live import Live
 
+from agents.core.payloads import ApprovalRequestedData
 from orchestrator.core.events import Event, EventType
 from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.runtime.engine import RunStream
 
-__all__ = ["NO_TERMINAL", "TerminalApprover", "ask_terminal", "pausing"]
+__all__ = ["HANDLES", "IGNORES", "NO_TERMINAL", "TerminalApprover", "ask_terminal", "pausing"]
 
 Mode = Literal["ask", "approve", "deny", "no-terminal"]
 NO_TERMINAL = (
@@ -52,6 +53,33 @@ def pausing(live: Live) -> Callable[[bool], None]:
             live.start(refresh=True)
 
     return pause
+
+
+HANDLES = frozenset({EventType.APPROVAL_REQUESTED})
+"""Event types the terminal approver reads: a call that waits for a person."""
+IGNORES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.AGENT_STARTED,
+        EventType.REASONING,
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.USER_MESSAGE,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.TURN_ABANDONED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+        EventType.AGENT_STALLED,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types it leaves aside (the live view shows them); tests/unit/test_payloads.py
+checks that every type is in one of the two."""
 
 
 class TerminalApprover:
@@ -118,11 +146,12 @@ class TerminalApprover:
 def _call_of(asked: Event) -> tuple[str | None, str]:
     """The call an APPROVAL_REQUESTED is about: (its agent's key, its id)."""
     source = asked.source
-    return (source.agent_key if source is not None else None, str(asked.data.get("toolCallId")))
+    call_id = cast(ApprovalRequestedData, asked.data).get("toolCallId")
+    return (source.agent_key if source is not None else None, str(call_id))
 
 
 def _question(event: Event) -> str:
-    data, source = event.data, event.source
+    data, source = cast(ApprovalRequestedData, event.data), event.source
     who = f"{source.agent_name} ({source.path})" if source is not None else "the root agent"
     args = msgspec.json.encode(data.get("args")).decode()
     if len(args) > 500:

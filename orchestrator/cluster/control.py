@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import logging
 
-import msgspec
 import trio
 
-from orchestrator.cluster.store import Control
+from orchestrator.cluster.store import ApproveControl, CancelControl, Control, SendControl
 from orchestrator.core.approvals import Answer
 from orchestrator.runs.host import RunHost
 from orchestrator.runs.service import AgentNotRunning
@@ -29,31 +28,31 @@ async def apply_control(
     host: RunHost, nursery: trio.Nursery, run_id: str, control: Control, *, again: bool
 ) -> None:
     """Apply one control request to the run here (errors are logged, not raised)."""
-    if control.op == "cancel":
-        try:
-            await host.cancel(run_id, control.agent_key, control.message or None)
-        except (AgentNotRunning, LookupError) as exc:
-            log = logger.debug if again else logger.warning
-            log("run %s: cancel not applied: %s", run_id, exc)
-    elif control.op == "approve":
-        # One of a remote subtree may take a round trip to its server: it does not
-        # hold up the other controls.
-        nursery.start_soon(_approve, host, run_id, control.message, again)
-    elif control.op == "send" and not again:
-        try:
-            await host.send(run_id, control.agent_key, control.message)
-        except (AgentNotRunning, LookupError) as exc:
-            logger.warning("run %s: message not delivered: %s", run_id, exc)
+    match control:
+        case CancelControl(agent_key=agent_key, reason=reason):
+            try:
+                await host.cancel(run_id, agent_key, reason)
+            except (AgentNotRunning, LookupError) as exc:
+                log = logger.debug if again else logger.warning
+                log("run %s: cancel not applied: %s", run_id, exc)
+        case ApproveControl(answer=answer):
+            # One of a remote subtree may take a round trip to its server: it does not
+            # hold up the other controls.
+            nursery.start_soon(_approve, host, run_id, answer, again)
+        case SendControl(agent_key=agent_key, message=message) if not again:
+            try:
+                await host.send(run_id, agent_key, message)
+            except (AgentNotRunning, LookupError) as exc:
+                logger.warning("run %s: message not delivered: %s", run_id, exc)
 
 
-async def _approve(host: RunHost, run_id: str, body: str, again: bool) -> None:
-    """An `approve` a gateway checked and claimed: give it to the waiting call (or to
-    the server it waits on, for a call of a remote subtree)."""
+async def _approve(host: RunHost, run_id: str, answer: Answer, again: bool) -> None:
+    """An answer a gateway checked and claimed: give it to the waiting call (or to the
+    server it waits on, for a call of a remote subtree), without checking it again."""
     try:
-        answer = msgspec.json.decode(body, type=Answer)
         if run_id not in host.active:
             raise ApprovalError("not_found", "the run is not running here")
-        await host.approve(run_id, answer)
-    except (msgspec.DecodeError, LookupError) as exc:  # (ApprovalError, UnknownRun)
+        await host.approve(run_id, answer, checked=True)
+    except LookupError as exc:  # (ApprovalError, UnknownRun)
         log = logger.debug if again else logger.warning
         log("run %s: approval not applied: %s", run_id, exc)

@@ -15,13 +15,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
+from typing import cast
 
 import msgspec
 import trio
 
-from orchestrator.cluster.store import ClusterStore, Control
+from agents.core.payloads import RunFinishedData
+from orchestrator.cluster.store import ApproveControl, CancelControl, ClusterStore, SendControl
 from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.bus import new_run_id, new_session_id
+from orchestrator.core.events import EventType
 from orchestrator.runs.fork import check_fork, events_of, fork_record
 from orchestrator.runs.service import StorageUnavailable
 from orchestrator.runtime.approvals import (
@@ -35,11 +38,38 @@ from orchestrator.runtime.run import RunResult
 from orchestrator.storage.base import ForkPoint, RunRecord
 from orchestrator.storage.journal import Journal
 
-__all__ = ["ClusterGateway", "QueuedRun"]
+__all__ = ["HANDLES", "IGNORES", "ClusterGateway", "QueuedRun"]
 
 logger = logging.getLogger(__name__)
 _TAIL_BLOCK = 0.1
 """Seconds one XREAD waits: events return at once; a newly watched run joins after this."""
+
+
+HANDLES = frozenset({EventType.RUN_FINISHED})
+"""Event types a gateway reads itself: a run's end (`result`)."""
+IGNORES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.AGENT_STARTED,
+        EventType.REASONING,
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.USER_MESSAGE,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.TURN_ABANDONED,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+        EventType.AGENT_STALLED,
+    }
+)
+"""Event types it leaves to the consumers of the feeds, doors and traces it serves;
+tests/unit/test_payloads.py checks that every type is in one of the two."""
 
 
 class QueuedRun:
@@ -133,12 +163,12 @@ class ClusterGateway:
         the ack here means "forwarded"."""
         log = await self.journal.mirrors.find(run_id)
         if log.finished_status is None:
-            await self.store.send_control(run_id, Control("cancel", agent_key, reason or ""))
+            await self.store.send_control(run_id, CancelControl(agent_key, reason))
 
     async def send(self, run_id: str, agent_key: str | None, message: str) -> None:
         """Hand a person's message to the run's owner, for that agent (default: root)."""
         await self.journal.mirrors.find(run_id)
-        await self.store.send_control(run_id, Control("send", agent_key, message))
+        await self.store.send_control(run_id, SendControl(agent_key, message))
 
     async def approve(self, run_id: str, answer: Answer) -> None:
         """Answer a waiting call wherever it runs: checked here against the cluster's
@@ -158,9 +188,8 @@ class ClusterGateway:
         (info,) = found
         check_answer(info.name, info.edit, info.parameters, answer.decision, answer.args)
         exact = msgspec.structs.replace(answer, agent_key=info.agent_key)
-        body = msgspec.json.encode(exact).decode()
         call = (info.agent_key, call_id)
-        earlier = await self.store.answer(run_id, call, answer.decision, body)
+        earlier = await self.store.answer(run_id, call, ApproveControl(exact))
         if earlier is not None:
             raise already_answered(run_id, call_id, earlier)
 
@@ -192,13 +221,15 @@ class ClusterGateway:
         finally:
             journal.mirrors.watch(log, -1)
         entries = await journal.read(run_id, log.committed - 1, 1)
-        data = entries[-1].event.data if entries else {}
-        status = str(data.get("status", log.finished_status or "failed"))
-        result = data.get("result")
-        error = data.get("error")
+        last = entries[-1].event if entries else None
+        if last is None or last.type is not EventType.RUN_FINISHED:  # (trimmed by retention)
+            kept = log.finished_status or "failed"
+            return RunResult(run_id=run_id, status=kept)  # type: ignore[arg-type]
+        ended = cast(RunFinishedData, last.data)
+        result, error = ended.get("result"), ended.get("error")
         return RunResult(
             run_id=run_id,
-            status=status,  # type: ignore[arg-type]
+            status=ended["status"],
             text=result if isinstance(result, str) else None,
             error=error if isinstance(error, str) else None,
         )

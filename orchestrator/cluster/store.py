@@ -10,7 +10,8 @@ journal's (`<prefix>runs`, `<prefix>run:{<runId>}:ev`, see storage/redis.py):
 - `<prefix>runs:index` — sorted set runId → created_at (the `runs` op pages on it).
 - `<prefix>run:{<runId>}:lease` — `worker:epoch`, expiring after `lease_seconds`.
 - `<prefix>run:{<runId>}:epoch` — a counter: every acquisition gets a new epoch.
-- `<prefix>run:{<runId>}:ctl` — control requests for the run's owner (cancel, send,
+- `<prefix>run:{<runId>}:ctl` — control requests for the run's owner: each entry's
+  field `c` is one typed `Control` (msgspec JSON, tagged by `op`: cancel, send,
   approve).
 - `<prefix>approvals` — hash `<runId> <call>` → the waiting call (JSON
   `ApprovalInfo`), written by the worker that runs it; the `pending` op reads it.
@@ -32,6 +33,7 @@ lease with the worker's own `worker:epoch` token; a worker that lost the lease
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,13 +43,21 @@ import coredis.exceptions
 import msgspec
 from coredis.tokens import PureToken
 
-from orchestrator.core.approvals import AgentKey, ApprovalInfo, CallKey
+from orchestrator.core.approvals import AgentKey, Answer, ApprovalInfo, CallKey
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.paging import RunPage
 from orchestrator.storage.redis import RedisStorage
 
-__all__ = ["ClusterStore", "Control", "QueueEntry"]
+__all__ = [
+    "ApproveControl",
+    "CancelControl",
+    "ClusterStore",
+    "Control",
+    "QueueEntry",
+    "SendControl",
+]
 
+logger = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 _decode_record = msgspec.json.Decoder(RunRecord).decode
 _decode_approval = msgspec.json.Decoder(ApprovalInfo).decode
@@ -104,8 +114,8 @@ return 1
 """
 
 
-# KEYS: answered, control stream. ARGV: call field, decision, kept seconds, control op,
-# control message, control stream length kept. The first answer to a call is noted and
+# KEYS: answered, control stream. ARGV: call field, decision, kept seconds, the control
+# (an encoded `ApproveControl`), control stream length kept. The first answer to a call is noted and
 # handed to the run's owner in one step: a gateway that dies in between cannot leave a
 # call claimed that its owner never hears of. Returns nil (ours), else the earlier one.
 _ANSWER = """
@@ -113,7 +123,7 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
   return redis.call('HGET', KEYS[1], ARGV[1])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'op', ARGV[4], 'm', ARGV[5])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'c', ARGV[4])
 return false
 """
 
@@ -136,13 +146,30 @@ def attempt_of(token: str) -> int:
     return int(token.rsplit(":", 1)[1])
 
 
-@dataclass(frozen=True, slots=True)
-class Control:
-    """A request for a run's owner: `cancel`, or `send` a message to an agent."""
+class CancelControl(msgspec.Struct, frozen=True, tag="cancel", tag_field="op"):
+    """Cancel the run, or one agent (`agent_key`) and its subtree."""
 
-    op: str
     agent_key: str | None = None
-    message: str = ""
+    reason: str | None = None
+
+
+class SendControl(msgspec.Struct, frozen=True, tag="send", tag_field="op"):
+    """A person's message for an agent (None: the root)."""
+
+    agent_key: str | None
+    message: str
+
+
+class ApproveControl(msgspec.Struct, frozen=True, tag="approve", tag_field="op"):
+    """An answer a gateway checked against the call and claimed for the cluster: the
+    owner's desk takes it without checking it again."""
+
+    answer: Answer
+
+
+Control = CancelControl | SendControl | ApproveControl
+"""A request for a run's owner, as its control stream holds it."""
+_decode_control = msgspec.json.Decoder(Control).decode
 
 
 class ClusterStore:
@@ -368,12 +395,9 @@ class ClusterStore:
 
     async def send_control(self, run_id: str, control: Control) -> None:
         """Queue a request for the run's owner (whoever that is now, or next)."""
-        fields: dict[bytes, bytes] = {b"op": control.op.encode(), b"m": control.message.encode()}
-        if control.agent_key is not None:
-            fields[b"k"] = control.agent_key.encode()
         await self.client.xadd(
             self.control_key(run_id),
-            fields,
+            {b"c": _encode(control)},
             trim_strategy=PureToken.MAXLEN,
             threshold=CONTROL_KEPT,
             trim_operator=PureToken.APPROXIMATELY,
@@ -381,29 +405,24 @@ class ClusterStore:
 
     async def read_control(
         self, cursors: Mapping[str, str], block: float
-    ) -> list[tuple[str, str, Control]]:
-        """Control requests after each run's cursor: (runId, entry id, request)."""
+    ) -> list[tuple[str, str, Control | None]]:
+        """Control requests after each run's cursor: (runId, entry id, request; None
+        for an entry that is not a control this version reads, logged and passed)."""
         if not cursors:
             return []
         keys = {self.control_key(run_id): cursor for run_id, cursor in cursors.items()}
         reply = await self.client.xread(keys, block=int(block * 1000), count=100)
-        out: list[tuple[str, str, Control]] = []
+        out: list[tuple[str, str, Control | None]] = []
         for key, items in (reply or {}).items():
             run_id = _run_of(_text(key))
             for entry in items:
-                values = entry.field_values
-                key_raw = values.get(b"k")
-                out.append(
-                    (
-                        run_id,
-                        _text(entry.identifier),
-                        Control(
-                            op=_text(values.get(b"op", b"")),
-                            agent_key=None if key_raw is None else _text(key_raw),
-                            message=_text(values.get(b"m", b"")),
-                        ),
-                    )
-                )
+                entry_id = _text(entry.identifier)
+                try:
+                    control: Control | None = _decode_control(entry.field_values.get(b"c", b""))
+                except msgspec.DecodeError as exc:
+                    logger.warning("run %s: control entry %s passed: %s", run_id, entry_id, exc)
+                    control = None
+                out.append((run_id, entry_id, control))
         return out
 
     async def control_done(self, run_id: str) -> str:
@@ -484,15 +503,16 @@ class ClusterStore:
                 return _text(value)
         return None
 
-    async def answer(self, run_id: str, call: CallKey, decision: str, body: str) -> str | None:
-        """Note the decision on a call and queue `body` (the `approve` control) for the
-        run's owner, both or neither, unless a decision was noted: None when this one
-        is the first, else the earlier decision. The call leaves the cluster's list of
+    async def answer(self, run_id: str, call: CallKey, control: ApproveControl) -> str | None:
+        """Note the decision on a call and queue `control` for the run's owner, both or
+        neither, unless a decision was noted: None when this one is the first, else the
+        earlier decision. The call leaves the cluster's list of
         waiting calls at once (its owner would drop it when it takes the answer)."""
         field = _call_field(call)
+        decision = control.answer.decision
         earlier: object = await self._answer(
             keys=[self._answered_key(run_id), self.control_key(run_id)],
-            args=[field, decision, ANSWER_KEPT_SECONDS, "approve", body, CONTROL_KEPT],
+            args=[field, decision, ANSWER_KEPT_SECONDS, _encode(control), CONTROL_KEPT],
         )
         if isinstance(earlier, bytes | str):
             return _text(earlier)

@@ -424,7 +424,8 @@ class Worker:
                     with contextlib.suppress(Exception):  # best effort: a takeover re-reads it
                         await self.store.set_control_done(run_id, entry_id)
                 assert self._nursery is not None
-                await apply_control(self.host, self._nursery, run_id, control, again=again)
+                if control is not None:
+                    await apply_control(self.host, self._nursery, run_id, control, again=again)
 
     # -- approvals ---------------------------------------------------------------
 

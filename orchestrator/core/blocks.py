@@ -12,13 +12,43 @@ so nothing with a lower seq is ever left behind a higher one a client has seen
 
 from __future__ import annotations
 
+from typing import cast
+
 import msgspec
 
+from agents.core.payloads import ReasoningData
 from orchestrator.core.events import Event, EventType
 
-__all__ = ["BlockMerger"]
+__all__ = ["HANDLES", "IGNORES", "BlockMerger"]
 
 _SENTENCE_ENDS = (".", "!", "?", '."', '!"', '?"', ".)", ":")
+
+
+HANDLES = frozenset({EventType.REASONING})
+"""Event types the merger reads: a REASONING delta joins its agent's block."""
+IGNORES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.AGENT_STARTED,
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.USER_MESSAGE,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.TURN_ABANDONED,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+        EventType.AGENT_STALLED,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types it passes on as they are (after flushing the open blocks);
+tests/unit/test_payloads.py checks that every type is in one of the two."""
 
 
 class _Buffer:
@@ -41,8 +71,9 @@ class BlockMerger:
     def feed(self, event: Event) -> list[Event]:
         """One event in; the events to send now out (possibly none)."""
         key = event.source.agent_key if event.source is not None else None
-        if event.type is EventType.REASONING and not event.last and "delta" in event.data:
-            text = str(event.data["delta"])
+        streamed = cast(ReasoningData, event.data)
+        if event.type is EventType.REASONING and not event.last and "delta" in streamed:
+            text = streamed["delta"]
             # Another agent's partial block goes out first: a block must never hold a
             # delta older than one of a block sent before it (resume cursors).
             out: list[Event] = self._flush_others(key)

@@ -17,7 +17,7 @@ from agents.core.payloads import (
     AgentStartedData,
     ApprovalRequestedData,
     ApprovalResolvedData,
-    ReasoningDeltaData,
+    ReasoningData,
     RunFinishedData,
     RunStartedData,
     ToolCallData,
@@ -197,14 +197,14 @@ class TreeView:
                 node.turns += 1
                 node.thinking = False
                 node.turn_done = True
-            elif "delta" in data:
+            elif "delta" in (streamed := cast(ReasoningData, data)):
                 node.thinking = False
-                delta = cast(ReasoningDeltaData, data)["delta"]
+                delta = streamed["delta"]
                 if node.turn_done:  # a new turn starts: show its text only
                     node.text, node.turn_done = delta, False
                 else:
                     node.text = (node.text + delta)[-_TAIL:]
-            elif "thinkingDelta" in data:
+            elif "thinkingDelta" in streamed:
                 node.thinking = True
         elif kind is EventType.AGENT_STARTED:
             node.task = str(cast(AgentStartedData, data).get("task", ""))

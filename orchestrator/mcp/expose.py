@@ -9,18 +9,52 @@ through a `TreeProgress`. Imported only where the `mcp` extra is installed.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import trio
 from mcp.server.mcpserver import Context, MCPServer
 
-__all__ = ["PROGRESS_EVERY", "TreeProgress", "subagent_server"]
+from agents.core.events import EventType
+from agents.core.payloads import ApprovalRequestedData, ApprovalResolvedData
+
+__all__ = ["HANDLES", "IGNORES", "PROGRESS_EVERY", "TreeProgress", "subagent_server"]
 
 PROGRESS_EVERY = 0.25
 """Seconds between two progress notifications of one call."""
 
 Call = Callable[[str, str, Context], Awaitable[str]]
 """`call(agent_id, task, ctx)`: run the tree, report progress on `ctx`, return the answer."""
+
+
+HANDLES = frozenset(
+    {
+        EventType.AGENT_STARTED,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
+    }
+)
+"""Event types MCP progress counts: agents' starts and ends, approvals asked and answered."""
+IGNORES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.REASONING,
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.USER_MESSAGE,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.TURN_ABANDONED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+        EventType.AGENT_STALLED,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types that only move where the progress says the run is;
+tests/unit/test_payloads.py checks that every type is in one of the two."""
 
 
 class TreeProgress:
@@ -56,20 +90,24 @@ class TreeProgress:
         return 2 * (self.started + self.asked)
 
     def see(self, kind: str, path: str | None, data: Mapping[str, Any] | None = None) -> None:
-        """Count one event of the run (`path`: its source's, None for the run's own;
-        `data`: its data, read for approvals)."""
-        if kind == "AGENT_STARTED":
+        """Count one event of the run (`kind`: its type, as the wire says it; `path`:
+        its source's, None for the run's own; `data`: its data, read for approvals)."""
+        if kind == EventType.AGENT_STARTED:
             self.started += 1
-        elif kind in ("AGENT_RESULT", "AGENT_ERROR"):
+        elif kind in (EventType.AGENT_RESULT, EventType.AGENT_ERROR):
             self.finished += 1
-        elif kind in ("APPROVAL_REQUESTED", "APPROVAL_RESOLVED") and data is not None:
-            call = (path, str(data.get("toolCallId", "")))
-            if kind == "APPROVAL_REQUESTED":
-                self.asked += 1
-                self.waiting[call] = str(data.get("name", "a tool"))
-            elif self.waiting.pop(call, None) is not None:
-                self.answered += 1
+        elif kind == EventType.APPROVAL_REQUESTED and data is not None:
+            asked = cast(ApprovalRequestedData, data)
+            self.asked += 1
+            self.waiting[(path, str(asked.get("toolCallId", "")))] = str(
+                asked.get("name", "a tool")
+            )
             self._next = 0.0  # said at once: this is what a person needs to know
+        elif kind == EventType.APPROVAL_RESOLVED and data is not None:
+            resolved = cast(ApprovalResolvedData, data)
+            if self.waiting.pop((path, str(resolved.get("toolCallId", ""))), None) is not None:
+                self.answered += 1
+            self._next = 0.0
         if path is not None:
             self.where = path
 

@@ -165,10 +165,13 @@ class ApprovalDesk:
         self._decide(waiting, answer)
         return waiting
 
-    async def answer(self, run_id: str, answer: Answer) -> PendingApproval:
+    async def answer(
+        self, run_id: str, answer: Answer, *, checked: bool = False
+    ) -> PendingApproval:
         """Give `answer` to its waiting call of `run_id`: the first answer wins, from
         any door. A call of a remote subtree is handed to the server it waits on,
-        which checks it again; until it has, the call counts as answered here.
+        which checks it; until it has, the call counts as answered here. `checked`:
+        checked against the call already (by a cluster gateway): not again.
 
         Raises:
             ApprovalError: no such waiting call (`not_found`, also for one already
@@ -177,7 +180,7 @@ class ApprovalDesk:
                 other server's refusal.
         """
         waiting = self.claim(run_id, answer.tool_call_id, answer.agent_key)
-        decision = self._decide(waiting, answer)
+        decision = self._decide(waiting, answer, checked=checked)
         if waiting.there is not None:
             try:
                 await waiting.there(decision)
@@ -186,11 +189,15 @@ class ApprovalDesk:
                 raise
         return waiting
 
-    def _decide(self, waiting: PendingApproval, answer: Answer) -> Decision:
-        """Check `answer` against the call and take it: from here on, it is answered."""
+    def _decide(
+        self, waiting: PendingApproval, answer: Answer, *, checked: bool = False
+    ) -> Decision:
+        """Check `answer` against the call (unless `checked`) and take it: from here on,
+        it is answered."""
         request = waiting.request
-        parameters = request.parameters if waiting.there is None else None  # checked there
-        check_answer(request.name, request.edit, parameters, answer.decision, answer.args)
+        if not checked:
+            parameters = request.parameters if waiting.there is None else None  # (there)
+            check_answer(request.name, request.edit, parameters, answer.decision, answer.args)
         waiting.decision = decision = answer.as_decision()
         if waiting.there is None:
             waiting.woken.set()

@@ -17,12 +17,13 @@ from contextlib import (
     asynccontextmanager,
     nullcontext,
 )
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import httpx
 import msgspec
 import trio
 
+from agents.core.payloads import RunStartedData
 from agents.errors import SpecError
 from agents.providers.factory import ProviderFactory
 from agents.providers.tls import tls_context
@@ -344,7 +345,8 @@ class Orchestrator:
             replay=replay,
             now=time.time(),
         )
-        agent_id = str(fork.events[0].data.get("agentId", ""))
+        started = cast(RunStartedData, fork.events[0].data)
+        agent_id = str(started.get("agentId", ""))
         self._check_agent(agent_id)
         root_session = next(
             (e.source.parent_session_id for e in fork.events if e.source and e.source.depth == 1),
@@ -356,7 +358,7 @@ class Orchestrator:
         run = Run(
             self.catalog,
             agent_id,
-            str(fork.events[0].data.get("input", "")),
+            str(started.get("input", "")),
             limits=self.default_limits(max_depth),
             sink=sink,
             resume=fork.plan,

@@ -24,14 +24,19 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from typing import Any, final
+from typing import Any, cast, final
 
 import msgspec
 import trio
 
 from agents.approval import ApprovalRequest, Decision
 from agents.core.events import Usage
-from agents.core.payloads import agent_error
+from agents.core.payloads import (
+    ApprovalRequestedData,
+    ApprovalResolvedData,
+    RunFinishedData,
+    agent_error,
+)
 from agents.core.usage import UsageNode
 from agents.errors import ToolError
 from agents.runner import Cancellation
@@ -42,7 +47,15 @@ from orchestrator.core.bus import AnyBus
 from orchestrator.core.events import Event, EventType, RemoteRef, Source
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError, PendingApproval
 
-__all__ = ["RemoteLink", "RemoteRefused", "RemoteTagger", "Resumed", "run_remote"]
+__all__ = [
+    "HANDLES",
+    "IGNORES",
+    "RemoteLink",
+    "RemoteRefused",
+    "RemoteTagger",
+    "Resumed",
+    "run_remote",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +68,39 @@ server (the op that asked gets the error after that)."""
 class RemoteRefused(Exception):
     """A message or cancel for an agent of a remote subtree that its server refused
     (or that could not reach it): the message says which server and why."""
+
+
+HANDLES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.AGENT_STARTED,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types of the remote run read here: its start (AGENT_STARTED stands for it) and
+end, its agents' starts (their control comes through the link) and ends (the child's
+own), and the calls that wait there (listed here too)."""
+IGNORES = frozenset(
+    {
+        EventType.REASONING,
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.USER_MESSAGE,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.TURN_ABANDONED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+        EventType.AGENT_STALLED,
+    }
+)
+"""Event types forwarded as they are, retagged; tests/unit/test_payloads.py checks that
+every type is in one of the two."""
 
 
 @final
@@ -145,10 +191,10 @@ class RemoteLink:
     def hold(self, run_id: str, source: Source, event: Event) -> None:
         """A forwarded APPROVAL_REQUESTED: list the call in this run's desk, answered
         through `answer` (what is listed is bounded by the remote's own limits)."""
-        data = event.data
+        data = cast(ApprovalRequestedData, event.data)
         try:
             call_id, name = str(data["toolCallId"]), str(data["name"])
-            timeout_at = float(data["timeoutAt"])
+            timeout_at = float(data["timeoutAt"])  # (another server's: checked here)
         except (KeyError, TypeError, ValueError):
             return
         args = data.get("args")
@@ -179,10 +225,11 @@ class RemoteLink:
     def resolved(self, run_id: str, source: Source, event: Event) -> None:
         """A forwarded APPROVAL_RESOLVED (`source`: its agent, tagged here): the call
         no longer waits."""
-        held = (run_id, (source.agent_key, str(event.data.get("toolCallId"))))
+        resolved = cast(ApprovalResolvedData, event.data)
+        held = (run_id, (source.agent_key, str(resolved.get("toolCallId"))))
         if self.desk is not None and held in self.held:
             self.held.remove(held)
-            self.desk.release(run_id, held[1], str(event.data.get("decision")))
+            self.desk.release(run_id, held[1], str(resolved.get("decision")))
 
     async def answer(self, agent_key: str, call_id: str, decision: Decision) -> None:
         """Hand an answer given here to the server the call of `agent_key` (its key
@@ -322,8 +369,11 @@ async def run_remote(
             raise
         await _stop_there(spec.id, where, link, forward, client, run_id)
         raise
+    if final is None:
+        forward.fail("remote", f"{where}: run {run_id}: no end was received")
+        raise ToolError(f"{where}: run {run_id} ended: no end was received")
     used = final.get("usage")
-    if isinstance(used, dict):
+    if isinstance(used, dict):  # (another server's data: checked, not trusted)
         usage.charge(
             Usage(
                 input_tokens=int(used.get("inputTokens", 0)),
@@ -345,13 +395,13 @@ async def _follow(
     bus: AnyBus,
     forward: _Forward,
     again: Resumed | None,
-) -> dict[str, Any]:
+) -> RunFinishedData | None:
     """Forward the remote run's events (retagged under `bus.source`) to its end; its
-    RUN_FINISHED data."""
+    RUN_FINISHED data (None: none came)."""
     assert bus.source is not None
     tagger = RemoteTagger(bus.source, run_id)
     here = bus.run_id
-    final: dict[str, Any] = {}
+    final: RunFinishedData | None = None
     if again is not None:
         await _rejoin(link, client, here, again, bus.source)
     after = again.cursor.seq if again is not None else 0
@@ -360,7 +410,7 @@ async def _follow(
             for event in batch:
                 kind = event.type
                 if kind is EventType.RUN_FINISHED:
-                    final = event.data
+                    final = cast(RunFinishedData, event.data)
                     continue
                 if kind is EventType.RUN_STARTED:  # AGENT_STARTED stands for it
                     continue

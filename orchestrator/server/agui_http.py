@@ -21,15 +21,15 @@ import json
 import math
 from collections.abc import MutableMapping
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 from ag_ui.core import BaseEvent, CustomEvent, ResumeEntry, RunAgentInput
 from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 
+from agents.core.payloads import ApprovalRequestedData
 from orchestrator.agui.mapping import AguiStream, answer_of, parse_interrupt_id
-from orchestrator.core.approvals import Answer
 from orchestrator.core.events import EventType
 from orchestrator.runs.service import AgentNotRunning
 from orchestrator.runtime.approvals import ApprovalError
@@ -47,7 +47,7 @@ from orchestrator.storage.runlog import UnknownRun
 if TYPE_CHECKING:
     from orchestrator.server.auth import Principal
 
-__all__ = ["AguiEndpoint"]
+__all__ = ["HANDLES", "IGNORES", "AguiEndpoint"]
 
 PREFIX = "/ag-ui"
 SETTLE_SECONDS = 0.5
@@ -57,6 +57,34 @@ MAX_SETTLE_SECONDS = 2.0
 """…or this long after a call began to wait, however busy the rest of the tree is."""
 MAX_RESUME_ENTRIES = 1000
 PRIME_BATCH = 1024
+
+
+HANDLES = frozenset({EventType.APPROVAL_REQUESTED})
+"""Event types the AG-UI door reads itself: the call a `resume[]` entry answers (the run's
+events become AG-UI events in `agui/mapping.py`)."""
+IGNORES = frozenset(
+    {
+        EventType.RUN_STARTED,
+        EventType.AGENT_STARTED,
+        EventType.REASONING,
+        EventType.TOOL_CALL_DELTA,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.AGENT_RESULT,
+        EventType.AGENT_ERROR,
+        EventType.USER_MESSAGE,
+        EventType.TOOL_PROGRESS,
+        EventType.RUN_RESUMED,
+        EventType.TURN_ABANDONED,
+        EventType.APPROVAL_RESOLVED,
+        EventType.COMPACTION_STARTED,
+        EventType.COMPACTION_FINISHED,
+        EventType.AGENT_STALLED,
+        EventType.RUN_FINISHED,
+    }
+)
+"""Event types it leaves to `agui/mapping.py`; tests/unit/test_payloads.py checks that
+every type is in one of the two."""
 
 
 class AguiEndpoint:
@@ -184,10 +212,16 @@ class AguiEndpoint:
             or asked[0].event.type is not (EventType.APPROVAL_REQUESTED)
         ):
             return {**out, "code": "not_found", "message": "no such interrupt in this run"}
-        tool_call_id = str(asked[0].event.data.get("toolCallId", ""))
+        tool_call_id = str(cast(ApprovalRequestedData, asked[0].event.data).get("toolCallId", ""))
         source = asked[0].event.source
         out["toolCallId"] = tool_call_id
-        answer = answer_of(entry.status, entry.payload)
+        answer = answer_of(
+            entry.status,
+            entry.payload,
+            tool_call_id=tool_call_id,
+            agent_key=source.agent_key if source is not None else None,
+            by=principal.name or "client",
+        )
         if isinstance(answer, str):
             return {**out, "code": "bad_request", "message": answer}
         limit = self.app.config.limits.max_input_bytes
@@ -195,15 +229,7 @@ class AguiEndpoint:
             if value is not None and len(json.dumps(value).encode()) > limit:
                 return {**out, "code": "bad_request", "message": f"{name} is over {limit} bytes"}
         try:
-            given = Answer(
-                tool_call_id=tool_call_id,
-                decision=answer.decision,
-                agent_key=source.agent_key if source is not None else None,
-                by=principal.name or "client",
-                reason=answer.reason,
-                args=answer.args,
-            )
-            await self.app.runs.approve(run_id, given)
+            await self.app.runs.approve(run_id, answer)
         except ApprovalError as exc:
             return {**out, "code": exc.code, "message": exc.message}
         except (UnknownRun, AgentNotRunning) as exc:

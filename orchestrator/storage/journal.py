@@ -25,10 +25,12 @@ import functools
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import cast
 
 import msgspec
 import trio
 
+from agents.core.payloads import RunFinishedData
 from orchestrator.core.capping import cap_event
 from orchestrator.core.events import Event, EventType, decode_event
 from orchestrator.core.listeners import Listeners
@@ -89,7 +91,8 @@ class RunOutlet:
                 self._journal.events_truncated += 1
             pending.append(Entry(event, raw, event.seq))
             if event.type is _RUN_FINISHED:
-                log.record.status = str(event.data.get("status", "completed"))
+                status = cast(RunFinishedData, event.data).get("status", "completed")
+                log.record.status = str(status)
                 log.record.finished_at = event.ts
         self._mark(log)
         return len(pending) >= self._max_pending

@@ -10,11 +10,12 @@ feeds) in one pass and its readers are woken.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Protocol, cast
 
 import msgspec
 import trio
 
+from agents.core.payloads import RunFinishedData
 from orchestrator.core.events import Event, EventType
 from orchestrator.storage.base import RunRecord
 
@@ -215,7 +216,7 @@ class RunLog:
         self._committed = self.record.last_seq = fresh[-1].seq
         last = fresh[-1].event
         if last.type is EventType.RUN_FINISHED:
-            status = str(last.data.get("status", "completed"))
+            status = str(cast(RunFinishedData, last.data).get("status", "completed"))
             self.record.status = self.finished_status = status
             self.record.finished_at = last.ts
 

@@ -13,9 +13,10 @@ import trio
 
 from orchestrator.cluster.leases import Leases
 from orchestrator.cluster.node import open_node
-from orchestrator.cluster.store import ClusterStore
+from orchestrator.cluster.store import ApproveControl, CancelControl, ClusterStore, SendControl
 from orchestrator.cluster.worker import Worker
 from orchestrator.config import ClusterConfig, ServerConfig
+from orchestrator.core.approvals import Answer
 from orchestrator.core.bus import Bus, RunSink
 from orchestrator.core.events import Event, EventType, encode_event
 from orchestrator.runs.host import RunHost
@@ -287,10 +288,28 @@ async def test_an_answer_is_noted_and_queued_for_the_owner_in_one_step(
     async with RedisStorage.open(redis_url, durability="relaxed") as storage:
         store = ClusterStore(storage, "t")
         call = ("agent:writer:1", "call_0")
-        assert await store.answer("run-a", call, "approve", '{"decision":"approve"}') is None
-        assert await store.answer("run-a", call, "deny", '{"decision":"deny"}') == "approve"
+        first = Answer(tool_call_id="call_0", decision="approve", agent_key=call[0])
+        second = msgspec.structs.replace(first, decision="deny")
+        assert await store.answer("run-a", call, ApproveControl(first)) is None
+        assert await store.answer("run-a", call, ApproveControl(second)) == "approve"
         assert await store.answered("run-a", "call_0", msgspec.UNSET) == "approve"
         requests = await store.read_control({"run-a": "0-0"}, block=0.01)
-        assert [(c.op, c.message) for _, _, c in requests] == [
-            ("approve", '{"decision":"approve"}')
+        assert [c for _, _, c in requests] == [ApproveControl(first)]
+
+
+async def test_control_requests_are_typed_and_an_unreadable_one_is_passed(
+    redis_url: str,  # noqa: F811
+) -> None:
+    """Each control is one typed entry; one this version cannot read is returned as
+    None (the worker moves its cursor past it) instead of failing the loop."""
+    async with RedisStorage.open(redis_url, durability="relaxed") as storage:
+        store = ClusterStore(storage, "t")
+        await store.send_control("run-b", CancelControl("agent:a:1", "enough"))
+        await store.client.xadd(store.control_key("run-b"), {b"op": b"send", b"m": b"old"})
+        await store.send_control("run-b", SendControl(None, "hello"))
+        requests = await store.read_control({"run-b": "0-0"}, block=0.01)
+        assert [c for _, _, c in requests] == [
+            CancelControl("agent:a:1", "enough"),
+            None,
+            SendControl(None, "hello"),
         ]

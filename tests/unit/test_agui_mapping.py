@@ -16,11 +16,11 @@ from pydantic import TypeAdapter
 
 from orchestrator.agui.mapping import (
     AguiStream,
-    Answer,
     answer_of,
     interrupt_id,
     parse_interrupt_id,
 )
+from orchestrator.core.approvals import Answer
 from orchestrator.core.events import Event, EventType
 
 DECODE = TypeAdapter(AguiEvent)
@@ -181,17 +181,35 @@ def test_a_primed_stream_reopens_what_is_open_under_the_same_ids() -> None:
 @pytest.mark.parametrize(
     ("status", "payload", "expected"),
     [
-        ("resolved", True, Answer("approve")),
-        ("resolved", {"approved": False, "reason": "no"}, Answer("deny", "no")),
-        ("resolved", {"approved": True, "args": {"a": 1}}, Answer("approve", None, {"a": 1})),
-        ("cancelled", None, Answer("deny", "cancelled by the client")),
+        ("resolved", True, Answer(tool_call_id="c1", agent_key=None, decision="approve", by="ann")),
+        (
+            "resolved",
+            {"approved": False, "reason": "no"},
+            Answer(tool_call_id="c1", agent_key=None, decision="deny", by="ann", reason="no"),
+        ),
+        (
+            "resolved",
+            {"approved": True, "args": {"a": 1}},
+            Answer(tool_call_id="c1", agent_key=None, decision="approve", by="ann", args={"a": 1}),
+        ),
+        (
+            "cancelled",
+            None,
+            Answer(
+                tool_call_id="c1",
+                agent_key=None,
+                decision="deny",
+                by="ann",
+                reason="cancelled by the client",
+            ),
+        ),
         ("resolved", {"ok": 1}, None),
         ("resolved", {"approved": True, "args": [1]}, None),
         ("resolved", {"approved": True, "reason": 3}, None),
     ],
 )
 def test_resume_payloads_become_decisions(status: str, payload: Any, expected: Any) -> None:
-    got = answer_of(status, payload)
+    got = answer_of(status, payload, tool_call_id="c1", agent_key=None, by="ann")
     if expected is None:
         assert isinstance(got, str)
     else:

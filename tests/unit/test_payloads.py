@@ -8,20 +8,50 @@ import ast
 import re
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeGuard
 
 import pytest
 
+from agents.core import replay
 from agents.core.events import EventType
 from agents.core.payloads import PAYLOADS
 from orchestrator.a2a import mapping as a2a_mapping
 from orchestrator.agui import mapping as agui_mapping
-from orchestrator.core import rebuild, stalls, tree
+from orchestrator.cli import approver
+from orchestrator.cluster import gateway
+from orchestrator.core import blocks, rebuild, stalls, tree
+from orchestrator.mcp import expose
+from orchestrator.runtime import remote
+from orchestrator.server import agui_http
 from orchestrator.telemetry import trace
 from tests.helpers import REPO
 
-CONSUMERS: list[ModuleType] = [tree, rebuild, stalls, agui_mapping, a2a_mapping, trace]
+CONSUMERS: list[ModuleType] = [
+    tree,
+    rebuild,
+    stalls,
+    agui_mapping,
+    a2a_mapping,
+    trace,
+    replay,
+    blocks,
+    approver,
+    remote,
+    expose,
+    gateway,
+    agui_http,
+]
 """Every Python module that reads runs' events by type (the console's model.js below)."""
+LIFECYCLE = {
+    "orchestrator/storage/journal.py": {"RunFinishedData"},
+    "orchestrator/storage/runlog.py": {"RunFinishedData"},
+    "orchestrator/runtime/engine.py": {"RunStartedData"},
+    "orchestrator/core/fork.py": {"RunStartedData"},
+}
+"""Modules that read only a run's start or end (its status, its agent and input), as
+a journal and a fork must: not consumers of the tree's events."""
+GENERIC = {"orchestrator/core/capping.py": "cuts any payload by its values' sizes"}
+"""Modules that read any payload alike, whatever its type, and why."""
 
 
 def test_every_event_type_has_a_payload() -> None:
@@ -143,3 +173,99 @@ def test_the_payload_check_catches_a_drifting_producer() -> None:
         check(event(EventType.REASONING, {"delta": "hi", "colour": "red"}))
     with pytest.raises(PayloadMismatch, match="Expected `str`"):
         check(event(EventType.USER_MESSAGE, {"text": 1, "from": "client"}))
+
+
+def _python_modules() -> list[Path]:
+    return sorted([*(REPO / "agents").rglob("*.py"), *(REPO / "orchestrator").rglob("*.py")])
+
+
+def _link(tree_: ast.AST) -> None:
+    for node in ast.walk(tree_):
+        for child in ast.iter_child_nodes(node):
+            child._parent = node  # type: ignore[attr-defined]
+
+
+def _is_data(node: ast.AST) -> TypeGuard[ast.Attribute]:
+    return (
+        isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.ctx, ast.Load)
+    )
+
+
+def _keys_read(use: ast.AST) -> bool:
+    """`x.get(…)`, `x[…]`, `… in x`: a read of `x`'s keys."""
+    parent = getattr(use, "_parent", None)
+    if isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is use:
+        return True
+    return isinstance(parent, ast.Compare) and use in parent.comparators
+
+
+def untyped_reads(path: Path) -> list[int]:
+    """Lines that read keys of an event's `data` as a plain dict: `event.data.get(…)`,
+    `event.data[…]`, `… in event.data`, or the same of a local name assigned from it
+    (`data = event.data`), instead of through the type's payload (`cast(XData, …)`)."""
+    tree_ = ast.parse(path.read_text(encoding="utf-8"))
+    _link(tree_)
+    lines = [node.lineno for node in ast.walk(tree_) if _is_data(node) and _keys_read(node)]
+    for function in ast.walk(tree_):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        names = set()
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Assign):
+                continue
+            target, value = node.targets[0], node.value
+            pairs = (
+                zip(target.elts, value.elts, strict=False)
+                if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                else [(target, value)]
+            )
+            names |= {t.id for t, v in pairs if isinstance(t, ast.Name) and _is_data(v)}
+        lines += [
+            node.lineno
+            for node in ast.walk(function)
+            if isinstance(node, ast.Name)
+            and node.id in names
+            and isinstance(node.ctx, ast.Load)
+            and _keys_read(node)
+        ]
+    return sorted(set(lines))
+
+
+def test_no_module_reads_an_events_data_as_an_untyped_dict() -> None:
+    """(`agents` sees events' data only through the Emitter and `replay`; its other
+    `.data` are SSE events' text.)"""
+    readers = [*(REPO / "orchestrator").rglob("*.py"), REPO / "agents/core/replay.py"]
+    found = {
+        name: lines
+        for path in sorted(readers)
+        if (name := str(path.relative_to(REPO))) not in GENERIC and (lines := untyped_reads(path))
+    }
+    assert found == {}, "read it through its payload type: cast(XData, event.data)"
+
+
+def test_the_untyped_read_check_finds_what_it_looks_for(tmp_path: Path) -> None:
+    source = tmp_path / "reader.py"
+    source.write_text(
+        "def f(event):\n"
+        "    a = event.data.get('x')\n"
+        "    kind, data = event.type, event.data\n"
+        "    if 'delta' in data:\n"
+        "        return data['delta']\n"
+        "    return cast(RunFinishedData, event.data).get('status')\n",
+        encoding="utf-8",
+    )
+    assert untyped_reads(source) == [2, 4, 5]
+
+
+def test_every_module_that_reads_a_payload_is_a_registered_consumer() -> None:
+    """A module that reads an event's data through its payload type reads events by
+    type: it says which it handles (CONSUMERS), unless it reads only a run's start or
+    end (LIFECYCLE, with exactly those payloads)."""
+    registered = {str(Path(m.__file__ or "").relative_to(REPO)) for m in CONSUMERS}
+    for path in _python_modules():
+        name = str(path.relative_to(REPO))
+        read = set(re.findall(r"cast\(\s*(\w+Data)\b", path.read_text(encoding="utf-8")))
+        if not read or name in registered:
+            continue
+        assert name in LIFECYCLE, f"{name} reads {sorted(read)}: add it to CONSUMERS"
+        assert read == LIFECYCLE[name], name
