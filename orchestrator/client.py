@@ -51,12 +51,12 @@ from orchestrator.protocol import (
     Pending,
     PendingReply,
     Ping,
-    Run,
     RunInfo,
     Runs,
     RunsReply,
     Send,
     ServerFrame,
+    StartRun,
     Subscribe,
     decode_server_frame,
 )
@@ -156,7 +156,7 @@ class Client:
         self, agent: str, input: str, *, detail: Literal["full", "blocks", "status"] = "full"
     ) -> str:
         """Start a run of `agent` on `input`; its runId (follow it with `follow`)."""
-        reply = await self._ask(Run(op="run", agent=agent, input=input, detail=detail))
+        reply = await self._ask(StartRun(op="run", agent=agent, input=input, detail=detail))
         assert isinstance(reply, Ack) and reply.run_id is not None
         return reply.run_id  # (its connection, subscribed by `run`, closed with the answer)
 

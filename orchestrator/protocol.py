@@ -1,6 +1,6 @@
 """The WebSocket protocol (contract §4), both directions, in one place. Pure.
 
-Client messages (`Run`, `Subscribe`, …) and server frames (`Ack`, `Events`, `End`,
+Client messages (`StartRun`, `Subscribe`, …) and server frames (`Ack`, `Events`, `End`,
 `Gap`, `ErrorFrame`, `RunsReply`, …) are msgspec Structs shared by the server,
 `orchestrator watch` and the tests: `parse` reads a client message,
 `encode` writes any frame, `decode_server_frame` reads one back. Every client
@@ -42,12 +42,12 @@ __all__ = [
     "Pong",
     "ProtocolError",
     "Result",
-    "Run",
     "RunInfo",
     "Runs",
     "RunsReply",
     "Send",
     "ServerFrame",
+    "StartRun",
     "Subscribe",
     "Unsubscribe",
     "ack",
@@ -90,7 +90,7 @@ class _Op(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=Tr
     id: MessageId = None
 
 
-class Run(_Op):
+class StartRun(_Op):
     """Start a run; with `stream` the connection is subscribed to it from seq 1."""
 
     agent: str
@@ -194,10 +194,20 @@ class Ping(_Op):
 
 
 ClientOp = (
-    Run | Fork | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | Agents | Ping
+    StartRun
+    | Fork
+    | Subscribe
+    | Unsubscribe
+    | Cancel
+    | Send
+    | Approve
+    | Pending
+    | Runs
+    | Agents
+    | Ping
 )
-OPS: dict[str, type[_Op]] = {
-    "run": Run,
+OP_TYPES: dict[str, type[_Op]] = {
+    "run": StartRun,
     "fork": Fork,
     "subscribe": Subscribe,
     "unsubscribe": Unsubscribe,
@@ -373,9 +383,11 @@ def parse(text: str | bytes) -> ClientOp:
     if not isinstance(op, str):
         got = "null" if op is None else type(op).__name__
         raise ProtocolError("bad_request", f"`op` must be a string naming an op, got {got}", msg_id)
-    cls = OPS.get(op)
+    cls = OP_TYPES.get(op)
     if cls is None:
-        raise ProtocolError("unknown_op", f"unknown op {op!r} (known: {', '.join(OPS)})", msg_id)
+        raise ProtocolError(
+            "unknown_op", f"unknown op {op!r} (known: {', '.join(OP_TYPES)})", msg_id
+        )
     try:
         message = msgspec.convert(obj, cls)
     except msgspec.ValidationError as exc:

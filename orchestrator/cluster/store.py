@@ -45,7 +45,7 @@ from coredis.tokens import PureToken
 
 from orchestrator.core.approvals import AgentKey, Answer, ApprovalInfo, CallKey
 from orchestrator.storage.base import RunRecord
-from orchestrator.storage.paging import RunPage
+from orchestrator.storage.paging import RunPaging
 from orchestrator.storage.redis import RedisStorage
 
 __all__ = [
@@ -240,7 +240,7 @@ class ClusterStore:
         ids = [_text(i) for i in await self.client.zrange(self.index, 0, -1, rev=True)]
         if before is not None:
             ids = ids[ids.index(before) + 1 :] if before in ids else []
-        page = RunPage(limit=limit, owner=owner)
+        page = RunPaging(limit=limit, owner=owner)
         for start in range(0, len(ids), 200):
             raws = await self.client.hmget(self.runs, ids[start : start + 200])
             if page.add(_decode_record(raw) for raw in raws if raw is not None):

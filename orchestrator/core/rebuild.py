@@ -182,14 +182,14 @@ class ResumePlan:
         """Remote runId → the child it runs as here (the shallowest of its agents)."""
         roots: dict[str, AgentPlan] = {}
         for key, ref in self.remote.items():
-            plan = self.agents.get(key)
-            if plan is None or plan.source is None:
+            agent = self.agents.get(key)
+            if agent is None or agent.source is None:
                 continue
             known = roots.get(ref.run_id)
             if known is None or (
-                known.source is not None and plan.source.depth < known.source.depth
+                known.source is not None and agent.source.depth < known.source.depth
             ):
-                roots[ref.run_id] = plan
+                roots[ref.run_id] = agent
         return roots
 
     def followed(self) -> set[str]:
@@ -214,10 +214,10 @@ class ResumePlan:
                     collect(self.agents[child])
 
             for key in agent.background:
-                plan = self.agents.get(key)
-                if plan is not None and not plan.ended and key not in self.remote:
+                child = self.agents.get(key)
+                if child is not None and not child.ended and key not in self.remote:
                     waiting.add(key)
-                    collect(plan)
+                    collect(child)
 
         if not self.root.ended:
             collect(self.root)
@@ -237,11 +237,11 @@ class ResumePlan:
             return []
         out = []
         for key, (task_id, call_id) in parent.background.items():
-            plan = self.agents.get(key)
-            if plan is None or key in self.remote:
+            child = self.agents.get(key)
+            if child is None or key in self.remote:
                 continue
-            if not plan.ended or task_id not in parent.heard_from:
-                out.append((plan, task_id, call_id))
+            if not child.ended or task_id not in parent.heard_from:
+                out.append((child, task_id, call_id))
         return out
 
     def child_of(self, parent: AgentPlan, call_id: str) -> AgentPlan | None:

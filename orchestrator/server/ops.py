@@ -172,7 +172,7 @@ async def unsubscribe(conn: Caller, op: protocol.Unsubscribe) -> None:
     await conn.reply(protocol.ack(op.id))
 
 
-async def run(conn: Caller, op: protocol.Run) -> None:
+async def run(conn: Caller, op: protocol.StartRun) -> None:
     app = conn.app
     if app.closing:
         raise ProtocolError("limit_exceeded", "the server is shutting down", op.id)
@@ -217,7 +217,7 @@ async def fork(conn: Caller, op: protocol.Fork) -> None:
 
 
 async def _answer_started(
-    conn: Caller, started: StartedRun, op: protocol.Run | protocol.Fork
+    conn: Caller, started: StartedRun, op: protocol.StartRun | protocol.Fork
 ) -> None:
     """Ack a started run with its id: then its result (`stream: false`), or its
     events from seq 1 in a new subscription."""
@@ -312,7 +312,7 @@ OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Ping: Op(ping),
     protocol.Subscribe: Op(subscribe, run_of=lambda op: op.run_id),
     protocol.Unsubscribe: Op(unsubscribe),
-    protocol.Run: Op(run, writes=True),
+    protocol.StartRun: Op(run, writes=True),
     protocol.Fork: Op(fork, run_of=lambda op: op.run_id, writes=True),
     protocol.Cancel: Op(cancel, run_of=lambda op: op.run_id, writes=True),
     protocol.Send: Op(send, run_of=lambda op: op.run_id, writes=True),

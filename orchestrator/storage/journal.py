@@ -36,7 +36,7 @@ from orchestrator.core.events import Event, EventType, decode_event
 from orchestrator.core.listeners import Listeners
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.mirror import RunMirrors
-from orchestrator.storage.paging import RunPage
+from orchestrator.storage.paging import RunPaging
 from orchestrator.storage.retention import Retention, RetentionPolicy
 from orchestrator.storage.runlog import Entry, Follower, RunLog, UnknownRun, hand_over
 from orchestrator.storage.writer import FencedWrite, JournalWriter
@@ -329,7 +329,7 @@ class Journal:
             for record in newest_first:
                 if record.run_id == before:
                     break
-        page = RunPage(limit=limit, owner=owner)
+        page = RunPaging(limit=limit, owner=owner)
         page.add(newest_first)
         return page.result()
 

@@ -3,7 +3,7 @@
 A page is up to `limit` records, newest first, starting after run `before`, of one
 owner if given, and says whether older ones remain. The journal pages its runs in
 memory; the cluster reads its index and records from Redis in chunks. Both feed
-the records, newest first, into a `RunPage` until it is full.
+the records, newest first, into a `RunPaging` until it is full.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Iterable
 
 from orchestrator.storage.base import RunRecord
 
-__all__ = ["RunPage"]
+__all__ = ["RunPaging"]
 
 
-class RunPage:
+class RunPaging:
     """Collects one page of runs from records offered newest first."""
 
     __slots__ = ("_limit", "_owner", "more", "records")

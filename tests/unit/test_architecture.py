@@ -354,3 +354,22 @@ def test_the_redis_client_loads_only_where_a_redis_journal_is_used() -> None:
         "assert 'coredis' not in sys.modules, sorted(m for m in sys.modules if 'coredis' in m)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_how_a_run_goes_on_is_asked_in_one_place() -> None:
+    """Whether a run goes on from its journal is the `Continuation`'s to know (a fresh
+    run is an empty plan), whether events reach anyone is the bus's (a call's sink and
+    bus are null objects): nobody else branches on either."""
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in modules("orchestrator")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if (
+            re.search(r"\bplan is (not )?None\b", line)
+            and path.name != "continuation.py"
+            or re.search(r"\bsink is (not )?None\b", line)
+            or re.search(r"isinstance\([^)]*\b(Bus|NullBus)\b", line)
+            and path.name != "bus.py"
+        )
+    ]
+    assert found == []

@@ -14,7 +14,7 @@ RUN_FIELDS = {"run_id", "before"}
 
 def test_every_client_op_has_a_handler() -> None:
     assert set(OPS) == set(get_args(protocol.ClientOp))
-    assert set(OPS) == set(protocol.OPS.values())
+    assert set(OPS) == set(protocol.OP_TYPES.values())
 
 
 def test_every_op_that_names_a_run_says_which_so_dispatch_authorizes_it() -> None:

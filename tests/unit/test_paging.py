@@ -1,4 +1,4 @@
-"""`RunPage`: the one paging rule of the journal and the cluster, fed whole or in chunks."""
+"""`RunPaging`: the one paging rule of the journal and the cluster, fed whole or in chunks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.storage.base import RunRecord
-from orchestrator.storage.paging import RunPage
+from orchestrator.storage.paging import RunPaging
 
 
 def record(n: int, owner: str | None) -> RunRecord:
@@ -22,7 +22,7 @@ def record(n: int, owner: str | None) -> RunRecord:
 
 
 def test_a_full_page_knows_older_runs_remain() -> None:
-    page = RunPage(limit=2)
+    page = RunPaging(limit=2)
     assert page.add([record(3, None), record(2, None)]) is False
     assert page.add([record(1, None)]) is True
     assert [r.run_id for r in page.records] == ["run-3", "run-2"]
@@ -30,7 +30,7 @@ def test_a_full_page_knows_older_runs_remain() -> None:
 
 
 def test_other_owners_are_skipped_and_do_not_count_as_more() -> None:
-    page = RunPage(limit=1, owner="alice")
+    page = RunPaging(limit=1, owner="alice")
     assert page.add([record(3, "bob"), record(2, "alice"), record(1, "bob")]) is False
     assert page.result() == ([record(2, "alice")], False)
 
@@ -46,7 +46,7 @@ def test_chunked_pages_match_the_plain_rule(
 ) -> None:
     records = [record(n, o) for n, o in enumerate(owners)]
     mine = [r for r in records if owner is None or r.owner == owner]
-    page = RunPage(limit=limit, owner=owner)
+    page = RunPaging(limit=limit, owner=owner)
     for start in range(0, len(records), chunk):
         if page.add(records[start : start + chunk]):
             break
