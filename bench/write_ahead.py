@@ -73,7 +73,7 @@ async def journaled(root: Path, store: str, calls: int, busy: int) -> list[float
         await journal.flush_run(hosted.run_id)
         entries = await journal.read_all(hosted.run_id, journal.get(hosted.run_id).committed)
         for other in others:
-            other.run.cancel()
+            await host.cancel(other.run_id)
         return latencies([entry.event for entry in entries])
 
 

@@ -20,6 +20,7 @@ import msgspec
 from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.core.events import Event
 from orchestrator.core.filters import FilterSpec
+from orchestrator.core.threads import Multitask
 
 __all__ = [
     "Ack",
@@ -36,6 +37,7 @@ __all__ = [
     "Fork",
     "ForkedFrom",
     "Gap",
+    "Multitask",
     "Pending",
     "PendingReply",
     "Ping",
@@ -49,6 +51,9 @@ __all__ = [
     "ServerFrame",
     "StartRun",
     "Subscribe",
+    "ThreadInfo",
+    "Threads",
+    "ThreadsReply",
     "Unsubscribe",
     "ack",
     "decode_server_frame",
@@ -70,6 +75,7 @@ ErrorCode = Literal[
     "internal",
 ]
 Detail = Literal["full", "blocks", "status"]
+
 Format = Literal["events", "ag-ui"]
 """How a subscription's events are written: ours, or AG-UI events (docs/integrations.md)."""
 MessageId = str | int | None
@@ -91,14 +97,24 @@ class _Op(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=Tr
 
 
 class StartRun(_Op):
-    """Start a run; with `stream` the connection is subscribed to it from seq 1."""
+    """Start a run; with `stream` the connection is subscribed to it from seq 1.
 
-    agent: str
+    In a thread (docs/threads.md): `threadId` (absent: a new thread; one not seen
+    before in the caller's tenant: a thread with that id) goes on from the thread's
+    conversation, or with `agentKey` from that agent's (of the thread's run `fromRun`,
+    default its newest); `agent` may then be left out. `multitask` says what the input
+    does while a run of the thread runs."""
+
     input: str
+    agent: str | None = None
     stream: bool = True
     filter: FilterSpec | None = None
     detail: Detail = "full"
     format: Format = "events"
+    thread_id: str | None = None
+    agent_key: str | None = None
+    from_run: str | None = None
+    multitask: Multitask = "reject"
 
 
 class Fork(_Op):
@@ -177,6 +193,15 @@ class Pending(_Op):
     limit: int = 1000
 
 
+class Threads(_Op):
+    """List the caller's threads (newest activity first), or one thread's runs
+    (`threadId`), or delete a thread's runs (`action: "delete"`, with `threadId`)."""
+
+    thread_id: str | None = None
+    action: Literal["list", "delete"] = "list"
+    limit: int = 100
+
+
 class Runs(_Op):
     """List runs, newest first, a page at a time."""
 
@@ -203,6 +228,7 @@ ClientOp = (
     | Approve
     | Pending
     | Runs
+    | Threads
     | Agents
     | Ping
 )
@@ -216,6 +242,7 @@ OP_TYPES: dict[str, type[_Op]] = {
     "approve": Approve,
     "pending": Pending,
     "runs": Runs,
+    "threads": Threads,
     "agents": Agents,
     "ping": Ping,
 }
@@ -238,6 +265,7 @@ class Ack(_Frame, tag="ack"):
     id: MessageId = None
     run_id: str | None = None
     sub: str | None = None
+    thread_id: str | None = None
 
 
 class Pong(_Frame, tag="pong"):
@@ -294,6 +322,34 @@ class RunInfo(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
     """Cluster mode: 1 for the first worker, +1 per takeover."""
     forked_from: ForkedFrom | None = None
     """A fork: the run and seq it started from."""
+    thread_id: str | None = None
+    """The thread the run belongs to."""
+    previous_run_id: str | None = None
+    """The run whose conversation it goes on from (a thread's second run on)."""
+
+
+class ThreadInfo(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+    """One thread of the `threads` reply: its runs' ids, oldest first, and with one
+    thread asked, each run as the `runs` reply lists it (`detail`)."""
+
+    thread_id: str
+    runs: list[str]
+    first_input: str
+    """Its first run's input, cut to 200 characters."""
+    last_activity: float
+    running: str | None = None
+    """Its run that has not ended (a new input meets `multitask`)."""
+    detail: list[RunInfo] | None = None
+
+
+class ThreadsReply(_Frame, tag="threads"):
+    """The caller's threads, newest activity first (`more`: more remain), one thread,
+    or (after a delete) the runs deleted in `deleted`."""
+
+    threads: list[ThreadInfo]
+    more: bool = False
+    deleted: list[str] | None = None
+    id: MessageId = None
 
 
 class RunsReply(_Frame, tag="runs"):
@@ -342,7 +398,17 @@ class Result(_Frame, tag="result"):
 
 
 ServerFrame = (
-    Ack | Pong | Events | End | Gap | ErrorFrame | RunsReply | AgentsReply | PendingReply | Result
+    Ack
+    | Pong
+    | Events
+    | End
+    | Gap
+    | ErrorFrame
+    | RunsReply
+    | ThreadsReply
+    | AgentsReply
+    | PendingReply
+    | Result
 )
 _frame_decoder: msgspec.json.Decoder[ServerFrame] = msgspec.json.Decoder(ServerFrame)
 
@@ -414,9 +480,15 @@ def encode(frame: _Frame) -> bytes:
     return _encode(frame)
 
 
-def ack(msg_id: MessageId, *, run_id: str | None = None, sub: str | None = None) -> bytes:
-    """`{op: "ack", id?, runId?, sub?}`."""
-    return _encode(Ack(id=msg_id, run_id=run_id, sub=sub))
+def ack(
+    msg_id: MessageId,
+    *,
+    run_id: str | None = None,
+    sub: str | None = None,
+    thread_id: str | None = None,
+) -> bytes:
+    """`{op: "ack", id?, runId?, sub?, threadId?}`."""
+    return _encode(Ack(id=msg_id, run_id=run_id, sub=sub, thread_id=thread_id))
 
 
 def error_frame(code: ErrorCode, message: str, msg_id: MessageId = None) -> bytes:

@@ -26,6 +26,7 @@ __all__ = [
     "ApprovalResolvedData",
     "CompactionFinishedData",
     "CompactionStartedData",
+    "ContinuesData",
     "ForkedFromData",
     "ReasoningData",
     "ReasoningDeltaData",
@@ -52,10 +53,21 @@ class ForkedFromData(TypedDict):
     seq: int
 
 
+class ContinuesData(TypedDict):
+    """The agent of an earlier run of the thread whose conversation the run's root
+    continues (docs/threads.md)."""
+
+    runId: str
+    agentKey: str | None
+
+
 class RunStartedData(TypedDict):
     agentId: str
     input: str
     forkedFrom: NotRequired[ForkedFromData]
+    threadId: NotRequired[str]
+    previousRunId: NotRequired[str]
+    continues: NotRequired[ContinuesData]
 
 
 class AgentStartedData(TypedDict):

@@ -25,8 +25,10 @@ from orchestrator.cluster.store import ApproveControl, CancelControl, ClusterSto
 from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.bus import new_run_id, new_session_id
 from orchestrator.core.events import EventType
+from orchestrator.core.threads import ThreadAsk, new_thread_id
 from orchestrator.runs.fork import check_fork, events_of, fork_record
-from orchestrator.runs.service import StorageUnavailable
+from orchestrator.runs.service import StorageUnavailable, ThreadError
+from orchestrator.runs.threads import Threads
 from orchestrator.runtime.approvals import (
     already_answered,
     ambiguous,
@@ -75,11 +77,12 @@ tests/unit/test_payloads.py checks that every type is in one of the two."""
 class QueuedRun:
     """A run this gateway queued: its id, and its result read from the journal."""
 
-    __slots__ = ("_gateway", "run_id")
+    __slots__ = ("_gateway", "run_id", "thread_id")
 
-    def __init__(self, gateway: ClusterGateway, run_id: str) -> None:
+    def __init__(self, gateway: ClusterGateway, run_id: str, thread_id: str | None) -> None:
         self._gateway = gateway
         self.run_id = run_id
+        self.thread_id = thread_id
 
     async def wait(self) -> RunResult:
         """Wait for the run's end (a blocking `run`), from its journaled events."""
@@ -96,26 +99,40 @@ class ClusterGateway:
         """The subagents a run may start with (every instance has the same files)."""
         journal.mirrors.lookup = store.record
         self.tail_reads = 0
+        self.threads = Threads(journal)
+        """The threads of the runs this gateway knows (a thread's next run is not
+        started in cluster mode yet: docs/threads.md)."""
 
     async def start(
         self,
-        agent_id: str,
+        agent_id: str | None,
         input: str,
         *,
         stream: bool = True,
         owner: str | None = None,
         max_runs: int | None = None,
         context_id: str | None = None,
+        thread: ThreadAsk | None = None,
     ) -> QueuedRun:
-        """Queue a run; it is the cluster's from here on.
+        """Queue a run; it is the cluster's from here on, in a new thread.
 
         `stream` does not matter here (a worker journals every run) and `max_runs`
-        is not counted across the cluster.
+        is not counted across the cluster. A thread's next run is not started in
+        cluster mode yet (docs/threads.md).
 
         Raises:
             UnknownAgent: no such subagent.
             StorageUnavailable: the run cannot be queued.
+            ThreadError: a thread's next run asked for, or no agent named.
         """
+        if thread is not None and (thread.thread_id or thread.agent_key):
+            raise ThreadError(
+                "bad_request",
+                "a thread's next run starts on a single server for now; in cluster mode "
+                "each run starts a thread of its own (docs/threads.md)",
+            )
+        if agent_id is None:
+            raise ThreadError("bad_request", "agent is required")
         if agent_id not in self.agents:
             raise UnknownAgent(agent_id, sorted(self.agents))
         record = RunRecord(
@@ -127,6 +144,7 @@ class ClusterGateway:
             root_session_id=new_session_id(root=True),
             owner=owner,
             context_id=context_id,
+            thread_id=new_thread_id(),
         )
         return await self._queue(record)
 
@@ -153,7 +171,7 @@ class ClusterGateway:
         except Exception as exc:
             raise StorageUnavailable(f"cannot queue the run: {type(exc).__name__}: {exc}") from exc
         self.journal.mirrors.adopt(record)
-        return QueuedRun(self, record.run_id)
+        return QueuedRun(self, record.run_id, record.thread_id)
 
     async def cancel(
         self, run_id: str, agent_key: str | None = None, reason: str | None = None

@@ -214,10 +214,10 @@ class ResumePlan:
                     collect(self.agents[child])
 
             for key in agent.background:
-                child = self.agents.get(key)
-                if child is not None and not child.ended and key not in self.remote:
+                running = self.agents.get(key)
+                if running is not None and not running.ended and key not in self.remote:
                     waiting.add(key)
-                    collect(child)
+                    collect(running)
 
         if not self.root.ended:
             collect(self.root)
@@ -253,14 +253,17 @@ class ResumePlan:
 def rebuild(
     events: Sequence[Event],
     *,
+    history: Sequence[Message] = (),
     on_turn: Callable[[AgentPlan], None] | None = None,
     after: Callable[[Event], None] | None = None,
 ) -> ResumePlan:
     """The plan for continuing the run whose journal is `events` (all of them, in order).
 
-    `on_turn` is told of each agent whose model turn begins, its conversation then as
-    the model was asked it; `after`, of each event of an agent once it is applied (a
-    fork's recording reads the turns that way: `core/fork.py`).
+    `history`: the conversation the run's root started from, before its input (a
+    thread's earlier runs: `core/threads.py`). `on_turn` is told of each agent whose
+    model turn begins, its conversation then as the model was asked it; `after`, of
+    each event of an agent once it is applied (a fork's recording reads the turns that
+    way: `core/fork.py`).
     """
     agents: dict[str | None, AgentPlan] = {}
     by_session: dict[str, AgentPlan] = {}
@@ -274,6 +277,7 @@ def rebuild(
         if kind is EventType.RUN_STARTED:
             started = cast(RunStartedData, data)
             agents[None] = AgentPlan(None, None, str(started.get("agentId", "")))
+            agents[None].messages.extend(history)
             agents[None].messages.append(UserMessage(text=str(started.get("input", ""))))
             continue
         if kind is EventType.RUN_FINISHED:

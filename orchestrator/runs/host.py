@@ -11,35 +11,39 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 
 import msgspec
 import trio
 
 from agents.core.replay import Recording
 from orchestrator.core.approvals import Answer, ApprovalInfo
-from orchestrator.core.bus import RunSink, new_run_id, new_session_id
-from orchestrator.core.fork import ForkError
+from orchestrator.core.bus import RunSink
 from orchestrator.core.rebuild import ResumePlan
-from orchestrator.runs.fork import fork_record, recording_of, start_fork, started
-from orchestrator.runs.resume import end_unresumable, journaled_run, plan_resume
-from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StorageUnavailable
+from orchestrator.core.threads import ThreadAsk, ThreadError
+from orchestrator.runs.fork import fork_record, start_fork
+from orchestrator.runs.restart import MAX_RESTARTS, resume_left
+from orchestrator.runs.resume import journaled_run
+from orchestrator.runs.service import (
+    AgentNotRunning,
+    LimitExceeded,
+    StartedRun,
+    StorageUnavailable,
+)
 from orchestrator.runs.stalls import StallSweeper
+from orchestrator.runs.thread_starts import ThreadStarts, new_record
+from orchestrator.runs.threads import Threads
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError
+from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
 from orchestrator.runtime.remote import RemoteRefused
 from orchestrator.runtime.run import AgentGone, Run, RunResult
 from orchestrator.runtime.spawn import send_to
 from orchestrator.storage.base import ForkPoint, RunRecord
 from orchestrator.storage.journal import Journal
-from orchestrator.storage.runlog import UnknownRun
 
-__all__ = ["HostedRun", "RunHost"]
+__all__ = ["MAX_RESTARTS", "HostedRun", "RunHost"]
 
 logger = logging.getLogger(__name__)
-MAX_RESTARTS = 5
-"""A run is resumed after at most this many restarts of the server (a run that
-crashes the server each time must not crash it for ever)."""
 
 
 class HostedRun:
@@ -56,11 +60,21 @@ class HostedRun:
         """The run's id."""
         return self.run.run_id
 
+    @property
+    def thread_id(self) -> str | None:
+        """Its thread's id (None: a blocking call, outside threads)."""
+        thread = self.run.context.continuation.thread
+        return thread.thread_id if thread is not None else None
+
     async def wait(self) -> RunResult:
         """Wait for the run to end; how it ended."""
         await self._done.wait()
         assert self.run.result is not None
         return self.run.result
+
+    def fail(self, reason: str) -> None:
+        """End the run `failed` with `reason` (`Run.fail`)."""
+        self.run.fail(reason)
 
 
 class RunHost:
@@ -69,7 +83,12 @@ class RunHost:
     def __init__(self, orchestrator: Orchestrator, journal: Journal, nursery: trio.Nursery) -> None:
         self.orchestrator = orchestrator
         self.journal = journal
+        self.threads = Threads(journal)
+        """The journal's threads: their runs and conversations (docs/threads.md)."""
+        self.nursery = nursery
+        """Where the runs here execute."""
         self._nursery = nursery
+        self._thread_starts = ThreadStarts(self)
         self.active: dict[str, Run] = {}
         self._done: dict[str, trio.Event] = {}
         self.max_concurrent = orchestrator.config.limits.max_concurrent_runs
@@ -84,61 +103,83 @@ class RunHost:
 
     async def start(
         self,
-        agent_id: str,
+        agent_id: str | None,
         input: str,
         *,
         stream: bool = True,
         owner: str | None = None,
         max_runs: int | None = None,
         context_id: str | None = None,
-    ) -> HostedRun:
+        thread: ThreadAsk | None = None,
+    ) -> StartedRun:
         """Start a run (streaming: journaled events; else a blocking call with none).
 
-        A streaming run is returned once its RUN_STARTED is journaled (a commit of the
-        journal's writer: a crash after the caller acknowledged it cannot lose it).
+        A streaming run is in a thread (`thread`: which, and what a new input does while
+        one of its runs runs; absent: a new thread), and its root starts from the
+        thread's conversation (`runs/thread_starts.py`, docs/threads.md). It is
+        returned once its RUN_STARTED is journaled (a commit of the journal's writer: a
+        crash after the caller acknowledged it cannot lose it); an enqueued one at once.
 
         Raises:
             UnknownAgent: no such subagent.
             LimitExceeded: `limits.max_concurrent_runs` runs are running, or `owner`
-                already has `max_runs` running.
+                already has `max_runs` running, or (`reject`) a run of the thread runs.
             StorageUnavailable: journal writes are failing (read-only).
+            ThreadError: the thread or the agent to continue cannot go on as asked.
         """
-        orch = self.orchestrator
-        self._admit(agent_id, owner, max_runs)
-        run_id, root_session = new_run_id(), new_session_id(root=True)
-        self.journal.create_run(
-            RunRecord(
-                run_id=run_id,
-                agent_id=agent_id,
-                input=input,
-                status="running",
-                created_at=time.time(),
-                root_session_id=root_session,
-                owner=owner,
-                context_id=context_id,
-            )
-        )
-        sink = (
-            RunSink(
-                run_id,
-                root_session,
-                self.journal.outlet(run_id),
-                durable=functools.partial(self.journal.wait_durable, run_id),
-            )
-            if stream
-            else None
-        )
-        run = Run(
-            orch.catalog, agent_id, input, limits=orch.default_limits(), sink=sink, run_id=run_id
-        )
-        hosted = self.launch(run)
         if stream:
-            # A run is acknowledged once its start is journaled: a crash right after
-            # the ack finds it at the next start (and resumes it), never loses it.
-            await self._durable(run_id, 1)
-        return hosted
+            return await self._thread_starts.start(
+                agent_id,
+                input,
+                owner=owner,
+                max_runs=max_runs,
+                context_id=context_id,
+                ask=thread or ThreadAsk(),
+            )
+        if thread is not None:
+            raise ThreadError("bad_request", "a thread's runs are streamed: give stream true")
+        if agent_id is None:
+            raise ThreadError("bad_request", "agent is required")
+        self.admit(agent_id, owner, max_runs)
+        return self.launch_new(new_record(agent_id, input, owner, context_id))
 
-    def _admit(self, agent_id: str, owner: str | None, max_runs: int | None) -> None:
+    def launch_new(self, record: RunRecord, start: ThreadStart | None = None) -> HostedRun:
+        """Create `record`'s run in the journal (or own its queued one) and execute it:
+        streaming in a thread with `start`, a blocking call without."""
+        if record.status == "queued":
+            record = msgspec.structs.replace(record, status="running")
+            self.journal.own(record)
+        else:
+            self.journal.create_run(record)
+        sink = None
+        if start is not None:
+            run_id = record.run_id
+            durable = functools.partial(self.journal.wait_durable, run_id)
+            outlet = self.journal.outlet(run_id)
+            sink = RunSink(run_id, record.root_session_id, outlet, durable=durable)
+        run = Run(
+            self.orchestrator.catalog,
+            record.agent_id,
+            record.input,
+            limits=self.orchestrator.default_limits(),
+            sink=sink,
+            run_id=record.run_id,
+            thread=start,
+        )
+        return self.launch(run)
+
+    def started_run(self, run_id: str) -> StartedRun:
+        """A run executing here, as a client that did not start it holds it (`steer`).
+
+        Raises:
+            AgentNotRunning: it is not running here.
+        """
+        run, done = self.active.get(run_id), self._done.get(run_id)
+        if run is None or done is None:
+            raise AgentNotRunning(f"run {run_id!r} is not running")
+        return HostedRun(run, done)
+
+    def admit(self, agent_id: str, owner: str | None, max_runs: int | None) -> None:
         """May a run of `agent_id` start for `owner` now?
 
         Raises:
@@ -163,7 +204,7 @@ class RunHost:
                     f"token {owner!r} already has {mine} runs running (its limit is {max_runs})"
                 )
 
-    async def _durable(self, run_id: str, seq: int) -> None:
+    async def durable(self, run_id: str, seq: int) -> None:
         """Wait until the run's events up to `seq` are committed, bounded: a store that
         fails for that long fails the run meanwhile."""
         with trio.move_on_after(self.journal.writer.fail_runs_after):
@@ -183,12 +224,12 @@ class RunHost:
             UnknownAgent, StorageUnavailable, LimitExceeded: as `start` says.
         """
         log = self.journal.get(point.run_id)
-        self._admit(log.record.agent_id, owner, max_runs)
+        self.admit(log.record.agent_id, owner, max_runs)
         if log.committed < point.seq <= log.committed + log.writing + len(log.pending):
-            await self._durable(point.run_id, point.seq)  # just emitted: wait for its commit
+            await self.durable(point.run_id, point.seq)  # just emitted: wait for its commit
         record = fork_record(log.record, point, owner)
         run, copied = await start_fork(self.journal, self.orchestrator, record, new=True)
-        await self._durable(run.run_id, copied)  # the copy is safe: a restart completes it
+        await self.durable(run.run_id, copied)  # the copy is safe: a restart completes it
         return self.launch(run)
 
     def resume(
@@ -403,53 +444,6 @@ class RunHost:
     # -- after a restart -----------------------------------------------------------
 
     async def resume_left(self, run_ids: list[str]) -> int:
-        """Continue the runs a previous server left running (`journal.resumable`), each
-        from its journal, the way a cluster worker takes a run over; the number resumed.
-
-        A run that cannot go on — its agent is gone from the subagents, or the server
-        stopped `MAX_RESTARTS` times while it ran — is ended `failed` instead.
-        """
-        resumed = 0
-        for run_id in run_ids:
-            record = self.journal.get(run_id).record
-            attempt = max(record.attempt, 1) + 1
-            record = msgspec.structs.replace(record, status="running", attempt=attempt)
-            problem = None
-            if record.agent_id not in self.orchestrator.specs:
-                problem = f"its agent {record.agent_id!r} is no longer defined"
-            elif attempt > MAX_RESTARTS + 1:
-                problem = f"the server stopped {attempt - 1} times while it ran"
-            if problem is not None:
-                logger.warning("run %s is not resumed: %s", run_id, problem)
-                await end_unresumable(
-                    self.journal,
-                    record,
-                    error_type="interrupted",
-                    message=f"interrupted: not resumed after a restart: {problem}",
-                )
-                continue
-            if not started(record):  # a fork that had not gone on: start it
-                try:
-                    self.launch(await self.begin_fork(record, {"attempt": attempt}))
-                except (UnknownRun, ForkError) as exc:
-                    await end_unresumable(
-                        self.journal,
-                        record,
-                        error_type="interrupted",
-                        message=f"interrupted: the fork cannot start after a restart: {exc}",
-                    )
-                    continue
-                resumed += 1
-                continue
-            plan = await plan_resume(self.journal, record)
-            if plan.finished:  # only its record was behind: it ended
-                self.journal.end_call_run(run_id, plan.status or "failed")
-                continue
-            self.resume(
-                record,
-                plan=plan,
-                resumed={"attempt": attempt, "afterSeq": record.last_seq, "reason": "restart"},
-                recording=await recording_of(self.journal, record),
-            )
-            resumed += 1
-        return resumed
+        """Continue the runs a previous server left running (`runs/restart.py`); the
+        number resumed."""
+        return await resume_left(self, run_ids)

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 
+from agents.core.messages import Message
 from agents.core.payloads import agent_error
 from agents.core.replay import Recording
 from orchestrator.core.bus import RunSink
 from orchestrator.core.events import Event, EventType
 from orchestrator.core.rebuild import ResumePlan, rebuild
+from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.runtime.run import Run
 from orchestrator.storage.base import RunRecord
@@ -28,10 +31,13 @@ from orchestrator.storage.journal import Journal
 __all__ = ["end_unresumable", "journaled_run", "plan_resume"]
 
 
-async def plan_resume(journal: Journal, record: RunRecord) -> ResumePlan:
-    """The run's agents as its journal left them (events up to `record.last_seq`)."""
+async def plan_resume(
+    journal: Journal, record: RunRecord, history: Sequence[Message] = ()
+) -> ResumePlan:
+    """The run's agents as its journal left them (events up to `record.last_seq`);
+    `history`: the conversation its root started from (a thread's next run)."""
     entries = await journal.read_all(record.run_id, record.last_seq)
-    return rebuild([entry.event for entry in entries])
+    return rebuild([entry.event for entry in entries], history=history)
 
 
 def journaled_run(
@@ -64,6 +70,9 @@ def journaled_run(
         resume=plan,
         resumed=resumed,
         recording=recording,
+        thread=ThreadStart(record.thread_id, record.previous_run_id, record.continues_agent)
+        if record.thread_id is not None
+        else None,
     )
 
 

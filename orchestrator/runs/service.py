@@ -7,9 +7,13 @@ errors below, which the server turns into the protocol's error codes.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from orchestrator.core.approvals import Answer, ApprovalInfo
+from orchestrator.core.threads import ThreadAsk, ThreadError
+
+if TYPE_CHECKING:
+    from orchestrator.runs.threads import Threads
 from orchestrator.runtime.run import RunResult
 from orchestrator.storage.base import ForkPoint, RunRecord
 
@@ -19,6 +23,7 @@ __all__ = [
     "RunService",
     "StartedRun",
     "StorageUnavailable",
+    "ThreadError",
 ]
 
 
@@ -46,6 +51,11 @@ class StartedRun(Protocol):
         """The run's id."""
         ...
 
+    @property
+    def thread_id(self) -> str | None:
+        """Its thread's id (None: a blocking call, outside threads)."""
+        ...
+
     async def wait(self) -> RunResult:
         """Wait for the run to end; how it ended."""
         ...
@@ -54,26 +64,35 @@ class StartedRun(Protocol):
 class RunService(Protocol):
     """Start, cancel, message and list runs."""
 
+    @property
+    def threads(self) -> Threads:
+        """The threads of the runs this service knows (docs/threads.md)."""
+        ...
+
     async def start(
         self,
-        agent_id: str,
+        agent_id: str | None,
         input: str,
         *,
         stream: bool = True,
         owner: str | None = None,
         max_runs: int | None = None,
         context_id: str | None = None,
+        thread: ThreadAsk | None = None,
     ) -> StartedRun:
         """Start a run of `agent_id` on `input` for `owner` (a token's name, or None).
 
         `stream=False` is a blocking call: no events, only a result. `max_runs`
         bounds the owner's concurrent runs where the service can count them.
-        `context_id`: the client's conversation, kept in the run's record.
+        `context_id`: the client's conversation, kept in the run's record. `thread`:
+        the thread it goes on (docs/threads.md; None: a new one); `agent_id` may be
+        None there (the thread's, or the continued agent's).
 
         Raises:
             UnknownAgent: no such subagent.
-            LimitExceeded: too many runs are running.
+            LimitExceeded: too many runs are running (or one of the thread, `reject`).
             StorageUnavailable: the run cannot be stored (or queued).
+            ThreadError: the thread cannot go on as asked.
         """
         ...
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agents.core.messages import ToolCall
+from agents.core.messages import Message, ToolCall
 from agents.core.payloads import AgentErrorData, agent_error
 from orchestrator.core.events import EventType, RemoteRef, Source
 from orchestrator.core.rebuild import AgentPlan, ResumePlan
@@ -43,6 +43,7 @@ __all__ = [
     "Lost",
     "Opening",
     "Start",
+    "ThreadStart",
     "WaitingApproval",
 ]
 
@@ -53,7 +54,10 @@ agent's task (`remote.a2a`)."""
 
 @dataclass(frozen=True, slots=True)
 class Fresh:
-    """Nothing journaled: the agent starts from its input."""
+    """Nothing journaled: the agent starts from its input (after `history`: the
+    conversation its thread left, for the root of a thread's next run)."""
+
+    history: tuple[Message, ...] = ()
 
 
 FRESH = Fresh()
@@ -123,6 +127,31 @@ Start = Fresh | Again
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadStart:
+    """Where a run stands in its thread (docs/threads.md): RUN_STARTED says it."""
+
+    thread_id: str
+    previous_run_id: str | None = None
+    """The run whose conversation this one goes on from (None: the thread's first)."""
+    continues_agent: str | None = None
+    """The agent of that run whose conversation the root continues (None: its root)."""
+    history: tuple[Message, ...] = ()
+    """That conversation, as its model saw it; the run's input follows it."""
+
+    def started(self) -> dict[str, object]:
+        """RUN_STARTED's thread fields."""
+        data: dict[str, object] = {"threadId": self.thread_id}
+        if self.previous_run_id is not None:
+            data["previousRunId"] = self.previous_run_id
+            if self.continues_agent is not None:
+                data["continues"] = {
+                    "runId": self.previous_run_id,
+                    "agentKey": self.continues_agent,
+                }
+        return data
+
+
+@dataclass(frozen=True, slots=True)
 class Opening:
     """One event that opens the run (`source` None: the run's or the root's)."""
 
@@ -155,11 +184,13 @@ class Continuation:
         plan: the run's agents as the journal left them.
         kinds: how each subagent runs (an agentId not listed runs here).
         resumed: RUN_RESUMED's data (`attempt`, `worker`, `afterSeq`, `reason`).
+        thread: where the run stands in its thread (None: a run outside threads).
     """
 
     plan: ResumePlan | None = None
     kinds: Mapping[str, Kind] = field(default_factory=dict)
     resumed: Mapping[str, object] = field(default_factory=dict)
+    thread: ThreadStart | None = None
 
     # -- the run -------------------------------------------------------------------
 
@@ -167,7 +198,10 @@ class Continuation:
         """The events that open the run, in order."""
         plan = self.plan
         if plan is None:
-            return [Opening(None, EventType.RUN_STARTED, {"agentId": agent_id, "input": input})]
+            started: dict[str, object] = {"agentId": agent_id, "input": input}
+            if self.thread is not None:
+                started.update(self.thread.started())
+            return [Opening(None, EventType.RUN_STARTED, started)]
         opened = [Opening(None, EventType.RUN_RESUMED, dict(self.resumed))]
         reason = self.resumed.get("reason", "worker_lost")
         opened += [
@@ -198,7 +232,7 @@ class Continuation:
     def root(self) -> Fresh | Continue | Answered:
         """How the root agent starts (`Answered`: only RUN_FINISHED was missing)."""
         if self.plan is None:
-            return FRESH
+            return Fresh(self.thread.history) if self.thread is not None else FRESH
         root = self.plan.root
         return Answered(root) if root.ended else Continue(root)
 

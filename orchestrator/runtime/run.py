@@ -38,7 +38,14 @@ from orchestrator.core.rebuild import ResumePlan
 from orchestrator.mcp.hub import McpError
 from orchestrator.runtime.approvals import ApprovalError, PendingApproval
 from orchestrator.runtime.context import AgentCatalog, RunContext, RunLimits
-from orchestrator.runtime.continuation import Answered, Continuation, Continue, Fresh, Kind
+from orchestrator.runtime.continuation import (
+    Answered,
+    Continuation,
+    Continue,
+    Fresh,
+    Kind,
+    ThreadStart,
+)
 from orchestrator.runtime.remote import RemoteLink
 from orchestrator.runtime.spawn import run_tools
 
@@ -97,7 +104,8 @@ class StopReason:
 class Run:
     """Executes one run: from its input, or going on from its journal (`resume`: the
     plan rebuilt from it, announced with `resumed`). Without a `sink` (a non-streaming
-    call) its events go nowhere (`NullSink`)."""
+    call) its events go nowhere (`NullSink`). `thread`: where it stands in its thread
+    (its root starts from the thread's conversation)."""
 
     def __init__(
         self,
@@ -111,6 +119,7 @@ class Run:
         resume: ResumePlan | None = None,
         resumed: dict[str, object] | None = None,
         recording: Recording | None = None,
+        thread: ThreadStart | None = None,
     ) -> None:
         self.catalog = catalog
         self.agent_id = agent_id
@@ -121,7 +130,7 @@ class Run:
         self.scope = trio.CancelScope()
         self.result: RunResult | None = None
         kinds = {spec.id: _kind(spec) for spec in catalog.specs.values()}
-        continuation = Continuation(resume, kinds, resumed or {})
+        continuation = Continuation(resume, kinds, resumed or {}, thread)
         self.context = RunContext(
             catalog, limits, runtime=run_tools, continuation=continuation, recording=recording
         )
@@ -350,7 +359,8 @@ class Run:
                     root.inbox,
                 )
                 return outcome.text
-            case Fresh():
+            case Fresh(history=history):
+                runner.messages = list(history)  # (a thread's conversation so far)
                 return (await runner.run(self.input)).text
 
     def _emit_finished(self, bus: AnyBus, runner: AgentRunner) -> None:

@@ -24,6 +24,7 @@ from orchestrator.config import ServerConfig
 from orchestrator.core.approvals import Answer
 from orchestrator.core.filters import FilterSpec
 from orchestrator.core.fork import ForkError
+from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
 from orchestrator.protocol import ProtocolError
 from orchestrator.runs.service import (
     AgentNotRunning,
@@ -31,13 +32,15 @@ from orchestrator.runs.service import (
     RunService,
     StartedRun,
     StorageUnavailable,
+    ThreadError,
 )
+from orchestrator.runs.threads import ThreadInfo
 from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Principal
 from orchestrator.server.feed import Feed
-from orchestrator.storage.base import ForkPoint
+from orchestrator.storage.base import ForkPoint, RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import RunLog, UnknownRun
 
@@ -128,6 +131,8 @@ async def dispatch(conn: Caller, op: protocol.ClientOp) -> None:
         raise ProtocolError("bad_request", exc.message, op.id) from None
     except StorageUnavailable as exc:
         raise ProtocolError("unavailable", str(exc), op.id) from None
+    except ThreadError as exc:
+        raise ProtocolError(exc.code, exc.message, op.id) from None
     except ApprovalError as exc:
         kind: protocol.ErrorCode = "not_found" if exc.code == "not_found" else "bad_request"
         raise ProtocolError(kind, exc.message, op.id) from None
@@ -177,15 +182,29 @@ async def run(conn: Caller, op: protocol.StartRun) -> None:
     if app.closing:
         raise ProtocolError("limit_exceeded", "the server is shutting down", op.id)
     check_size(conn, "input", op.input, op.id)
+    if op.thread_id is not None and not 0 < len(op.thread_id) <= MAX_THREAD_ID:
+        raise ProtocolError("bad_request", f"threadId is 1 to {MAX_THREAD_ID} characters", op.id)
     if op.stream:
         conn.check_sub_limit(op.id)
     principal = conn.principal
+    asked = (op.thread_id, op.agent_key, op.from_run, op.multitask)
+    thread = (
+        ThreadAsk(
+            thread_id=op.thread_id,
+            agent_key=op.agent_key,
+            from_run=op.from_run,
+            multitask=op.multitask,
+        )
+        if asked != (None, None, None, "reject")
+        else None
+    )
     started = await app.runs.start(
         op.agent,
         op.input,
         stream=op.stream,
         owner=principal.name,
         max_runs=principal.max_runs if principal.name is not None else None,
+        thread=thread,
     )
     await _answer_started(conn, started, op)
 
@@ -226,7 +245,8 @@ async def _answer_started(
         conn.await_result(started, op.id)
         return
     feed = conn.new_feed(started.run_id, 0, op.filter, op.detail, op.id, op.format)
-    await conn.reply(protocol.ack(op.id, run_id=started.run_id, sub=feed.sub))
+    thread_id = started.thread_id
+    await conn.reply(protocol.ack(op.id, run_id=started.run_id, sub=feed.sub, thread_id=thread_id))
     conn.start_feed(feed)
 
 
@@ -271,27 +291,75 @@ async def runs(conn: Caller, op: protocol.Runs) -> None:
     app = conn.app
     owner = None if conn.principal.sees_all else conn.principal.name
     records, more = await app.runs.page(limit=op.limit, before=op.before, owner=owner)
-    cluster = app.node is not None
-    infos = [
-        protocol.RunInfo(
-            run_id=r.run_id,
-            agent_id=r.agent_id,
-            status=r.status,
-            created_at=r.created_at,
-            finished_at=r.finished_at,
-            owner=r.owner,
-            input=r.input[:200],
-            worker=r.worker if cluster else None,
-            attempt=r.attempt if cluster else None,
-            forked_from=(
-                protocol.ForkedFrom(r.forked_from.run_id, r.forked_from.seq)
-                if r.forked_from is not None
-                else None
-            ),
-        )
-        for r in records
-    ]
+    infos = [_run_info(r, cluster=app.node is not None) for r in records]
     await conn.reply(protocol.encode(protocol.RunsReply(runs=infos, more=more, id=op.id)))
+
+
+def _run_info(r: RunRecord, *, cluster: bool) -> protocol.RunInfo:
+    """A run as the `runs` and `threads` replies list it."""
+    return protocol.RunInfo(
+        run_id=r.run_id,
+        agent_id=r.agent_id,
+        status=r.status,
+        created_at=r.created_at,
+        finished_at=r.finished_at,
+        owner=r.owner,
+        input=r.input[:200],
+        worker=r.worker if cluster else None,
+        attempt=r.attempt if cluster else None,
+        forked_from=(
+            protocol.ForkedFrom(r.forked_from.run_id, r.forked_from.seq)
+            if r.forked_from is not None
+            else None
+        ),
+        thread_id=r.thread_id,
+        previous_run_id=r.previous_run_id,
+    )
+
+
+async def threads(conn: Caller, op: protocol.Threads) -> None:
+    """The caller's threads, one thread's runs, or a thread deleted (docs/threads.md)."""
+    principal, found = conn.principal, conn.app.runs.threads
+    owner = principal.name
+    if op.thread_id is None:
+        if op.action == "delete":
+            raise ProtocolError("bad_request", "threadId names the thread to delete", op.id)
+        listed = found.listing(owner, everyone=principal.sees_all)
+        shown = [_thread_info(t, ids=True) for t in listed[: op.limit]]
+        reply = protocol.ThreadsReply(threads=shown, more=len(listed) > op.limit, id=op.id)
+        await conn.reply(protocol.encode(reply))
+        return
+    thread = found.of(op.thread_id, owner)
+    if thread is None:
+        raise ProtocolError("not_found", f"no thread {op.thread_id!r}", op.id)
+    if op.action == "list":
+        reply = protocol.ThreadsReply(threads=[_thread_info(thread, ids=False)], id=op.id)
+        await conn.reply(protocol.encode(reply))
+        return
+    if principal.read_only:
+        raise ProtocolError("unauthorized", "a viewer (read-only) deletes nothing", op.id)
+    if thread.running is not None:
+        raise ProtocolError(
+            "bad_request",
+            f"thread {op.thread_id!r} has run {thread.running.run_id!r} running: cancel it first",
+            op.id,
+        )
+    deleted = [r.run_id for r in thread.runs]
+    await conn.app.journal.retention.delete(deleted)
+    found.forget(set(deleted))
+    await conn.reply(protocol.encode(protocol.ThreadsReply(threads=[], deleted=deleted, id=op.id)))
+
+
+def _thread_info(thread: ThreadInfo, *, ids: bool) -> protocol.ThreadInfo:
+    running = thread.running
+    return protocol.ThreadInfo(
+        thread_id=thread.thread_id,
+        runs=[r.run_id for r in thread.runs],
+        detail=None if ids else [_run_info(r, cluster=False) for r in thread.runs],
+        first_input=thread.runs[0].input[:200],
+        last_activity=thread.last_activity,
+        running=running.run_id if running is not None else None,
+    )
 
 
 async def agents(conn: Caller, op: protocol.Agents) -> None:
@@ -313,6 +381,7 @@ OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Subscribe: Op(subscribe, run_of=lambda op: op.run_id),
     protocol.Unsubscribe: Op(unsubscribe),
     protocol.StartRun: Op(run, writes=True),
+    protocol.Threads: Op(threads),
     protocol.Fork: Op(fork, run_of=lambda op: op.run_id, writes=True),
     protocol.Cancel: Op(cancel, run_of=lambda op: op.run_id, writes=True),
     protocol.Send: Op(send, run_of=lambda op: op.run_id, writes=True),

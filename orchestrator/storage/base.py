@@ -51,6 +51,14 @@ class RunRecord(msgspec.Struct, kw_only=True):
     returned with the run as it was given; None: none given."""
     forked_from: ForkPoint | None = None
     """A fork: the run and seq it started from (None: not a fork)."""
+    thread_id: str | None = None
+    """The thread the run belongs to (docs/threads.md; None: a run from before threads).
+    A thread is its owner's: the same id of two tokens names two threads."""
+    previous_run_id: str | None = None
+    """The run whose conversation this one goes on from (None: the thread's first)."""
+    continues_agent: str | None = None
+    """With `previous_run_id`: the agent of that run whose conversation this run's root
+    continues (None: that run's root)."""
 
     def sort_key(self) -> tuple[float, str]:
         """Creation order; ties (same clock reading) broken by runId, never by a store's hash."""

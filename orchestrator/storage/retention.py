@@ -86,13 +86,19 @@ class Retention:
             doomed += [log for log in finished if (log.record.finished_at or 0.0) < horizon]
         if policy.max_runs is not None and len(finished) > policy.max_runs:
             doomed += finished[: len(finished) - policy.max_runs]
-        ids = list(dict.fromkeys(log.run_id for log in doomed))
-        if ids:
-            await journal.storage.delete_runs(ids)
-            for run_id in ids:
-                log = logs.pop(run_id)
-                log.readers.unpark_all()  # feeds still on it learn it is gone
-            self.runs_deleted += len(ids)
+        await self.delete(list(dict.fromkeys(log.run_id for log in doomed)))
+
+    async def delete(self, run_ids: list[str]) -> None:
+        """Delete these finished runs (the policy's, or a deleted thread's) from storage
+        and memory; feeds still on them learn they are gone."""
+        if not run_ids:
+            return
+        await self.journal.storage.delete_runs(run_ids)
+        for run_id in run_ids:
+            log = self.journal.logs.pop(run_id, None)
+            if log is not None:
+                log.readers.unpark_all()
+        self.runs_deleted += len(run_ids)
 
     async def run(
         self,

@@ -171,7 +171,7 @@ class RunLog:
         if batch:
             self.record.last_seq = self._committed = batch[-1].seq
             self.entries.extend(batch)
-        if self.record.status != "running":
+        if self.record.status not in UNFINISHED:  # (a queued run has not ended either)
             self.finished_status = self.record.status
 
     def refuse(self) -> None:

@@ -40,7 +40,10 @@ CREATE TABLE IF NOT EXISTS runs (
     first_seq INTEGER NOT NULL DEFAULT 1,
     attempt INTEGER NOT NULL DEFAULT 0,
     context_id TEXT,
-    forked_from TEXT
+    forked_from TEXT,
+    thread_id TEXT,
+    previous_run_id TEXT,
+    continues_agent TEXT
 );
 CREATE TABLE IF NOT EXISTS run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS events (
@@ -88,10 +91,14 @@ _ADDED_COLUMNS = {
     "attempt": "INTEGER NOT NULL DEFAULT 0",
     "context_id": "TEXT",
     "forked_from": "TEXT",
+    "thread_id": "TEXT",
+    "previous_run_id": "TEXT",
+    "continues_agent": "TEXT",
 }
 _COLUMNS = (
     "run_id, agent_id, input, status, created_at, finished_at, root_session_id, last_seq,"
-    " owner, first_seq, attempt, context_id, forked_from"
+    " owner, first_seq, attempt, context_id, forked_from, thread_id, previous_run_id,"
+    " continues_agent"
 )
 
 
@@ -242,6 +249,9 @@ class SqliteStorage:
                 attempt=r[10],
                 context_id=r[11],
                 forked_from=None if r[12] is None else _decode_fork(r[12]),
+                thread_id=r[13],
+                previous_run_id=r[14],
+                continues_agent=r[15],
             )
             for r in rows
         ]
@@ -313,6 +323,9 @@ class SqliteStorage:
                 r.attempt,
                 r.context_id,
                 msgspec.json.encode(r.forked_from).decode() if r.forked_from else None,
+                r.thread_id,
+                r.previous_run_id,
+                r.continues_agent,
             )
             for r in records
         ]

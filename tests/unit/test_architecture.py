@@ -365,11 +365,9 @@ def test_how_a_run_goes_on_is_asked_in_one_place() -> None:
         for path in modules("orchestrator")
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if (
-            re.search(r"\bplan is (not )?None\b", line)
-            and path.name != "continuation.py"
+            (re.search(r"\bplan is (not )?None\b", line) and path.name != "continuation.py")
             or re.search(r"\bsink is (not )?None\b", line)
-            or re.search(r"isinstance\([^)]*\b(Bus|NullBus)\b", line)
-            and path.name != "bus.py"
+            or (re.search(r"isinstance\([^)]*\b(Bus|NullBus)\b", line) and path.name != "bus.py")
         )
     ]
     assert found == []

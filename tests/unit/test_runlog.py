@@ -44,6 +44,15 @@ def test_a_write_takes_the_queue_and_commits_it_or_puts_it_back() -> None:
     assert log.finished and log.finished_status == "completed"
 
 
+def test_a_queued_record_written_alone_is_not_finished() -> None:
+    """Regression: a thread's enqueued run is written `queued` before it has an event;
+    the commit of its record took any status but `running` as the run's end, and its
+    subscribers got `end` before it started."""
+    log = RunLog(record(status="queued"))
+    log.commit([])
+    assert log.finished_status is None and not log.finished
+
+
 def test_a_refused_write_fences_the_run_and_drops_its_queue() -> None:
     log = RunLog(record())
     log.pending.append(entry(1))

@@ -1,0 +1,58 @@
+"""A thread's words shared by the protocol, the runs and the doors (docs/threads.md)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal
+
+import msgspec
+
+__all__ = [
+    "MAX_THREAD_ID",
+    "Multitask",
+    "ThreadAsk",
+    "ThreadError",
+    "agent_id_of",
+    "new_thread_id",
+]
+
+Multitask = Literal["reject", "enqueue", "interrupt", "rollback", "steer"]
+"""What a new input of a thread does while one of its runs runs: refused (`reject`),
+started when that run ends (`enqueue`), started after cancelling it, from the
+conversation so far (`interrupt`) or from before it (`rollback`), or delivered into
+its root as a message (`steer`)."""
+MAX_THREAD_ID = 256
+"""Longest thread id a client may choose (AG-UI and A2A clients choose their own)."""
+
+
+class ThreadError(LookupError):
+    """A thread or its agent cannot be continued as asked (`code`: the protocol's)."""
+
+    def __init__(self, code: Literal["not_found", "bad_request"], message: str) -> None:
+        super().__init__(message)
+        self.code: Literal["not_found", "bad_request"] = code
+        self.message = message
+
+
+class ThreadAsk(msgspec.Struct, frozen=True, kw_only=True):
+    """What a client asked of a new run's thread."""
+
+    thread_id: str | None = None
+    """The thread (None: a new one)."""
+    agent_key: str | None = None
+    """Continue this agent of the thread's run `from_run` instead of the thread's root."""
+    from_run: str | None = None
+    """The run of `agent_key` (None: the thread's newest)."""
+    multitask: Multitask = "reject"
+
+
+def new_thread_id() -> str:
+    """`thread-<32 hex>`: the id of a thread the server makes."""
+    return f"thread-{uuid.uuid4().hex}"
+
+
+def agent_id_of(agent_key: str) -> str | None:
+    """The agentId inside an agentKey (`agent:<agentId>:<uuid>`; None: not one)."""
+    head, _, rest = agent_key.partition(":")
+    agent_id, sep, _ = rest.rpartition(":")
+    return agent_id if head == "agent" and sep and agent_id else None

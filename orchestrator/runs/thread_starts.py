@@ -1,0 +1,236 @@
+"""How a new input of a thread starts its run, whatever runs in the thread meanwhile.
+
+`RunHost.start` hands a streaming run here. The thread is found (or made); while a run
+of it runs, the input meets its `multitask` policy: refused (`reject`), started when
+that run ends (`enqueue`), started after cancelling it from the conversation so far
+(`interrupt`) or from before it (`rollback`), or delivered into its root as a message
+(`steer`: no new run). Otherwise the run starts from the conversation its thread left
+(`Threads.start_of`) — docs/threads.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Protocol
+
+import msgspec
+import trio
+
+from orchestrator.core.bus import new_run_id, new_session_id
+from orchestrator.core.threads import ThreadAsk, ThreadError, agent_id_of, new_thread_id
+from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StartedRun
+from orchestrator.runs.threads import ThreadInfo, Threads
+from orchestrator.runtime.continuation import ThreadStart
+from orchestrator.runtime.run import RunResult
+from orchestrator.storage.base import RunRecord
+from orchestrator.storage.journal import Journal
+from orchestrator.storage.runlog import UnknownRun
+
+__all__ = ["ThreadHost", "ThreadStarts", "new_record"]
+
+
+class Launched(Protocol):
+    """A run executing here, as its client holds it (`HostedRun`)."""
+
+    @property
+    def run_id(self) -> str: ...
+    async def wait(self) -> RunResult: ...
+    def fail(self, reason: str) -> None: ...
+
+
+class ThreadHost(Protocol):
+    """What starting a thread's run needs of the `RunHost`."""
+
+    @property
+    def journal(self) -> Journal: ...
+    @property
+    def threads(self) -> Threads: ...
+    @property
+    def nursery(self) -> trio.Nursery: ...
+    def admit(self, agent_id: str, owner: str | None, max_runs: int | None) -> None: ...
+    def launch_new(self, record: RunRecord, start: ThreadStart | None = None) -> Launched: ...
+    async def durable(self, run_id: str, seq: int) -> None: ...
+    async def cancel(
+        self, run_id: str, agent_key: str | None = None, reason: str | None = None
+    ) -> None: ...
+    async def send(self, run_id: str, agent_key: str | None, message: str) -> None: ...
+    def started_run(self, run_id: str) -> StartedRun: ...
+
+
+def new_record(
+    agent_id: str,
+    input: str,
+    owner: str | None,
+    context_id: str | None,
+    start: ThreadStart | None = None,
+    status: str = "running",
+) -> RunRecord:
+    """A new run's record (`start`: where it stands in its thread)."""
+    return RunRecord(
+        run_id=new_run_id(),
+        agent_id=agent_id,
+        input=input,
+        status=status,
+        created_at=time.time(),
+        root_session_id=new_session_id(root=True),
+        owner=owner,
+        context_id=context_id,
+        thread_id=start.thread_id if start is not None else None,
+        previous_run_id=start.previous_run_id if start is not None else None,
+        continues_agent=start.continues_agent if start is not None else None,
+    )
+
+
+class Queued:
+    """An enqueued run of a thread, as the client that asked for it holds it: its id
+    at once, its result once it has started (when the run before it ended) and ended."""
+
+    __slots__ = ("hosted", "launched", "run_id", "thread_id")
+
+    def __init__(self, run_id: str, thread_id: str) -> None:
+        self.run_id = run_id
+        self.thread_id = thread_id
+        self.launched = trio.Event()
+        self.hosted: Launched | None = None
+
+    async def wait(self) -> RunResult:
+        """Wait for the run to start and end; how it ended."""
+        await self.launched.wait()
+        assert self.hosted is not None
+        return await self.hosted.wait()
+
+
+class ThreadStarts:
+    """Starts the streaming runs of one `RunHost`, each in its thread."""
+
+    def __init__(self, host: ThreadHost) -> None:
+        self.host = host
+
+    async def start(
+        self,
+        agent_id: str | None,
+        input: str,
+        *,
+        owner: str | None,
+        max_runs: int | None,
+        context_id: str | None,
+        ask: ThreadAsk,
+    ) -> StartedRun:
+        """Start the run (`RunHost.start` says what it raises)."""
+        host = self.host
+        thread_id = ask.thread_id or new_thread_id()
+        known = host.threads.of(thread_id, owner)
+        running = known.running if known is not None else None
+        if running is not None and ask.multitask == "steer":
+            await host.send(running.run_id, None, input)
+            return host.started_run(running.run_id)
+        if running is not None and ask.multitask == "reject":
+            raise LimitExceeded(
+                f"thread {thread_id!r} has run {running.run_id!r} running (multitask "
+                "'reject'; 'enqueue', 'interrupt', 'rollback' or 'steer' say otherwise)"
+            )
+        agent_id = agent_id or _agent_of(ask, known)
+        host.admit(agent_id, owner, max_runs)
+        if running is not None and ask.multitask == "enqueue":
+            return self._enqueue(agent_id, input, owner, context_id, ask, running)
+        previous = known.runs[-1] if known is not None else None
+        if running is not None:  # interrupt, rollback: it ends first
+            await self._stop(running, ask.multitask)
+            previous = host.journal.get(running.run_id).record
+            if ask.multitask == "rollback":
+                before = running.previous_run_id
+                previous = host.journal.get(before).record if before is not None else None
+        start = await host.threads.start_of(
+            thread_id, previous, agent_key=ask.agent_key, from_run=ask.from_run
+        )
+        record = new_record(agent_id, input, owner, context_id, start)
+        hosted = host.launch_new(record, start)
+        # A run is acknowledged once its start is journaled: a crash right after the
+        # ack finds it at the next start (and resumes it), never loses it.
+        await host.durable(record.run_id, 1)
+        return _Started(hosted, thread_id)
+
+    async def _stop(self, running: RunRecord, multitask: str) -> None:
+        """Cancel the thread's running run for a new input, and wait for its end."""
+        with contextlib.suppress(AgentNotRunning):
+            await self.host.cancel(running.run_id, None, f"a new input in its thread ({multitask})")
+        await self.host.journal.wait_finished(running.run_id)
+
+    def _enqueue(
+        self,
+        agent_id: str,
+        input: str,
+        owner: str | None,
+        context_id: str | None,
+        ask: ThreadAsk,
+        running: RunRecord,
+    ) -> StartedRun:
+        """A run of the thread that starts when `running` ends: `queued` until then."""
+        assert running.thread_id is not None
+        placeholder = ThreadStart(running.thread_id, running.run_id)
+        record = new_record(agent_id, input, owner, context_id, placeholder, "queued")
+        self.host.journal.create_run(record)
+        queued = Queued(record.run_id, running.thread_id)
+        self.host.nursery.start_soon(self._start_queued, record, ask, running, queued)
+        return queued
+
+    async def _start_queued(
+        self, record: RunRecord, ask: ThreadAsk, running: RunRecord, queued: Queued
+    ) -> None:
+        """Start an enqueued run once the run before it in its thread has ended (if its
+        thread cannot go on from there, it starts and ends `failed`, saying why)."""
+        host = self.host
+        await host.journal.wait_finished(running.run_id)
+        previous = host.journal.get(running.run_id).record
+        assert record.thread_id is not None
+        problem = None
+        try:
+            start = await host.threads.start_of(
+                record.thread_id, previous, agent_key=ask.agent_key, from_run=ask.from_run
+            )
+        except (ThreadError, UnknownRun) as exc:
+            start, problem = ThreadStart(record.thread_id, previous.run_id), str(exc)
+        record = msgspec.structs.replace(
+            record, previous_run_id=start.previous_run_id, continues_agent=start.continues_agent
+        )
+        queued.hosted = host.launch_new(record, start)
+        if problem is not None:
+            queued.hosted.fail(f"the thread cannot go on: {problem}")
+        queued.launched.set()
+
+
+class _Started:
+    """A run started in a thread: its client's handle, with the thread's id."""
+
+    __slots__ = ("hosted", "thread_id")
+
+    def __init__(self, hosted: Launched, thread_id: str) -> None:
+        self.hosted = hosted
+        self.thread_id = thread_id
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.hosted.run_id
+
+    async def wait(self) -> RunResult:
+        """Wait for the run to end; how it ended."""
+        return await self.hosted.wait()
+
+
+def _agent_of(ask: ThreadAsk, known: ThreadInfo | None) -> str:
+    """The agent a run that names none runs: the one `agentKey` continues, else the
+    thread's newest run's.
+
+    Raises:
+        ThreadError: neither says one.
+    """
+    if ask.agent_key is not None:
+        agent_id = agent_id_of(ask.agent_key)
+        if agent_id is None:
+            raise ThreadError("bad_request", f"{ask.agent_key!r} is not an agentKey")
+        return agent_id
+    if known is None:
+        raise ThreadError("bad_request", "agent is required to start a new thread")
+    return known.runs[-1].agent_id

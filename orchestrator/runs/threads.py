@@ -1,0 +1,229 @@
+"""Threads: conversations that go on across runs (docs/threads.md).
+
+A thread is a chain of runs of one owner. Each run after the first names the run
+whose conversation it goes on from (`RunRecord.previous_run_id`) and, when it
+continues one of that run's agents rather than its root, that agent
+(`continues_agent`). Its root starts from that conversation, then its input: earlier
+inputs reach the model as user messages and earlier answers as assistant messages,
+each once, in order.
+
+`Threads` finds a thread's runs in the journal, says where a new run stands in it
+(`ThreadStart`) and computes conversations. An agent's conversation at the end of a
+run is that run's own events rebuilt (`core/rebuild.py`) from the conversation the
+run started from. Each one computed is kept (a bounded cache), so a thread's next run
+reads its previous run's events only; after a restart the first one reads the chain
+back once. Nothing is copied into the journal: it holds each run's own events.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from agents.core.messages import AssistantMessage, Message, ToolResultMessage
+from orchestrator.core.rebuild import AgentPlan, ResumePlan, rebuild
+from orchestrator.core.threads import ThreadError
+from orchestrator.runtime.continuation import ThreadStart
+from orchestrator.storage.base import RunRecord
+from orchestrator.storage.journal import Journal
+from orchestrator.storage.runlog import UNFINISHED, UnknownRun
+
+__all__ = ["ThreadInfo", "Threads"]
+
+CACHED = 256
+"""Conversations kept once computed (each a list of the messages' references)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadInfo:
+    """One thread as the `threads` op lists it: its runs, oldest first."""
+
+    thread_id: str
+    runs: list[RunRecord]
+
+    @property
+    def running(self) -> RunRecord | None:
+        """Its run that has not ended, if one has not."""
+        return next((r for r in reversed(self.runs) if r.status in UNFINISHED), None)
+
+    @property
+    def last_activity(self) -> float:
+        """When its newest run ended (or started, while it runs)."""
+        last = self.runs[-1]
+        return last.finished_at or last.created_at
+
+
+class Threads:
+    """The threads of one journal: their runs, and their conversations."""
+
+    def __init__(self, journal: Journal, *, cached: int = CACHED) -> None:
+        self.journal = journal
+        self._cached = cached
+        self._conversations: OrderedDict[tuple[str, str | None], tuple[Message, ...]] = (
+            OrderedDict()
+        )
+
+    def of(self, thread_id: str, owner: str | None) -> ThreadInfo | None:
+        """The thread `thread_id` of `owner` (None: no such thread)."""
+        runs = [
+            record
+            for record in self.journal.records()
+            if record.thread_id == thread_id and record.owner == owner
+        ]
+        if not runs:
+            return None
+        runs.sort(key=lambda r: r.created_at)
+        return ThreadInfo(thread_id, runs)
+
+    def listing(self, owner: str | None, *, everyone: bool = False) -> list[ThreadInfo]:
+        """The threads of `owner` (all threads, `everyone`: an admin's view), the
+        most recently active first."""
+        found: dict[tuple[str | None, str], list[RunRecord]] = {}
+        for record in self.journal.records():
+            if record.thread_id is None or not (everyone or record.owner == owner):
+                continue
+            found.setdefault((record.owner, record.thread_id), []).append(record)
+        threads = [
+            ThreadInfo(thread_id, sorted(runs, key=lambda r: r.created_at))
+            for (_, thread_id), runs in found.items()
+        ]
+        threads.sort(key=lambda t: t.last_activity, reverse=True)
+        return threads
+
+    async def start_of(
+        self,
+        thread_id: str,
+        previous: RunRecord | None,
+        *,
+        agent_key: str | None = None,
+        from_run: str | None = None,
+    ) -> ThreadStart:
+        """Where a new run of the thread stands: after `previous` (None: the thread's
+        first run), continuing its root, or the agent `agent_key` of the thread's run
+        `from_run` (default: `previous`).
+
+        Raises:
+            ThreadError: that agent is not one of that run, or has not ended.
+        """
+        if previous is None and agent_key is None:
+            return ThreadStart(thread_id)
+        run_id = from_run or (previous.run_id if previous is not None else None)
+        if run_id is None:
+            raise ThreadError("bad_request", "agentKey names an agent of an earlier run: none")
+        history = await self.conversation(run_id, agent_key)
+        return ThreadStart(thread_id, run_id, agent_key, history)
+
+    async def conversation(self, run_id: str, agent_key: str | None = None) -> tuple[Message, ...]:
+        """The conversation of the agent `agent_key` (None: the root) at the end of the
+        run `run_id`, as its model saw it, with its answer last.
+
+        Raises:
+            ThreadError: no such agent in that run, or it has not ended.
+            UnknownRun: no such run.
+        """
+        key = (run_id, agent_key)
+        if key in self._conversations:
+            self._conversations.move_to_end(key)
+            return self._conversations[key]
+        chain = self._unknown_chain(run_id)
+        history: tuple[Message, ...] = ()
+        first = chain[0]
+        if first.previous_run_id is not None:  # the oldest of them starts from a known one
+            history = self._conversations[(first.previous_run_id, first.continues_agent)]
+        for n, record in enumerate(chain):
+            last = n == len(chain) - 1
+            wanted = agent_key if last else None
+            plan = await self._rebuilt(record, history)
+            messages = self._ended(plan.agents.get(wanted), record, wanted)
+            history = messages
+            self._keep((record.run_id, wanted), messages)
+            if not last:
+                following = chain[n + 1]
+                if following.continues_agent is not None:  # it continues another agent
+                    history = self._ended(
+                        plan.agents.get(following.continues_agent),
+                        record,
+                        following.continues_agent,
+                    )
+                    self._keep((record.run_id, following.continues_agent), history)
+        return history
+
+    def _unknown_chain(self, run_id: str) -> list[RunRecord]:
+        """The runs back from `run_id` whose conversations are not kept, oldest first
+        (the oldest either starts the thread or follows a kept conversation)."""
+        chain: list[RunRecord] = []
+        record: RunRecord | None = self._record(run_id)
+        while record is not None:
+            chain.append(record)
+            previous = record.previous_run_id
+            if previous is None or (previous, record.continues_agent) in self._conversations:
+                break
+            record = self._record(previous)
+        chain.reverse()
+        return chain
+
+    def _record(self, run_id: str) -> RunRecord:
+        """A run of the chain.
+
+        Raises:
+            ThreadError: it is gone (deleted by retention, or with its thread).
+        """
+        try:
+            return self.journal.get(run_id).record
+        except UnknownRun:
+            raise ThreadError(
+                "not_found",
+                f"run {run_id!r} of the thread is gone (retention deleted it, or it was "
+                "deleted): the thread cannot go on from it",
+            ) from None
+
+    async def _rebuilt(self, record: RunRecord, history: tuple[Message, ...]) -> ResumePlan:
+        entries = await self.journal.read_all(record.run_id, record.last_seq)
+        return rebuild([entry.event for entry in entries], history=history)
+
+    @staticmethod
+    def _ended(agent: AgentPlan | None, record: RunRecord, key: str | None) -> tuple[Message, ...]:
+        who = "its root" if key is None else f"agent {key!r}"
+        if agent is None:
+            raise ThreadError("not_found", f"run {record.run_id!r} has no {who.split(' ', 1)[-1]}")
+        if not agent.ended and record.status not in UNFINISHED:
+            return _closed(agent)  # the run ended (cancelled, interrupted) mid-turn
+        if not agent.ended:
+            raise ThreadError(
+                "bad_request", f"{who} of run {record.run_id!r} has not ended: it cannot go on yet"
+            )
+        return _closed(agent)
+
+    def _keep(self, key: tuple[str, str | None], messages: tuple[Message, ...]) -> None:
+        self._conversations[key] = messages
+        self._conversations.move_to_end(key)
+        while len(self._conversations) > self._cached:
+            self._conversations.popitem(last=False)
+
+    def forget(self, run_ids: set[str]) -> None:
+        """Those runs were deleted: their conversations go too."""
+        for key in [k for k in self._conversations if k[0] in run_ids]:
+            del self._conversations[key]
+
+
+def _closed(agent: AgentPlan) -> tuple[Message, ...]:
+    """An agent's conversation as the next run gets it: a turn whose calls did not all
+    get their results (its run ended first) gets an error result for each missing one,
+    so every call the model made is answered, in call order."""
+    messages = list(agent.messages)
+    if not agent.pending:
+        return tuple(messages)
+    last = messages[-1] if messages else None
+    calls = last.tool_calls if isinstance(last, AssistantMessage) else ()
+    done = {result.tool_call_id: result for result in agent.done}
+    messages += [
+        done.get(call.id)
+        or ToolResultMessage(
+            tool_call_id=call.id,
+            name=call.name,
+            content="not run: the run ended before this call finished",
+            is_error=True,
+        )
+        for call in calls
+    ]
+    return tuple(messages)

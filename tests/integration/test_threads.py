@@ -1,0 +1,327 @@
+"""Threads on `/ws` against a real server and a fake provider that records what it is
+sent (docs/threads.md): the second run's request holds the first exchange, once and
+in order; a child continued by its agentKey; each multitask policy; the `threads` op;
+tenancy; and a thread that goes on after a restart."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import yaml
+from websockets.trio.client import ClientConnection, connect
+
+from orchestrator.config import load_config
+from orchestrator.server.app import RunningServer, serve
+from tests.fakes.provider_server import FakeOpenAI, Reply, serve_fake_openai
+from tests.integration.test_approvals_server import Client, bearer
+from tests.server_helpers import read_until_end
+
+pytestmark = pytest.mark.trio
+
+TOKENS = [
+    {"name": "ann", "token": "ann-secret", "role": "user"},
+    {"name": "bob", "token": "bob-secret", "role": "user"},
+    {"name": "eve", "token": "eve-secret", "role": "viewer"},
+]
+
+
+def brain(role: str, messages: list[dict[str, Any]], body: dict[str, Any]) -> Reply:
+    """`chat` answers its last user message (`hold`: it never finishes); `lead` asks
+    a `helper` once; `helper` answers what it was asked."""
+    said = [m["content"] for m in messages if m["role"] == "user"]
+    results = [m["content"] for m in messages if m["role"] == "tool"]
+    if role == "chat":
+        if said[-1].startswith("hold"):
+            return Reply("thinking it over", hang=True)
+        return Reply(f"you said {said[-1]}")
+    if role == "lead":
+        if not results or messages[-1]["role"] == "user":
+            return Reply(
+                "asking", calls=[("agent_spawn", {"agent_id": "helper", "task": said[-1]})]
+            )
+        return Reply(f"lead: {results[-1]}")
+    if role == "helper":
+        return Reply(f"helper on {said[-1]}")
+    raise AssertionError(role)
+
+
+AGENTS = {
+    "chat": {"description": "Chats.", "instructions": "ROLE: chat\nAnswer."},
+    "lead": {
+        "description": "Leads.",
+        "instructions": "ROLE: lead\nDelegate.",
+        "tools": ["agent_spawn"],
+    },
+    "helper": {"description": "Helps.", "instructions": "ROLE: helper\nHelp."},
+}
+
+
+def write(tmp_path: Path, fake: FakeOpenAI, *, tokens: bool, storage: str) -> Path:
+    sub = tmp_path / "subagents"
+    sub.mkdir(exist_ok=True)
+    for agent_id, spec in AGENTS.items():
+        (sub / f"{agent_id}.yaml").write_text(yaml.safe_dump(spec))
+    server: dict[str, Any] = {"host": "127.0.0.1", "port": 0}
+    if tokens:
+        server["tokens"] = TOKENS
+    data = {
+        "server": server,
+        "storage": storage,
+        "models": {"default": {"provider": "openai", "base_url": fake.base_url, "model": "fake"}},
+        "subagents_dir": "subagents",
+        "limits": {"max_depth": 3},
+    }
+    path = tmp_path / "server.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@asynccontextmanager
+async def server_with_fake(
+    tmp_path: Path, *, tokens: bool = False, storage: str = "memory://"
+) -> AsyncIterator[tuple[RunningServer, FakeOpenAI]]:
+    async with trio.open_nursery() as nursery:
+        fake = await serve_fake_openai(nursery, brain, pause=0.001)
+        config = load_config(write(tmp_path, fake, tokens=tokens, storage=storage))
+        server: RunningServer = await nursery.start(functools.partial(serve, config, port=0))
+        try:
+            yield server, fake
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(10):
+                await server.shutdown()
+            nursery.cancel_scope.cancel()
+
+
+def asked(fake: FakeOpenAI, role: str) -> list[tuple[str, str]]:
+    """The conversation of the last request `role`'s agent made: (role, text) each."""
+    body = next(
+        b
+        for b in reversed(fake.requests)
+        if b["messages"][0]["content"].startswith(f"ROLE: {role}")
+    )
+    return [(m["role"], m.get("content") or "") for m in body["messages"][1:]]
+
+
+async def finished(ws: ClientConnection, ack: dict[str, Any]) -> list[dict[str, Any]]:
+    assert ack["op"] == "ack", ack
+    events, end = await read_until_end(ws, ack["sub"])
+    assert end["status"] == "completed", (end, events[-1])
+    return events
+
+
+async def test_the_next_run_of_a_thread_starts_from_its_conversation(tmp_path: Path) -> None:
+    async with server_with_fake(tmp_path) as (server, fake), connect(server.url) as ws:
+        client = Client(ws)
+        first = await client.ask(op="run", id="1", agent="chat", input="my name is Ann")
+        thread = first["threadId"]
+        assert thread.startswith("thread-")
+        events = await finished(ws, first)
+        assert events[0]["data"] == {
+            "agentId": "chat",
+            "input": "my name is Ann",
+            "threadId": thread,
+        }
+
+        second = await client.ask(op="run", id="2", threadId=thread, input="what is my name?")
+        assert second["threadId"] == thread and second["runId"] != first["runId"]
+        events = await finished(ws, second)
+        assert events[0]["data"] == {
+            "agentId": "chat",  # (left out: the thread's)
+            "input": "what is my name?",
+            "threadId": thread,
+            "previousRunId": first["runId"],
+        }
+        assert asked(fake, "chat") == [
+            ("user", "my name is Ann"),
+            ("assistant", "you said my name is Ann"),
+            ("user", "what is my name?"),
+        ]
+        third = await client.ask(op="run", id="3", threadId=thread, input="and now?")
+        await finished(ws, third)
+        assert [m for _, m in asked(fake, "chat")] == [
+            "my name is Ann",
+            "you said my name is Ann",
+            "what is my name?",
+            "you said what is my name?",
+            "and now?",
+        ]
+        # A thread id a client chose: a new thread of that id, then it goes on.
+        mine = await client.ask(op="run", id="4", agent="chat", threadId="chat-42", input="hi")
+        assert mine["threadId"] == "chat-42"
+        await finished(ws, mine)
+        listed = await client.ask(op="threads", id="t")
+        assert [(t["threadId"], len(t["runs"])) for t in listed["threads"]] == [
+            ("chat-42", 1),
+            (thread, 3),
+        ]
+        assert listed["threads"][1]["firstInput"] == "my name is Ann"
+        one = await client.ask(op="threads", id="t1", threadId=thread)
+        detail = one["threads"][0]["detail"]
+        assert [r["runId"] for r in detail] == [first["runId"], second["runId"], third["runId"]]
+        assert detail[1]["previousRunId"] == first["runId"] and detail[1]["threadId"] == thread
+
+
+async def test_a_child_of_the_thread_is_continued_by_its_agent_key(tmp_path: Path) -> None:
+    async with server_with_fake(tmp_path) as (server, fake), connect(server.url) as ws:
+        client = Client(ws)
+        first = await client.ask(op="run", id="1", agent="lead", input="find the capital")
+        events = await finished(ws, first)
+        helper = next(e["source"] for e in events if e["type"] == "AGENT_STARTED")
+        follow = await client.ask(
+            op="run",
+            id="2",
+            threadId=first["threadId"],
+            agentKey=helper["agentKey"],
+            input="and its population?",
+        )
+        events = await finished(ws, follow)
+        assert events[0]["data"]["continues"] == {
+            "runId": first["runId"],
+            "agentKey": helper["agentKey"],
+        }
+        assert events[0]["data"]["agentId"] == "helper"
+        assert asked(fake, "helper") == [
+            ("user", "find the capital"),
+            ("assistant", "helper on find the capital"),
+            ("user", "and its population?"),
+        ]
+        bad = await client.ask(
+            op="run", id="3", threadId=first["threadId"], agentKey="agent:helper:nope", input="x"
+        )
+        assert bad["op"] == "error" and bad["code"] == "not_found", bad
+
+
+async def hold(client: Client, thread: str | None = None) -> dict[str, Any]:
+    """A run of `chat` that never finishes by itself (the fake hangs), seen running."""
+    extra = {"threadId": thread} if thread else {"agent": "chat"}
+    ack = await client.ask(op="run", id=f"hold-{thread}", input="hold on", **extra)
+    assert ack["op"] == "ack", ack
+    while not any(e["type"] == "REASONING" and e["runId"] == ack["runId"] for e in client.events):
+        await client._read_one()
+    return ack
+
+
+async def test_each_multitask_policy(tmp_path: Path) -> None:
+    async with server_with_fake(tmp_path) as (server, fake), connect(server.url) as ws:
+        client = Client(ws)
+        first = await client.ask(op="run", id="1", agent="chat", input="one")
+        thread = first["threadId"]
+        await finished(ws, first)
+        running = await hold(client, thread)
+
+        refused = await client.ask(op="run", id="r", threadId=thread, input="two")
+        assert refused["op"] == "error" and refused["code"] == "limit_exceeded"
+        assert running["runId"] in refused["message"]
+
+        steer = await client.ask(op="run", id="s", threadId=thread, input="psst", multitask="steer")
+        assert steer["runId"] == running["runId"] and steer["threadId"] == thread
+
+        rolled = await client.ask(
+            op="run", id="rb", threadId=thread, input="instead", multitask="rollback"
+        )
+        assert rolled["runId"] != running["runId"]
+        await finished(ws, rolled)
+        # From before the run it discarded: its input never reaches the model again.
+        assert [m for _, m in asked(fake, "chat")] == ["one", "you said one", "instead"]
+
+        running = await hold(client, thread)
+        interrupted = await client.ask(
+            op="run", id="i", threadId=thread, input="go on", multitask="interrupt"
+        )
+        events = await finished(ws, interrupted)
+        assert events[0]["data"]["previousRunId"] == running["runId"]
+        assert [m for _, m in asked(fake, "chat")] == [
+            "one",
+            "you said one",
+            "instead",
+            "you said instead",
+            "hold on",  # the interrupted run's input: its cut-off answer is not kept
+            "go on",
+        ]
+
+        running = await hold(client, thread)
+        queued = await client.ask(
+            op="run", id="q", threadId=thread, input="later", multitask="enqueue"
+        )
+        assert queued["runId"] != running["runId"]
+        await trio.sleep(0.2)
+        runs = (await client.ask(op="threads", id="l", threadId=thread))["threads"][0]["detail"]
+        assert runs[-1]["status"] == "queued" and runs[-1]["runId"] == queued["runId"]
+        cancel = await client.ask(op="cancel", id="c", runId=running["runId"])
+        assert cancel["op"] == "ack"
+        events = await finished(ws, queued)
+        assert events[0]["data"]["previousRunId"] == running["runId"]
+        assert [m for _, m in asked(fake, "chat")][-2:] == ["hold on", "later"]
+
+
+async def test_a_thread_is_its_owners(tmp_path: Path) -> None:
+    async with server_with_fake(tmp_path, tokens=True) as (server, fake):
+        async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
+            ann = Client(ws)
+            first = await ann.ask(
+                op="run", id="1", agent="chat", threadId="shared", input="ann here"
+            )
+            await finished(ws, first)
+        async with connect(server.url, additional_headers=bearer("bob-secret")) as ws:
+            bob = Client(ws)
+            assert (await bob.ask(op="threads", id="l"))["threads"] == []
+            nope = await bob.ask(op="threads", id="t", threadId="shared")
+            assert nope["code"] == "not_found"
+            # The same id in bob's tenant is bob's own new thread: it knows nothing of ann's.
+            his = await bob.ask(op="run", id="2", agent="chat", threadId="shared", input="bob here")
+            events = await finished(ws, his)
+            assert "previousRunId" not in events[0]["data"]
+            assert asked(fake, "chat") == [("user", "bob here")]
+        async with connect(server.url, additional_headers=bearer("eve-secret")) as ws:
+            eve = Client(ws)
+            refused = await eve.ask(op="run", id="3", threadId="shared", input="eve")
+            assert refused["code"] == "unauthorized"
+            gone = await eve.ask(op="threads", id="d", threadId="shared", action="delete")
+            assert gone["code"] in ("unauthorized", "not_found")
+        async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
+            ann = Client(ws)
+            deleted = await ann.ask(op="threads", id="d", threadId="shared", action="delete")
+            assert deleted["deleted"] == [first["runId"]]
+            assert (await ann.ask(op="threads", id="l"))["threads"] == []
+
+
+async def test_a_thread_goes_on_after_a_restart(tmp_path: Path) -> None:
+    storage = "sqlite:///data/journal.db"
+    async with (
+        server_with_fake(tmp_path, storage=storage) as (server, _),
+        connect(server.url) as ws,
+    ):
+        client = Client(ws)
+        first = await client.ask(op="run", id="1", agent="chat", input="remember 7")
+        await finished(ws, first)
+    async with server_with_fake(tmp_path, storage="sqlite:///data/journal.db") as (server, fake):
+        async with connect(server.url) as ws:
+            client = Client(ws)
+            second = await client.ask(
+                op="run", id="2", threadId=first["threadId"], input="what number?"
+            )
+            await finished(ws, second)
+        assert asked(fake, "chat") == [
+            ("user", "remember 7"),
+            ("assistant", "you said remember 7"),
+            ("user", "what number?"),
+        ]
+
+
+async def test_bad_thread_asks_are_clear_errors(tmp_path: Path) -> None:
+    async with server_with_fake(tmp_path) as (server, _), connect(server.url) as ws:
+        client = Client(ws)
+        long = await client.ask(op="run", id="1", agent="chat", threadId="x" * 300, input="hi")
+        assert long["code"] == "bad_request" and "threadId" in long["message"]
+        none = await client.ask(op="run", id="2", threadId="never-seen", input="hi")
+        assert none["code"] == "bad_request" and "agent" in none["message"]
+        blocking = await client.ask(
+            op="run", id="3", agent="chat", threadId="t", input="hi", stream=False
+        )
+        assert blocking["code"] == "bad_request" and "stream" in blocking["message"]
