@@ -48,6 +48,7 @@ from orchestrator.protocol import (
     Events,
     Fork,
     Gap,
+    Multitask,
     Pending,
     PendingReply,
     Ping,
@@ -58,6 +59,9 @@ from orchestrator.protocol import (
     ServerFrame,
     StartRun,
     Subscribe,
+    ThreadInfo,
+    Threads,
+    ThreadsReply,
     decode_server_frame,
 )
 
@@ -153,12 +157,47 @@ class Client:
     # -- requests ----------------------------------------------------------------------
 
     async def start(
-        self, agent: str, input: str, *, detail: Literal["full", "blocks", "status"] = "full"
+        self,
+        agent: str | None,
+        input: str,
+        *,
+        detail: Literal["full", "blocks", "status"] = "full",
+        thread_id: str | None = None,
+        agent_key: str | None = None,
+        multitask: Multitask = "reject",
     ) -> str:
-        """Start a run of `agent` on `input`; its runId (follow it with `follow`)."""
-        reply = await self._ask(StartRun(op="run", agent=agent, input=input, detail=detail))
+        """Start a run of `agent` on `input`; its runId (follow it with `follow`).
+
+        In the thread `thread_id` (docs/threads.md; one not seen before starts with that
+        id, so a client may name its own), the run goes on from the thread's
+        conversation, or with `agent_key` from that agent's; `agent` may then be None.
+        `multitask`: what the input does while a run of the thread runs (`steer`: the
+        runId is the running run's)."""
+        request = StartRun(
+            op="run",
+            agent=agent,
+            input=input,
+            detail=detail,
+            thread_id=thread_id,
+            agent_key=agent_key,
+            multitask=multitask,
+        )
+        reply = await self._ask(request)
         assert isinstance(reply, Ack) and reply.run_id is not None
         return reply.run_id  # (its connection, subscribed by `run`, closed with the answer)
+
+    async def threads(self, thread_id: str | None = None) -> list[ThreadInfo]:
+        """The token's threads, most recently active first; or the one `thread_id`,
+        with each run (`detail`)."""
+        reply = await self._ask(Threads(op="threads", thread_id=thread_id))
+        assert isinstance(reply, ThreadsReply)
+        return reply.threads
+
+    async def delete_thread(self, thread_id: str) -> list[str]:
+        """Delete a thread's runs (none may be running); their runIds."""
+        reply = await self._ask(Threads(op="threads", thread_id=thread_id, action="delete"))
+        assert isinstance(reply, ThreadsReply)
+        return reply.deleted or []
 
     async def fork(
         self,

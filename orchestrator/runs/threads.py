@@ -63,13 +63,13 @@ class Threads:
             OrderedDict()
         )
 
-    def of(self, thread_id: str, owner: str | None) -> ThreadInfo | None:
-        """The thread `thread_id` of `owner` (None: no such thread)."""
-        runs = [
-            record
-            for record in self.journal.records()
-            if record.thread_id == thread_id and record.owner == owner
-        ]
+    def of(self, thread_id: str, owner: str | None, *, everyone: bool = False) -> ThreadInfo | None:
+        """The thread `thread_id` of `owner` (None: no such thread); `everyone` (an
+        admin's or a viewer's view): of whichever token used that id last."""
+        runs = [record for record in self.journal.records() if record.thread_id == thread_id]
+        if everyone and runs:
+            owner = max(runs, key=lambda r: r.created_at).owner
+        runs = [record for record in runs if record.owner == owner]
         if not runs:
             return None
         runs.sort(key=lambda r: r.created_at)

@@ -329,7 +329,7 @@ async def threads(conn: Caller, op: protocol.Threads) -> None:
         reply = protocol.ThreadsReply(threads=shown, more=len(listed) > op.limit, id=op.id)
         await conn.reply(protocol.encode(reply))
         return
-    thread = found.of(op.thread_id, owner)
+    thread = found.of(op.thread_id, owner, everyone=principal.sees_all and op.action == "list")
     if thread is None:
         raise ProtocolError("not_found", f"no thread {op.thread_id!r}", op.id)
     if op.action == "list":

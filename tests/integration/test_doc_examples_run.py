@@ -88,6 +88,15 @@ async def test_the_typed_client_example(tmp_path: Path) -> None:
     assert promised is not None and lines[-1] == promised.group(1)
 
 
+async def test_the_threads_client_example(tmp_path: Path) -> None:
+    example = one("python", "docs/threads.md", "Client.connect")
+    async with running_server(demo_config(tmp_path)) as server:
+        code = example.text.replace("ws://127.0.0.1:8765/ws", server.url)
+        out = await python(code, tmp_path)
+    assert out.splitlines() == ["True", "True"]
+    assert example.text.count("# True") == 2
+
+
 async def test_the_mcp_example_runs_as_written_from_anywhere(tmp_path: Path) -> None:
     """Regression: `command: python` was whichever python PATH found (not the one with
     the `mcp` package), and `args` were the cwd's, not the config's directory's."""
