@@ -121,6 +121,23 @@ COMMANDS: tuple[Command, ...] = (
                 "--follow", action="store_true", help="then follow it, as `watch` does, to its end"
             ),
             arg("--json", action="store_true", help="with --follow: JSON lines"),
+            arg("--thread", default=None, help="go on in this thread (docs/threads.md)"),
+            arg(
+                "--multitask",
+                default="reject",
+                choices=["reject", "enqueue", "interrupt", "rollback", "steer"],
+                help="what the input does while a run of the thread runs (default reject)",
+            ),
+        ),
+        server=True,
+        give_up=True,
+    ),
+    Command(
+        "chat",
+        "talk with an agent on a server: each line of input is the next run of a thread",
+        (
+            arg("agent", help="agentId of the root agent"),
+            arg("--thread", default=None, help="go on in this thread (default: a new one)"),
         ),
         server=True,
         give_up=True,
@@ -192,6 +209,24 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "mcp",
         "serve a server's subagents as MCP tools over stdio (for MCP clients)",
+        server=True,
+    ),
+    Command(
+        "runs",
+        "list the runs on a server, newest first",
+        (
+            arg("--limit", type=int, default=20, help="how many (default 20)"),
+            arg("--json", action="store_true", help="print them as one JSON array"),
+        ),
+        server=True,
+    ),
+    Command(
+        "threads",
+        "list your threads on a server, or one thread's runs",
+        (
+            arg("thread_id", nargs="?", default=None, help="only this thread, with its runs"),
+            arg("--json", action="store_true", help="print them as one JSON array"),
+        ),
         server=True,
     ),
     Command(

@@ -1,5 +1,5 @@
-"""`orchestrator` command line (contract §5): `run`, `agents`, `serve`, `worker`, `watch`,
-`cancel`, `approve`, `pending`, `mcp`."""
+"""`orchestrator` command line (contract §5): `run`, `agents`, `serve`, `worker`, `start`,
+`chat`, `fork`, `watch`, `cancel`, `approve`, `runs`, `threads`, `pending`, `mcp`."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from rich.table import Table
 from agents.errors import SpecError
 from agents.spec import load_specs
 from orchestrator.cli.approver import Mode, TerminalApprover, pausing
+from orchestrator.cli.chat import chat_main, runs_main, threads_main
 from orchestrator.cli.commands import parser
 from orchestrator.cli.control import approve_main, cancel_main, pending_main
 from orchestrator.cli.render import render_tree
@@ -316,6 +317,8 @@ def _start(args: argparse.Namespace) -> int:
         follow=args.follow,
         json_lines=args.json,
         give_up_after=args.give_up_after,
+        thread_id=args.thread,
+        multitask=args.multitask,
     )
 
 
@@ -376,6 +379,16 @@ def _pending(args: argparse.Namespace) -> int:
 def _main(args: argparse.Namespace) -> int:
     if args.command == "watch":
         return _watch(args)
+    if args.command == "chat":
+        return _control(
+            args, chat_main, args.agent, thread_id=args.thread, give_up_after=args.give_up_after
+        )
+    if args.command == "runs":
+        if not 1 <= args.limit <= 1000:
+            raise ConfigError("--limit must be 1 to 1000")
+        return _control(args, runs_main, limit=args.limit, as_json=args.json)
+    if args.command == "threads":
+        return _control(args, threads_main, args.thread_id, as_json=args.json)
     if args.command == "start":
         return _start(args)
     if args.command == "fork":

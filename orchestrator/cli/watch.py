@@ -13,6 +13,7 @@ from rich.live import Live
 from orchestrator.cli.render import render_tree
 from orchestrator.client import Client, ClientError
 from orchestrator.core.events import Event, encode_event
+from orchestrator.core.threads import Multitask
 from orchestrator.core.tree import TreeView
 
 __all__ = ["WatchResult", "check_url", "follow", "refusal", "start_main", "watch_main"]
@@ -148,13 +149,16 @@ async def start_main(
     follow: bool = False,
     json_lines: bool = False,
     give_up_after: float = 60.0,
+    thread_id: str | None = None,
+    multitask: Multitask = "reject",
 ) -> int:
-    """The `start` command: start a run on the server. Without `follow`, print its runId
-    (stdout holds nothing else, for `RUN=$(orchestrator start …)`); with it, say the
-    runId on stderr and follow the run as `watch` does, exiting by its status."""
+    """The `start` command: start a run on the server (in the thread `thread_id`, with
+    `multitask`). Without `follow`, print its runId (stdout holds nothing else, for
+    `RUN=$(orchestrator start …)`); with it, say the runId on stderr and follow the run
+    as `watch` does, exiting by its status."""
     try:
         client = Client(url, token=token, origin=origin, give_up_after=give_up_after)
-        run_id = await client.start(agent, task)
+        run_id = await client.start(agent, task, thread_id=thread_id, multitask=multitask)
     except ClientError as exc:
         message, refused = refusal(exc)
         print(f"error: {message}", file=sys.stderr)

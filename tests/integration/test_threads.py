@@ -6,6 +6,9 @@ tenancy; and a thread that goes on after a restart."""
 from __future__ import annotations
 
 import functools
+import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,8 +22,10 @@ from websockets.trio.client import ClientConnection, connect
 from orchestrator.config import load_config
 from orchestrator.server.app import RunningServer, serve
 from tests.fakes.provider_server import FakeOpenAI, Reply, serve_fake_openai
+from tests.helpers import REPO
 from tests.integration.test_approvals_server import Client, bearer
-from tests.server_helpers import read_until_end
+from tests.integration.test_server_lifecycle import cli
+from tests.server_helpers import demo_config, read_until_end, replay, running_server
 
 pytestmark = pytest.mark.trio
 
@@ -325,3 +330,34 @@ async def test_bad_thread_asks_are_clear_errors(tmp_path: Path) -> None:
             op="run", id="3", agent="chat", threadId="t", input="hi", stream=False
         )
         assert blocking["code"] == "bad_request" and "stream" in blocking["message"]
+
+
+async def test_the_command_line_chats_and_lists_runs_and_threads(tmp_path: Path) -> None:
+    """`orchestrator chat`: each line is the next run of one thread, followed to its
+    answer; `runs` and `threads` list them; `start --thread` goes on in a thread."""
+    async with running_server(demo_config(tmp_path, token_delay=0.0)) as server:
+        chat = await trio.run_process(
+            [sys.executable, "-m", "orchestrator", "chat", "critic", "--url", server.url],
+            stdin=b"first draft\nsecond draft\n\n",
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert chat.returncode == 0, chat.stderr
+        thread = chat.stderr.decode().split()[1]
+        assert thread.startswith("thread-")
+        threads = await cli("threads", "--json", "--url", server.url)
+        ((listed,),) = [json.loads(threads.stdout)]
+        assert listed["threadId"] == thread and listed["firstInput"] == "first draft"
+        first, second = listed["runs"]
+        events = await replay(server.url, second)
+        assert events[0]["data"]["previousRunId"] == first
+        assert events[0]["data"]["threadId"] == thread
+        more = await cli("start", "critic", "third", "--thread", thread, "--url", server.url)
+        assert more.returncode == 0, more.stderr
+        runs = json.loads((await cli("runs", "--json", "--url", server.url)).stdout)
+        assert [r["threadId"] for r in runs] == [thread] * 3
+        assert runs[0]["previousRunId"] == second
+        text = (await cli("threads", thread, "--url", server.url)).stdout.decode()
+        assert f"{thread}  3 runs" in text and "second draft" in text

@@ -1,0 +1,112 @@
+"""`orchestrator chat | runs | threads`: a conversation with a server's agent, and the
+runs and threads a token has (docs/threads.md, docs/cli.md)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import msgspec
+import trio
+
+from orchestrator.cli.watch import refusal, watch_main
+from orchestrator.client import Client, ClientError
+from orchestrator.core.threads import new_thread_id
+
+__all__ = ["chat_main", "runs_main", "threads_main"]
+
+
+async def chat_main(
+    url: str,
+    agent: str,
+    *,
+    token: str | None,
+    origin: str | None = None,
+    thread_id: str | None = None,
+    give_up_after: float = 60.0,
+) -> int:
+    """Each line of standard input is the next run of one thread (`thread_id`, or a new
+    one), followed as `watch` follows a run: the live tree, then the answer. An empty
+    line or the end of input ends the chat (exit 0); a refusal ends it (1), and so
+    does a server that cannot be reached (2)."""
+    thread = thread_id or new_thread_id()
+    print(f"thread {thread} (an empty line ends the chat)", file=sys.stderr, flush=True)
+    client = Client(url, token=token, origin=origin, give_up_after=give_up_after)
+    lines = trio.wrap_file(sys.stdin)
+    while text := (await lines.readline()).strip():
+        try:
+            run_id = await client.start(agent, text, thread_id=thread)
+        except ClientError as exc:
+            message, refused = refusal(exc)
+            print(f"error: {message}", file=sys.stderr)
+            return 1 if refused else 2
+        status = await watch_main(
+            url,
+            run_id,
+            token=token,
+            filter=None,
+            after_seq=0,
+            json_lines=False,
+            origin=origin,
+            give_up_after=give_up_after,
+        )
+        if status == 2:
+            return 2
+    return 0
+
+
+async def runs_main(
+    url: str, *, token: str | None, origin: str | None = None, limit: int, as_json: bool
+) -> int:
+    """The token's runs, newest first: one line each, or one JSON array."""
+    try:
+        page = await Client(url, token=token, origin=origin).runs(limit=limit)
+    except ClientError as exc:
+        message, refused = refusal(exc)
+        print(f"error: {message}", file=sys.stderr)
+        return 1 if refused else 2
+    if as_json:
+        print(msgspec.json.encode(page.runs).decode())
+        return 0
+    for run in page.runs:
+        thread = f"  {run.thread_id}" if run.thread_id else ""
+        print(f"{run.run_id}  {run.status:<11} {run.agent_id:<12} {_when(run.created_at)}{thread}")
+        print(f"    {run.input[:100]}")
+    if not page.runs:
+        print("no runs")
+    return 0
+
+
+async def threads_main(
+    url: str,
+    thread_id: str | None,
+    *,
+    token: str | None,
+    origin: str | None = None,
+    as_json: bool,
+) -> int:
+    """The token's threads (most recently active first), or one thread's runs."""
+    try:
+        threads = await Client(url, token=token, origin=origin).threads(thread_id)
+    except ClientError as exc:
+        message, refused = refusal(exc)
+        print(f"error: {message}", file=sys.stderr)
+        return 1 if refused else 2
+    if as_json:
+        print(msgspec.json.encode(threads).decode())
+        return 0
+    for thread in threads:
+        running = f"  running {thread.running}" if thread.running else ""
+        print(
+            f"{thread.thread_id}  {len(thread.runs)} runs  {_when(thread.last_activity)}{running}"
+        )
+        print(f"    {thread.first_input[:100]}")
+        for run in thread.detail or ():
+            print(f"    {run.run_id}  {run.status:<11} {run.input[:80]}")
+    if not threads:
+        print("no threads")
+    return 0
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
