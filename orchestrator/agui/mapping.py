@@ -31,13 +31,17 @@ kept here.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from ag_ui.core import (
+    AssistantMessage,
     BaseEvent,
     CustomEvent,
     Interrupt,
+    Message,
+    MessagesSnapshotEvent,
     ReasoningEndEvent,
     ReasoningMessageContentEvent,
     ReasoningMessageEndEvent,
@@ -63,8 +67,10 @@ from ag_ui.core import (
     ToolCallEndEvent,
     ToolCallResultEvent,
     ToolCallStartEvent,
+    UserMessage,
 )
 
+from agents.core import messages as conversation
 from agents.core.payloads import (
     AgentErrorData,
     AgentResultData,
@@ -87,6 +93,7 @@ __all__ = [
     "IGNORES",
     "AguiStream",
     "answer_of",
+    "chat_of",
     "interrupt_id",
     "parse_interrupt_id",
 ]
@@ -137,6 +144,27 @@ def parse_interrupt_id(text: str) -> tuple[str, int, int] | None:
     if not run_id or not asked.isdigit() or not end.isdigit() or len(text) > 512:
         return None
     return run_id, int(asked), int(end)
+
+
+def chat_of(thread_id: str, history: Sequence[conversation.Message], newest: str) -> list[Message]:
+    """A thread's chat as AG-UI messages: the user inputs and the assistant answers of
+    its conversation (`history`, as the server keeps it: tool calls and results are the
+    run's events), then the run's input `newest`. Every id is the server's,
+    `<threadId>:<n>` by the message's place in the conversation (the same in each
+    run's snapshot, but after a compaction): a client replaces the messages it had by
+    the snapshot's, in the snapshot's order (@ag-ui/client keeps the messages the
+    snapshot names in place, and appends the others)."""
+    chat: list[Message] = []
+    for n, message in enumerate(history):
+        summary = isinstance(message, conversation.UserMessage) and message.summarized_turns
+        if isinstance(message, conversation.UserMessage) and message.text and not summary:
+            chat.append(UserMessage(id=f"{thread_id}:{n}", role="user", content=message.text))
+        elif isinstance(message, conversation.AssistantMessage) and message.text:
+            chat.append(
+                AssistantMessage(id=f"{thread_id}:{n}", role="assistant", content=message.text)
+            )
+    chat.append(UserMessage(id=f"{thread_id}:{len(history)}", role="user", content=newest))
+    return chat
 
 
 def answer_of(
@@ -216,11 +244,19 @@ class AguiStream:
     default the run's own id for both."""
 
     def __init__(
-        self, run_id: str, *, thread_id: str | None = None, agui_run_id: str | None = None
+        self,
+        run_id: str,
+        *,
+        thread_id: str | None = None,
+        agui_run_id: str | None = None,
+        snapshot: list[Message] | None = None,
     ) -> None:
         self.run_id = run_id
         self.thread_id = thread_id or run_id
         self.agui_run_id = agui_run_id or run_id
+        self.snapshot = snapshot
+        """The thread's chat so far (`chat_of`): a MESSAGES_SNAPSHOT right after
+        RUN_STARTED, so a reloaded client sees it (None: none is sent)."""
         self._agents: dict[str | None, _Agent] = {}
         self._sessions: dict[str, str] = {}
         self._used: set[str] = set()
@@ -339,7 +375,12 @@ class AguiStream:
             if self._begun:
                 return []
             self._begun = True
-            return [RunStartedEvent(thread_id=self.thread_id, run_id=self.agui_run_id, **common)]
+            started: list[BaseEvent] = [
+                RunStartedEvent(thread_id=self.thread_id, run_id=self.agui_run_id, **common)
+            ]
+            if self.snapshot is not None:
+                started.append(MessagesSnapshotEvent(messages=self.snapshot, **common))
+            return started
         if kind is EventType.RUN_FINISHED:
             self.final = event
             return self._finish_run(event, common)

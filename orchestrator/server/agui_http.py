@@ -21,16 +21,18 @@ import json
 import math
 from collections.abc import MutableMapping
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 import trio
 from ag_ui.core import BaseEvent, CustomEvent, ResumeEntry, RunAgentInput
 from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 
+from agents.core.messages import Message
 from agents.core.payloads import ApprovalRequestedData
-from orchestrator.agui.mapping import AguiStream, answer_of, parse_interrupt_id
+from orchestrator.agui.mapping import AguiStream, answer_of, chat_of, parse_interrupt_id
 from orchestrator.core.events import EventType
+from orchestrator.core.threads import MAX_THREAD_ID, Multitask, ThreadAsk
 from orchestrator.runs.service import AgentNotRunning
 from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.server.endpoints import (
@@ -134,14 +136,36 @@ class AguiEndpoint:
             return await refuse(
                 send, 400, "messages holds no user message with text: nothing to do"
             )
+        multitask = props.get("multitask", "reject")
+        if multitask not in get_args(Multitask):
+            return await refuse(
+                send, 400, f"forwardedProps.multitask: one of {get_args(Multitask)}"
+            )
+        if not 0 < len(run_input.thread_id) <= MAX_THREAD_ID:
+            return await refuse(send, 400, f"threadId is 1 to {MAX_THREAD_ID} characters")
+        thread = ThreadAsk(thread_id=run_input.thread_id, multitask=multitask)
         try:
-            started = await start_run(self.app, principal, agent_id, task)
+            started = await start_run(self.app, principal, agent_id, task, thread=thread)
         except Refused as exc:
             return await refuse(send, exc.status, exc.message)
+        chat = chat_of(run_input.thread_id, await self._history(started.run_id), task)
         stream = AguiStream(
-            started.run_id, thread_id=run_input.thread_id, agui_run_id=run_input.run_id
+            started.run_id,
+            thread_id=run_input.thread_id,
+            agui_run_id=run_input.run_id,
+            snapshot=chat,
         )
         return await self._stream(receive, send, stream, [])
+
+    async def _history(self, run_id: str) -> tuple[Message, ...]:
+        """The conversation the run started from (its thread's so far; none for a
+        thread's first run, or a `steer`ed input's run)."""
+        record = self.app.journal.get(run_id).record
+        if record.previous_run_id is None:
+            return ()
+        return await self.app.runs.threads.conversation(
+            record.previous_run_id, record.continues_agent
+        )
 
     async def _continue(
         self,

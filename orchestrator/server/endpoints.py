@@ -12,6 +12,7 @@ import trio
 from websockets.datastructures import Headers
 
 from orchestrator.config import ServerConfig
+from orchestrator.core.threads import ThreadAsk, ThreadError
 from orchestrator.runs.service import LimitExceeded, RunService, StartedRun, StorageUnavailable
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.engine import Orchestrator
@@ -66,13 +67,15 @@ async def start_run(
     agent_id: str,
     task: str,
     context_id: str | None = None,
+    thread: ThreadAsk | None = None,
 ) -> StartedRun:
     """Start a run as the `run` op does: the task bounded, owned by the token, within
-    its run limits.
+    its run limits; in `thread` (None: a new one).
 
     Raises:
-        Refused: 413 task too long, 404 unknown agent, 429 a run limit, 503 shutting
-            down or storage failing.
+        Refused: 413 task too long, 404 unknown agent (or agent of the thread), 429 a
+            run limit (or a run of the thread running), 400 a thread that cannot go on
+            as asked, 503 shutting down or storage failing.
     """
     limit = app.config.limits.max_input_bytes
     if len(task.encode()) > limit:
@@ -86,9 +89,12 @@ async def start_run(
             owner=principal.name,
             max_runs=principal.max_runs if principal.name is not None else None,
             context_id=context_id,
+            thread=thread,
         )
     except UnknownAgent as exc:
         raise Refused(404, exc.message) from None
+    except ThreadError as exc:
+        raise Refused(404 if exc.code == "not_found" else 400, exc.message) from None
     except LimitExceeded as exc:
         raise Refused(429, str(exc)) from None
     except StorageUnavailable as exc:

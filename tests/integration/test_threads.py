@@ -24,6 +24,7 @@ from orchestrator.server.app import RunningServer, serve
 from tests.fakes.provider_server import FakeOpenAI, Reply, serve_fake_openai
 from tests.helpers import REPO
 from tests.integration.test_approvals_server import Client, bearer
+from tests.integration.test_official_clients import need
 from tests.integration.test_server_lifecycle import cli
 from tests.server_helpers import demo_config, read_until_end, replay, running_server
 
@@ -67,7 +68,9 @@ AGENTS = {
 }
 
 
-def write(tmp_path: Path, fake: FakeOpenAI, *, tokens: bool, storage: str) -> Path:
+def write(
+    tmp_path: Path, fake: FakeOpenAI, *, tokens: bool, storage: str, doors: bool = False
+) -> Path:
     sub = tmp_path / "subagents"
     sub.mkdir(exist_ok=True)
     for agent_id, spec in AGENTS.items():
@@ -75,6 +78,8 @@ def write(tmp_path: Path, fake: FakeOpenAI, *, tokens: bool, storage: str) -> Pa
     server: dict[str, Any] = {"host": "127.0.0.1", "port": 0}
     if tokens:
         server["tokens"] = TOKENS
+    if doors:
+        server.update(ag_ui=True, a2a=True, mcp=True)
     data = {
         "server": server,
         "storage": storage,
@@ -89,11 +94,11 @@ def write(tmp_path: Path, fake: FakeOpenAI, *, tokens: bool, storage: str) -> Pa
 
 @asynccontextmanager
 async def server_with_fake(
-    tmp_path: Path, *, tokens: bool = False, storage: str = "memory://"
+    tmp_path: Path, *, tokens: bool = False, storage: str = "memory://", doors: bool = False
 ) -> AsyncIterator[tuple[RunningServer, FakeOpenAI]]:
     async with trio.open_nursery() as nursery:
         fake = await serve_fake_openai(nursery, brain, pause=0.001)
-        config = load_config(write(tmp_path, fake, tokens=tokens, storage=storage))
+        config = load_config(write(tmp_path, fake, tokens=tokens, storage=storage, doors=doors))
         server: RunningServer = await nursery.start(functools.partial(serve, config, port=0))
         try:
             yield server, fake
@@ -361,3 +366,47 @@ async def test_the_command_line_chats_and_lists_runs_and_threads(tmp_path: Path)
         assert runs[0]["previousRunId"] == second
         text = (await cli("threads", thread, "--url", server.url)).stdout.decode()
         assert f"{thread}  3 runs" in text and "second draft" in text
+
+
+async def test_the_official_ag_ui_client_chats_in_a_thread(tmp_path: Path) -> None:
+    """@ag-ui/client posts the whole chat on each `runAgent` of one threadId: the model
+    gets each earlier message once (the server's history, not the client's copy); a
+    fresh client with only its new message gets the history too, and the run's
+    MESSAGES_SNAPSHOT gives it the chat (a reloaded page sees it)."""
+    need("@ag-ui/client")
+    async with server_with_fake(tmp_path, tokens=True, doors=True) as (server, fake):
+        url = f"http://127.0.0.1:{server.port}/ag-ui/chat"
+        done = await trio.run_process(
+            [
+                "node",
+                str(REPO / "clients" / "agui_chat.mjs"),
+                url,
+                "ann-secret",
+                "ag-ui-thread-1",
+                json.dumps(["my name is Ann", "what is my name?"]),
+                "and again?",
+            ],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        outcome = json.loads(done.stdout.decode().splitlines()[-1])
+        assert outcome["ok"], outcome
+        assert [m for _, m in asked(fake, "chat")] == [
+            "my name is Ann",
+            "you said my name is Ann",
+            "what is my name?",
+            "you said what is my name?",
+            "and again?",
+        ]
+        reloaded = [(m["role"], m["content"]) for m in outcome["reloaded"]]
+        assert reloaded[:5] == [
+            ("user", "my name is Ann"),
+            ("assistant", "you said my name is Ann"),
+            ("user", "what is my name?"),
+            ("assistant", "you said what is my name?"),
+            ("user", "and again?"),
+        ]
+        async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
+            listed = await Client(ws).ask(op="threads", id="t", threadId="ag-ui-thread-1")
+        assert len(listed["threads"][0]["runs"]) == 3

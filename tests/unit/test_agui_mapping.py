@@ -237,3 +237,24 @@ def test_a_result_whose_call_started_before_the_feed_keeps_the_runs_id() -> None
     out = run(steps, AguiStream("run-1"))
     (result,) = [e for e in out if e.type.value == "TOOL_CALL_RESULT"]
     assert result.tool_call_id == "call_0"
+
+
+def test_a_threads_chat_is_its_inputs_and_answers_with_the_servers_ids() -> None:
+    from agents.core import messages as m
+    from orchestrator.agui.mapping import chat_of
+
+    history = [
+        m.UserMessage(text="plan a trip"),
+        m.AssistantMessage(
+            text="", tool_calls=(m.ToolCall(id="c", name="agent_spawn", arguments="{}"),)
+        ),
+        m.ToolResultMessage(tool_call_id="c", name="agent_spawn", content="done"),
+        m.AssistantMessage(text="Here is the plan."),
+        m.UserMessage(text="(summary of 3 turns)", summarized_turns=3),
+    ]
+    chat = chat_of("t", history, "and the budget?")
+    assert [(x.id, x.role, x.content) for x in chat] == [
+        ("t:0", "user", "plan a trip"),
+        ("t:3", "assistant", "Here is the plan."),
+        ("t:5", "user", "and the budget?"),
+    ]
