@@ -21,7 +21,7 @@ from websockets.trio.client import connect
 
 from orchestrator.cli.watch import refusal
 from orchestrator.client import Client, ClientError, auth_headers
-from orchestrator.mcp.expose import TreeProgress, subagent_server
+from orchestrator.mcp.expose import Answer, TreeProgress, subagent_server
 
 __all__ = ["mcp_main"]
 
@@ -33,10 +33,14 @@ class _Server:
         self.url = url
         self.headers = auth_headers(token, origin)
 
-    async def run(self, agent_id: str, task: str, ctx: Context) -> str:
-        """Run `agent_id` on `task` to its end; its final answer (or a ToolError)."""
+    async def run(self, agent_id: str, task: str, thread_id: str | None, ctx: Context) -> Answer:
+        """Run `agent_id` on `task` (in the thread `thread_id`) to its end; its final
+        answer with its ids (or a ToolError)."""
         async with connect(self.url, additional_headers=self.headers, max_size=None) as ws:
-            await ws.send(json.dumps({"op": "run", "id": 1, "agent": agent_id, "input": task}))
+            run = {"op": "run", "id": 1, "agent": agent_id, "input": task}
+            if thread_id is not None:
+                run["threadId"] = thread_id
+            await ws.send(json.dumps(run))
             ack = json.loads(await ws.recv())
             if ack.get("op") != "ack":
                 raise ToolError(f"{ack.get('code')}: {ack.get('message')}")
@@ -63,7 +67,9 @@ class _Server:
         if final is None or final.get("status") != "completed":
             status = (final or {}).get("status", "unknown")
             raise ToolError(f"run {run_id} {status}: {(final or {}).get('error', '')}".rstrip(": "))
-        return str(final.get("result", ""))
+        return Answer(
+            result=str(final.get("result", "")), runId=run_id, threadId=ack.get("threadId")
+        )
 
     async def _cancel(self, run_id: str) -> None:
         """Cancel the run over a connection of its own (the call's is being torn down)."""

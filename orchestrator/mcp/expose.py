@@ -9,21 +9,34 @@ through a `TreeProgress`. Imported only where the `mcp` extra is installed.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, cast
+from typing import Annotated, Any, TypedDict, cast
 
 import trio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult, TextContent
+from pydantic import Field
 
 from agents.core.events import EventType
 from agents.core.payloads import ApprovalRequestedData, ApprovalResolvedData
 
-__all__ = ["HANDLES", "IGNORES", "PROGRESS_EVERY", "TreeProgress", "subagent_server"]
+__all__ = ["HANDLES", "IGNORES", "PROGRESS_EVERY", "Answer", "TreeProgress", "subagent_server"]
 
 PROGRESS_EVERY = 0.25
 """Seconds between two progress notifications of one call."""
 
-Call = Callable[[str, str, Context], Awaitable[str]]
-"""`call(agent_id, task, ctx)`: run the tree, report progress on `ctx`, return the answer."""
+
+class Answer(TypedDict):
+    """A subagent tool's structured result: the answer, and the run and thread it came
+    from (the thread goes on with `threadId` on the next call: docs/threads.md)."""
+
+    result: str
+    runId: str
+    threadId: str | None
+
+
+Call = Callable[[str, str, str | None, Context], Awaitable[Answer]]
+"""`call(agent_id, task, thread_id, ctx)`: run the tree (in the thread `thread_id`, or
+a new one), report progress on `ctx`, return the answer with its ids."""
 
 
 HANDLES = frozenset(
@@ -143,8 +156,23 @@ def subagent_server(agents: Iterable[tuple[str, str]], call: Call) -> MCPServer:
     for agent_id, description in agents:
 
         def make(agent_id: str) -> Any:
-            async def run_agent(task: str, ctx: Context) -> str:
-                return await call(agent_id, task, ctx)
+            async def run_agent(
+                task: Annotated[str, Field(description="What the agent should do.")],
+                ctx: Context,
+                threadId: Annotated[
+                    str | None,
+                    Field(
+                        description="Go on in this thread: the conversation of the runs "
+                        "that carried this threadId (from an earlier result); absent: a "
+                        "new thread.",
+                    ),
+                ] = None,
+            ) -> Annotated[CallToolResult, Answer]:
+                answer = await call(agent_id, task, threadId, ctx)
+                return CallToolResult(
+                    content=[TextContent(type="text", text=answer["result"])],
+                    structured_content=dict(answer),
+                )
 
             return run_agent
 

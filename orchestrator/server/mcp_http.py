@@ -22,7 +22,8 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 
-from orchestrator.mcp.expose import TreeProgress, subagent_server
+from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
+from orchestrator.mcp.expose import Answer, TreeProgress, subagent_server
 from orchestrator.server.auth import Principal
 from orchestrator.server.endpoints import (
     DoorContext,
@@ -73,11 +74,14 @@ class McpEndpoint:
             scope[_PRINCIPAL] = principal
             await self.manager.handle_request(scope, receive, send)
 
-    async def _call(self, agent_id: str, task: str, ctx: Context) -> str:
+    async def _call(self, agent_id: str, task: str, thread_id: str | None, ctx: Context) -> Answer:
         app = self.app
         principal: Principal = ctx.request_context.request.scope[_PRINCIPAL]  # type: ignore[union-attr]
+        if thread_id is not None and not 0 < len(thread_id) <= MAX_THREAD_ID:
+            raise ToolError(f"threadId is 1 to {MAX_THREAD_ID} characters")
+        thread = ThreadAsk(thread_id=thread_id) if thread_id is not None else None
         try:
-            started = await start_run(app, principal, agent_id, task)
+            started = await start_run(app, principal, agent_id, task, thread=thread)
         except Refused as exc:
             raise ToolError(exc.message) from None
         run_id = started.run_id
@@ -98,7 +102,7 @@ class McpEndpoint:
             raise
         if result.status != "completed":
             raise ToolError(f"run {run_id} {result.status}: {result.error or ''}".rstrip(": "))
-        return result.text or ""
+        return Answer(result=result.text or "", runId=run_id, threadId=started.thread_id)
 
     async def _follow(self, run_id: str, progress: TreeProgress, done: trio.Event) -> None:
         """The run's events as progress, read from the journal as they are committed,

@@ -410,3 +410,35 @@ async def test_the_official_ag_ui_client_chats_in_a_thread(tmp_path: Path) -> No
         async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
             listed = await Client(ws).ask(op="threads", id="t", threadId="ag-ui-thread-1")
         assert len(listed["threads"][0]["runs"]) == 3
+
+
+async def test_an_mcp_client_goes_on_in_a_thread(tmp_path: Path) -> None:
+    """The `mcp` package's own client: the tools take `threadId`, results carry the
+    run's and the thread's ids (structuredContent), and a call with the threadId gets
+    the conversation; another token's call with that id starts a thread of its own."""
+    pytest.importorskip("mcp", reason="MCP tests need the `mcp` extra: pip install -e '.[dev]'")
+    from tests.integration.test_mcp_endpoint import mcp_client
+
+    async with server_with_fake(tmp_path, tokens=True, doors=True) as (server, fake):
+        base = f"http://127.0.0.1:{server.port}"
+        async with mcp_client(base, "ann-secret") as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            schema = tools["chat"].input_schema
+            assert "threadId" in schema["properties"] and schema["required"] == ["task"]
+            assert set(tools["chat"].output_schema["properties"]) == {"result", "runId", "threadId"}
+            first = await client.call_tool("chat", {"task": "my name is Ann"})
+            assert not first.is_error
+            ids = first.structured_content
+            assert ids["result"] == "you said my name is Ann" and ids["runId"].startswith("run-")
+            again = await client.call_tool(
+                "chat", {"task": "what is my name?", "threadId": ids["threadId"]}
+            )
+            assert again.structured_content["threadId"] == ids["threadId"]
+            assert [m for _, m in asked(fake, "chat")] == [
+                "my name is Ann",
+                "you said my name is Ann",
+                "what is my name?",
+            ]
+        async with mcp_client(base, "bob-secret") as client:
+            await client.call_tool("chat", {"task": "who am I?", "threadId": ids["threadId"]})
+            assert asked(fake, "chat") == [("user", "who am I?")]

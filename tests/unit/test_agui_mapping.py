@@ -243,7 +243,7 @@ def test_a_threads_chat_is_its_inputs_and_answers_with_the_servers_ids() -> None
     from agents.core import messages as m
     from orchestrator.agui.mapping import chat_of
 
-    history = [
+    history: list[m.Message] = [
         m.UserMessage(text="plan a trip"),
         m.AssistantMessage(
             text="", tool_calls=(m.ToolCall(id="c", name="agent_spawn", arguments="{}"),)
