@@ -246,6 +246,8 @@ OP_TYPES: dict[str, type[_Op]] = {
     "agents": Agents,
     "ping": Ping,
 }
+OP_NAMES: dict[type[_Op], str] = {kind: name for name, kind in OP_TYPES.items()}
+"""Each op's name on the wire (`run` for `StartRun`)."""
 MAX_PENDING_LISTED = 10_000
 """Most waiting calls one `pending` reply lists."""
 _decode_any = msgspec.json.Decoder().decode

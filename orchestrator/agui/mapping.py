@@ -623,30 +623,28 @@ class AguiStream:
                 )
             )
         self._active.clear()
-        status = str(data.get("status", "completed"))
-        if status == "completed":
-            out.append(
-                RunFinishedEvent(
-                    thread_id=self.thread_id,
-                    run_id=self.agui_run_id,
-                    result=data.get("result"),
-                    outcome=RunFinishedSuccessOutcome(),
-                    **common,
-                )
-            )
-        elif status == "cancelled":
-            out.append(
-                RunFinishedEvent(
-                    thread_id=self.thread_id,
-                    run_id=self.agui_run_id,
-                    outcome=RunFinishedCancelledOutcome(),
-                    **common,
-                )
-            )
-        else:
-            message = str(data.get("error") or f"the run ended {status}")
-            out.append(RunErrorEvent(message=message, code=status, **common))
+        out.append(_run_end(data, self.thread_id, self.agui_run_id, common))
         return out
+
+
+def _run_end(
+    data: RunFinishedData, thread_id: str, run_id: str, common: dict[str, Any]
+) -> BaseEvent:
+    """The AG-UI end of a run that ended as RUN_FINISHED `data` says."""
+    status = str(data.get("status", "completed"))
+    if status == "completed":
+        return RunFinishedEvent(
+            thread_id=thread_id,
+            run_id=run_id,
+            result=data.get("result"),
+            outcome=RunFinishedSuccessOutcome(),
+            **common,
+        )
+    if status == "cancelled":
+        outcome = RunFinishedCancelledOutcome()
+        return RunFinishedEvent(thread_id=thread_id, run_id=run_id, outcome=outcome, **common)
+    message = str(data.get("error") or f"the run ended {status}")
+    return RunErrorEvent(message=message, code=status, **common)
 
 
 def _interrupt(waiting: _Waiting, run_id: str, end_seq: int) -> Interrupt:

@@ -36,6 +36,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 
 from orchestrator.a2a.mapping import TaskUpdate, TaskView, text_of
+from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
 from orchestrator.server.auth import Principal
 from orchestrator.server.endpoints import (
     DoorContext,
@@ -56,7 +57,7 @@ __all__ = ["A2aEndpoint"]
 PREFIX = "/a2a"
 CARD_PATH = "/.well-known/agent-card.json"
 _PRINCIPAL, _AGENT = "orchestrator.principal", "orchestrator.agent"
-MAX_CONTEXT_ID = 256
+MAX_CONTEXT_ID = MAX_THREAD_ID
 """Longest `contextId` a message may give (it is kept with the run)."""
 AFTER_SEQ_HEADER = "a2a-orchestrator-after-seq"
 """SubscribeToTask's cursor (the request has no field for one, so it travels as the
@@ -208,7 +209,7 @@ def _cursor(context: ServerCallContext) -> int | None:
 def _view(log: RunLog) -> TaskView:
     """A run's task, in the context its first message named (else the runId)."""
     record = log.record
-    return TaskView(record.run_id, record.context_id or record.run_id)
+    return TaskView(record.run_id, record.context_id or record.thread_id or record.run_id)
 
 
 class RunTasks(RequestHandler):
@@ -252,14 +253,20 @@ class RunTasks(RequestHandler):
         context_id = message.context_id or None
         if context_id is not None and len(context_id) > MAX_CONTEXT_ID:
             raise InvalidParamsError(message=f"contextId is over {MAX_CONTEXT_ID} characters")
+        thread = ThreadAsk(thread_id=context_id) if context_id is not None else None
         try:
             started = await start_run(
-                self.app, principal, context.state[_AGENT], task, context_id=context_id
+                self.app,
+                principal,
+                context.state[_AGENT],
+                task,
+                context_id=context_id,
+                thread=thread,
             )
         except Refused as exc:
             raise InvalidRequestError(message=exc.message) from None
         run_id = started.run_id
-        return TaskView(run_id, context_id or run_id)
+        return TaskView(run_id, context_id or started.thread_id or run_id)
 
     async def _follow(self, view: TaskView, after: int = 0) -> AsyncGenerator[TaskUpdate, None]:
         async for entries in follow_run(self.app.journal, view.task_id, after):

@@ -114,7 +114,7 @@ async def dispatch(conn: Caller, op: protocol.ClientOp) -> None:
         raise ProtocolError(
             "unauthorized",
             f"token {conn.principal.name!r} is a viewer (read-only): "
-            f"{type(op).__name__.lower()!r} is refused",
+            f"{protocol.OP_NAMES[type(op)]!r} is refused",
             op.id,
         )
     if entry.run_of is not None:

@@ -442,3 +442,36 @@ async def test_an_mcp_client_goes_on_in_a_thread(tmp_path: Path) -> None:
         async with mcp_client(base, "bob-secret") as client:
             await client.call_tool("chat", {"task": "who am I?", "threadId": ids["threadId"]})
             assert asked(fake, "chat") == [("user", "who am I?")]
+
+
+async def test_the_official_a2a_client_talks_in_one_context(tmp_path: Path) -> None:
+    """@a2a-js/sdk: two messages with one contextId are two runs of one thread: the
+    second's model gets the first exchange."""
+    need("@a2a-js/sdk")
+    async with server_with_fake(tmp_path, tokens=True, doors=True) as (server, fake):
+        done = await trio.run_process(
+            [
+                "node",
+                str(REPO / "clients" / "a2a_chat.mjs"),
+                f"http://127.0.0.1:{server.port}/a2a/chat/",
+                "ann-secret",
+                "ctx-chat-1",
+                "my name is Ann",
+                "what is my name?",
+            ],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        outcome = json.loads(done.stdout.decode().splitlines()[-1])
+        assert outcome["ok"], outcome
+        assert [t["contextId"] for t in outcome["tasks"]] == ["ctx-chat-1", "ctx-chat-1"]
+        assert outcome["tasks"][1]["answer"] == "you said what is my name?"
+        assert [m for _, m in asked(fake, "chat")] == [
+            "my name is Ann",
+            "you said my name is Ann",
+            "what is my name?",
+        ]
+        async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
+            listed = await Client(ws).ask(op="threads", id="t", threadId="ctx-chat-1")
+        assert len(listed["threads"][0]["runs"]) == 2
