@@ -133,10 +133,11 @@ async def test_send_get_cancel_and_the_tokens(tmp_path: Path) -> None:
     assert cancelled.status.state == pb.TaskState.TASK_STATE_CANCELED
     assert seen.status.state == pb.TaskState.TASK_STATE_CANCELED
     # The contextId the message gave is the task's everywhere (regression: GetTask and
-    # CancelTask reported the runId); a message that gives none gets the runId.
+    # CancelTask reported the runId); a message that gives none starts a thread, whose
+    # id is its context (docs/threads.md).
     contexts = {started.task.context_id, got.context_id, cancelled.context_id, seen.context_id}
     assert contexts == {"ctx-42"}
-    assert done.task.context_id == done.task.id
+    assert done.task.context_id.startswith("thread-")
 
 
 async def test_an_a2a_agent_here_is_a_subagent_there(tmp_path: Path) -> None:
