@@ -231,7 +231,7 @@ class Worker:
                 attempt,
             )
         resumed = {"attempt": attempt, "worker": self.name, "afterSeq": record.last_seq}
-        recording = await recording_of(self.journal, record) if plan else None
+        recording = await recording_of(self.journal, record, self.host.threads) if plan else None
         return await self._go(
             run_id,
             owned,

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agents.core.messages import Message
 from agents.core.payloads import ForkedFromData
 from agents.core.replay import Recorder, Recording, conversation_digest
 from orchestrator.core.events import Event, EventType
@@ -64,8 +65,13 @@ def fork_run(
     message: str | None = None,
     replay: bool = False,
     now: float,
+    history: Sequence[Message] = (),
+    thread_id: str | None = None,
 ) -> Fork:
     """The fork of the run whose kept events are `events` (in seq order) at `at_seq`.
+
+    `history`: the conversation the original's root started from (a thread's run);
+    `thread_id`: the fork's thread, which its RUN_STARTED says (docs/threads.md).
 
     Raises:
         ForkError: `at_seq` is not one of the run's seqs, the events before it were
@@ -83,21 +89,22 @@ def fork_run(
     if not 1 <= at_seq <= last:
         raise ForkError(f"run {original!r} has no seq {at_seq} (its events are 1..{last})")
     forked_from: ForkedFromData = {"runId": original, "seq": at_seq}
-    copied = [_renamed(event, run_id, forked_from) for event in events[:at_seq]]
+    copied = [_renamed(event, run_id, forked_from, thread_id) for event in events[:at_seq]]
     if copied[-1].type is EventType.RUN_FINISHED:
         copied.pop()  # the fork goes on: it ends with an end of its own
-    plan = rebuild(copied)
+    plan = rebuild(copied, history=history)
     plan.end_now = _end_remote(plan, at_seq)
     _restart_approvals(plan, now)
     if message is not None:
         _deliver(plan, agent_key, message, at_seq)
-    return Fork(copied, plan, recorded(events) if replay else None, forked_from)
+    recording = recorded(events, history) if replay else None
+    return Fork(copied, plan, recording, forked_from)
 
 
-def recorded(events: Sequence[Event]) -> Recording:
+def recorded(events: Sequence[Event], history: Sequence[Message] = ()) -> Recording:
     """The recorded model turns of a run's events (agents/core/replay.py): the
-    conversation before each turn rebuilt as a resume rebuilds it, the turn's parts as
-    they streamed."""
+    conversation before each turn rebuilt as a resume rebuilds it (after `history`, a
+    thread's run's), the turn's parts as they streamed."""
     recorder = Recorder()
 
     def turn(agent: AgentPlan) -> None:
@@ -107,14 +114,18 @@ def recorded(events: Sequence[Event]) -> Recording:
         source = event.source
         recorder.feed(source.agent_key if source else None, event.type, event.last, event.data)
 
-    rebuild(events, on_turn=turn, after=seen)
+    rebuild(events, history=history, on_turn=turn, after=seen)
     return recorder.recording
 
 
-def _renamed(event: Event, run_id: str, forked_from: ForkedFromData) -> Event:
+def _renamed(
+    event: Event, run_id: str, forked_from: ForkedFromData, thread_id: str | None
+) -> Event:
     data = event.data
     if event.type is EventType.RUN_STARTED:
         data = {**data, "forkedFrom": dict(forked_from)}
+        if thread_id is not None:
+            data["threadId"] = thread_id
     return Event(run_id, event.seq, event.ts, event.type, event.source, event.last, data)
 
 

@@ -16,11 +16,14 @@ import time
 
 import msgspec
 
+from agents.core.messages import Message
 from agents.core.replay import Recording
 from orchestrator.core.bus import new_run_id
 from orchestrator.core.events import Event, EventType
 from orchestrator.core.fork import fork_run, recorded
+from orchestrator.core.threads import new_thread_id
 from orchestrator.runs.resume import journaled_run
+from orchestrator.runs.threads import Threads
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.runtime.run import Run
 from orchestrator.storage.base import ForkPoint, RunRecord
@@ -32,6 +35,7 @@ __all__ = [
     "entries_of",
     "events_of",
     "fork_record",
+    "history_of",
     "recording_of",
     "start_fork",
     "started",
@@ -52,6 +56,11 @@ def fork_record(
         owner=owner,
         context_id=original.context_id,
         forked_from=point,
+        # A fork of a thread's run starts a thread of its own that shares the runs before
+        # the original's by reference (its chain goes on from the same run).
+        thread_id=new_thread_id() if original.thread_id is not None else None,
+        previous_run_id=original.previous_run_id,
+        continues_agent=original.continues_agent,
     )
 
 
@@ -68,6 +77,7 @@ async def start_fork(
     record: RunRecord,
     *,
     new: bool,
+    threads: Threads,
     resumed: dict[str, object] | None = None,
 ) -> tuple[Run, int]:
     """The fork whose record is `record`, ready to launch, and the last seq of its
@@ -90,6 +100,8 @@ async def start_fork(
         message=point.message,
         replay=point.replay,
         now=time.time(),
+        history=await history_of(threads, record),
+        thread_id=record.thread_id,
     )
     if new:
         journal.create_run(record)
@@ -114,13 +126,25 @@ async def start_fork(
     return run, copied
 
 
-async def recording_of(journal: Journal, record: RunRecord) -> Recording | None:
+async def recording_of(journal: Journal, record: RunRecord, threads: Threads) -> Recording | None:
     """A replaying fork resumed after it started (a takeover, a restart): its
     original's recorded turns again (None: not a fork with `replay`)."""
     point = record.forked_from
     if point is None or not point.replay:
         return None
-    return recorded(await events_of(journal, point.run_id))
+    return recorded(await events_of(journal, point.run_id), await history_of(threads, record))
+
+
+async def history_of(threads: Threads, record: RunRecord) -> tuple[Message, ...]:
+    """The conversation the run's root started from (none: a thread's first run, or a
+    run outside threads).
+
+    Raises:
+        ThreadError: a run of that conversation is gone.
+    """
+    if record.previous_run_id is None:
+        return ()
+    return await threads.conversation(record.previous_run_id, record.continues_agent)
 
 
 async def entries_of(journal: Journal, run_id: str) -> list[Entry]:

@@ -228,7 +228,9 @@ class RunHost:
         if log.committed < point.seq <= log.committed + log.writing + len(log.pending):
             await self.durable(point.run_id, point.seq)  # just emitted: wait for its commit
         record = fork_record(log.record, point, owner)
-        run, copied = await start_fork(self.journal, self.orchestrator, record, new=True)
+        run, copied = await start_fork(
+            self.journal, self.orchestrator, record, new=True, threads=self.threads
+        )
         await self.durable(run.run_id, copied)  # the copy is safe: a restart completes it
         return self.launch(run)
 
@@ -271,7 +273,12 @@ class RunHost:
         """
         self.journal.own(record)
         run, _ = await start_fork(
-            self.journal, self.orchestrator, record, new=False, resumed=resumed
+            self.journal,
+            self.orchestrator,
+            record,
+            new=False,
+            threads=self.threads,
+            resumed=resumed,
         )
         return run
 

@@ -97,7 +97,7 @@ async def resume_left(host: RestartHost, run_ids: list[str]) -> int:
             record,
             plan=plan,
             resumed={"attempt": attempt, "afterSeq": record.last_seq, "reason": "restart"},
-            recording=await recording_of(host.journal, record),
+            recording=await recording_of(host.journal, record, host.threads),
         )
         resumed += 1
     return resumed

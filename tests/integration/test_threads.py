@@ -475,3 +475,37 @@ async def test_the_official_a2a_client_talks_in_one_context(tmp_path: Path) -> N
         async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
             listed = await Client(ws).ask(op="threads", id="t", threadId="ctx-chat-1")
         assert len(listed["threads"][0]["runs"]) == 2
+
+
+async def test_a_fork_of_a_threads_run_starts_a_thread_of_its_own(tmp_path: Path) -> None:
+    """A fork of a thread's second run has the thread's conversation (its model is
+    asked the first exchange too), in a new thread that shares the first run; a
+    follow-up there goes on from the fork, and the original thread is unchanged."""
+    async with server_with_fake(tmp_path) as (server, fake), connect(server.url) as ws:
+        client = Client(ws)
+        first = await client.ask(op="run", id="1", agent="chat", input="my name is Ann")
+        await finished(ws, first)
+        second = await client.ask(op="run", id="2", threadId=first["threadId"], input="who?")
+        await finished(ws, second)
+        fork = await client.ask(op="fork", id="f", runId=second["runId"], atSeq=1)
+        assert fork["threadId"] != first["threadId"]
+        events = await finished(ws, fork)
+        assert events[0]["data"]["threadId"] == fork["threadId"]
+        assert events[0]["data"]["previousRunId"] == first["runId"]
+        assert [m for _, m in asked(fake, "chat")] == [
+            "my name is Ann",
+            "you said my name is Ann",
+            "who?",
+        ]
+        more = await client.ask(op="run", id="3", threadId=fork["threadId"], input="again")
+        events = await finished(ws, more)
+        assert events[0]["data"]["previousRunId"] == fork["runId"]
+        assert [m for _, m in asked(fake, "chat")] == [
+            "my name is Ann",
+            "you said my name is Ann",
+            "who?",
+            "you said who?",
+            "again",
+        ]
+        original = await client.ask(op="threads", id="t", threadId=first["threadId"])
+        assert original["threads"][0]["runs"] == [first["runId"], second["runId"]]
