@@ -16,9 +16,9 @@ import contextvars
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, Required, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, Required, TypedDict, Unpack
 
-from agents.emitter import NullEmitter
+from agents.emitter import Emitter, NullEmitter
 from orchestrator.core.events import Event, EventType, Source
 
 __all__ = [
@@ -305,12 +305,12 @@ class Bus:
         if not self.sink.closed:
             self.sink.publish_nowait(source, type, data, last)
 
-    async def emit(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
+    async def _emit(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
         """Emit one event of this agent, waiting if the run's outlet is full."""
-        if self.offer(type, data, last):
+        if self._offer(type, data, last):
             await self.sink._outlet.wait_writable()
 
-    def offer(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> bool:
+    def _offer(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> bool:
         """Emit one event now; True: the outlet is full, `await wait_writable()` next.
 
         `RunSink.publish`, inlined: this is the hot path of every delta of every
@@ -353,9 +353,20 @@ class Bus:
         """Return once the run's events so far are stored (`Emitter.durable`)."""
         return await self.sink.durable()
 
-    def emit_nowait(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
-        """Emit without waiting: for lifecycle events, also during cancellation."""
+    def emit_any(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
+        """`emit_nowait` of an event whose type is a value, not a literal (a run's
+        opening, a child's events mapped from another protocol): its payload was made
+        where the type was chosen."""
         self.sink.publish_nowait(self.source, type, data, last)
+
+    # Each type takes its own payload, as through the `Emitter` (agents/core/payloads.py):
+    # mypy checks every producer that holds a `Bus`; at run time they are the above.
+    if TYPE_CHECKING:
+        emit = Emitter.emit
+        offer = Emitter.offer
+        emit_nowait = Emitter.emit_nowait
+    else:
+        emit, offer, emit_nowait = _emit, _offer, emit_any
 
     def child(self, **tags: Unpack[ChildTags]) -> Bus:
         """A bus for a new child instance; it publishes straight into the same sink."""
@@ -402,6 +413,9 @@ class NullBus(NullEmitter):
         self, source: Source, type: EventType, data: dict[str, Any], last: bool = False
     ) -> None:
         """Nothing to do (`Bus.forward_nowait`)."""
+
+    def emit_any(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
+        """Nothing to do (`Bus.emit_any`)."""
 
     def child(self, **tags: Unpack[ChildTags]) -> NullBus:
         """A null bus for a new child instance."""

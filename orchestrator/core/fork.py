@@ -123,9 +123,8 @@ def _renamed(
 ) -> Event:
     data = event.data
     if event.type is EventType.RUN_STARTED:
-        data = {**data, "forkedFrom": dict(forked_from)}
-        if thread_id is not None:
-            data["threadId"] = thread_id
+        thread = {"threadId": thread_id} if thread_id is not None else {}
+        data = {**data, "forkedFrom": dict(forked_from), **thread}
     return Event(run_id, event.seq, event.ts, event.type, event.source, event.last, data)
 
 

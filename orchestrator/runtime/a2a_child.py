@@ -95,7 +95,7 @@ def _emit(bus: AnyBus, events: list[ChildEvent]) -> None:
     if bus.closed:
         return
     for kind, data, last in events:
-        bus.emit_nowait(kind, data, last)
+        bus.emit_any(kind, data, last)
 
 
 def _cancelled(spec: AgentSpec, link: RemoteLink) -> AgentErrorData:

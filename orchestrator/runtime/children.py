@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import trio
 
-from agents.core.payloads import agent_error
+from agents.core.payloads import AgentStartedData, agent_error
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed, ToolError
 from agents.runner import AgentOutcome, BackgroundAgain
@@ -125,7 +125,7 @@ class Children:
             remote = (
                 {"a2a": spec.remote.a2a}
                 if spec.remote.a2a
-                else {"url": spec.remote.url, "agent": spec.remote.agent}
+                else {"url": str(spec.remote.url), "agent": str(spec.remote.agent)}
             )
             bus.emit_nowait(
                 EventType.AGENT_STARTED, {"agentId": spec.id, "task": new.task, "remote": remote}
@@ -136,7 +136,7 @@ class Children:
             ctx.start_background(f"{task_id} {spec.id} {key}", work)
         else:
             child = _Child(self._run, spec, bus, ctx, timeout)
-            started = {"agentId": spec.id, "task": new.task}
+            started: AgentStartedData = {"agentId": spec.id, "task": new.task}
             run = functools.partial(child.runner.run, new.task)
             if task_id is None:
                 return child.drive(run, started, tool_error=True)
@@ -276,7 +276,7 @@ class _Child:
     async def drive(
         self,
         work: Callable[[], Coroutine[Any, Any, AgentOutcome]],
-        started: dict[str, Any] | None = None,
+        started: AgentStartedData | None = None,
         *,
         tool_error: bool = False,
     ) -> str:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Literal, cast
 
 import msgspec
 import trio
 
 from agents.approval import ApprovalRequest
+from agents.core.payloads import RunFinishedData
 from agents.core.replay import Recording
 from agents.core.turn import parse_arguments
 from agents.core.usage import UsageNode
@@ -274,7 +276,7 @@ class Run:
         bus = self.sink.bus()
         continuation = self.context.continuation
         for opening in continuation.opening(spec.id, self.input):
-            bus.at(opening.source).emit_nowait(opening.type, opening.data, opening.last)
+            bus.at(opening.source).emit_any(opening.type, opening.data, opening.last)
         bus_token = current_bus.set(bus)
         status: RunStatus = "failed"
         text = error = None
@@ -324,7 +326,7 @@ class Run:
             usage=runner.subtree_usage.copy(),
         )
         for end in continuation.unresumed(self.context.live.continued, status):
-            bus.at(end.source).emit_nowait(end.type, end.data, end.last)
+            bus.at(end.source).emit_any(end.type, end.data, end.last)
         self._emit_finished(bus, runner)
         return self.result
 
@@ -367,7 +369,8 @@ class Run:
         """RUN_FINISHED, from `self.result` (and who cancelled the run)."""
         result = self.result
         assert result is not None
-        data: dict[str, object] = {"status": result.status}
+        ended = cast(Literal["completed", "failed", "cancelled", "interrupted"], result.status)
+        data: RunFinishedData = {"status": ended}
         if result.text is not None:
             data["result"] = result.text
         if result.error is not None:

@@ -38,7 +38,7 @@ from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.mirror import RunMirrors
 from orchestrator.storage.paging import RunPaging
 from orchestrator.storage.retention import Retention, RetentionPolicy
-from orchestrator.storage.runlog import Entry, Follower, RunLog, UnknownRun, hand_over
+from orchestrator.storage.runlog import UNFINISHED, Entry, Follower, RunLog, UnknownRun, hand_over
 from orchestrator.storage.writer import FencedWrite, JournalWriter
 
 __all__ = ["Entry", "Follower", "Journal", "RunLog", "RunOutlet", "UnknownRun"]
@@ -200,7 +200,7 @@ class Journal:
                 continue  # (another instance may execute it: the cluster decides)
             if record.status == "running" and resume and (record.last_seq or record.forked_from):
                 journal.resumable.append(record.run_id)  # (a fork: whose copy had not begun)
-            elif record.status == "running":
+            elif record.status in UNFINISHED:  # (a thread's run enqueued, not started: too)
                 journal.interrupted.append(record.run_id)
                 journal._finish_interrupted(log)
         async with trio.open_nursery() as nursery:
@@ -215,6 +215,11 @@ class Journal:
                 nursery.cancel_scope.cancel()
 
     def _finish_interrupted(self, log: RunLog) -> None:
+        stopped = (
+            "the server stopped before the run started (it waited in its thread's queue)"
+            if log.record.status == "queued"
+            else "the server stopped while the run was running"
+        )
         event = Event(
             run_id=log.record.run_id,
             seq=log.record.last_seq + 1,
@@ -222,7 +227,7 @@ class Journal:
             type=EventType.RUN_FINISHED,
             source=None,
             last=True,
-            data={"status": "interrupted", "error": "the server stopped while the run was running"},
+            data={"status": "interrupted", "error": stopped},
         )
         self.outlet(log.record.run_id).put_nowait(event)
 

@@ -509,3 +509,34 @@ async def test_a_fork_of_a_threads_run_starts_a_thread_of_its_own(tmp_path: Path
         ]
         original = await client.ask(op="threads", id="t", threadId=first["threadId"])
         assert original["threads"][0]["runs"] == [first["runId"], second["runId"]]
+
+
+async def test_an_enqueued_run_that_never_started_ends_interrupted_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    storage = "sqlite:///data/journal.db"
+    async with (
+        server_with_fake(tmp_path, storage=storage) as (server, _),
+        connect(server.url) as ws,
+    ):
+        client = Client(ws)
+        running = await hold(client)
+        queued = await client.ask(
+            op="run", id="q", threadId=running["threadId"], input="later", multitask="enqueue"
+        )
+        assert queued["op"] == "ack"
+    async with (
+        server_with_fake(tmp_path, storage=storage) as (server, _),
+        connect(server.url) as ws,
+    ):
+        client = Client(ws)
+        runs = {r["runId"]: r for r in (await client.ask(op="runs", id="l"))["runs"]}
+        assert runs[queued["runId"]]["status"] == "interrupted"
+        events = (
+            await read_until_end(
+                ws, (await client.ask(op="subscribe", id="s", runId=queued["runId"]))["sub"]
+            )
+        )[0]
+        assert [e["type"] for e in events] == ["RUN_FINISHED"]
+        assert "before the run started" in events[0]["data"]["error"]
+        await client.ask(op="cancel", id="c", runId=running["runId"])  # (it was resumed)

@@ -24,7 +24,7 @@ def stream(texts: dict[str, str], order: list[str]) -> list[Event]:
     for name, rest in tokens.items():
         for token in rest:
             buses[name].emit_nowait(EventType.REASONING, {"delta": token})
-        buses[name].emit_nowait(
+        buses[name].emit_nowait(  # type: ignore[call-overload]
             EventType.REASONING, {"text": texts[name], "toolCalls": []}, last=True
         )
     return outlet.events

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+import pytest
+
 from orchestrator.core.events import EventType, RemoteRef, Source
 from orchestrator.core.fork import fork_run
 from orchestrator.core.rebuild import rebuild
@@ -260,3 +262,50 @@ def test_the_planner_is_pure() -> None:
 
 def _fields(source: Source) -> dict[str, Any]:
     return {name: getattr(source, name) for name in source.__struct_fields__}
+
+
+def test_a_threads_next_run_opens_with_its_thread_and_starts_from_its_history() -> None:
+    from agents.core.messages import AssistantMessage, UserMessage
+    from orchestrator.runtime.continuation import Fresh, ThreadStart
+
+    history = (UserMessage(text="my name is Ann"), AssistantMessage(text="hello Ann"))
+    follow_up = Continuation(thread=ThreadStart("t-1", "run-1", None, history))
+    assert follow_up.opening("chat", "what is my name?") == [
+        Opening(
+            None,
+            R.RUN_STARTED,
+            {
+                "agentId": "chat",
+                "input": "what is my name?",
+                "threadId": "t-1",
+                "previousRunId": "run-1",
+            },
+        )
+    ]
+    assert follow_up.root() == Fresh(history)
+    continued = Continuation(thread=ThreadStart("t-1", "run-2", "agent:helper:1", history))
+    assert continued.opening("helper", "more?")[0].data["continues"] == {
+        "runId": "run-2",
+        "agentKey": "agent:helper:1",
+    }
+    first = Continuation(thread=ThreadStart("t-2"))
+    assert first.opening("chat", "hi")[0].data == {
+        "agentId": "chat",
+        "input": "hi",
+        "threadId": "t-2",
+    }
+    assert first.root() == Fresh()
+
+
+def test_a_run_context_is_made_whole_at_once() -> None:
+    from unittest.mock import MagicMock
+
+    from orchestrator.runtime.context import RunContext, RunLimits
+    from orchestrator.runtime.spawn import run_tools
+
+    catalog = MagicMock(tools={}, specs={})
+    context = RunContext(catalog, RunLimits(max_depth=2, max_children=2), runtime=run_tools)
+    assert set(context.tools) == {"agent_spawn", "agent_send"}
+    assert context.continuation.plan is None  # a fresh run: an empty plan
+    with pytest.raises(AttributeError, match="made whole at once"):
+        context.limits = RunLimits(max_depth=9, max_children=9)

@@ -62,9 +62,9 @@ def tree_events() -> list[Event]:
         EventType.TOOL_RESULT,
         {"toolCallId": "x", "name": "agent_spawn", "content": "e", "isError": True},
     )
-    a.emit_nowait(EventType.REASONING, {"text": "hello", "toolCalls": []}, last=True)
+    a.emit_nowait(EventType.REASONING, {"text": "hello", "toolCalls": []}, last=True)  # type: ignore[call-overload]
     a.emit_nowait(EventType.REASONING, {"delta": "next"})
-    b.emit_nowait(
+    b.emit_nowait(  # type: ignore[call-overload]
         EventType.AGENT_RESULT,
         {"text": "done b", "usage": {}, "subtreeUsage": {"inputTokens": 1, "outputTokens": 2}},
         last=True,
