@@ -3,20 +3,10 @@
 // JSON line: each task's contextId and answer, or why the SDK refused.
 //
 //   node clients/a2a_chat.mjs AGENT_URL TOKEN CONTEXT TEXT...
-import { ClientFactory, ClientFactoryOptions, JsonRpcTransportFactory } from "@a2a-js/sdk/client";
+import { clientFactory, textOf } from "./a2a_factory.mjs";
 
 const [url, token, contextId, ...texts] = process.argv.slice(2);
-const authorized = (input, init = {}) => {
-  const headers = new Headers(init.headers ?? {});
-  if (token) headers.set("Authorization", `Bearer ${token}`);
-  return fetch(input, { ...init, headers });
-};
-const factory = new ClientFactory(
-  ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
-    transports: [new JsonRpcTransportFactory({ fetchImpl: authorized })],
-  }),
-);
-const textOf = (parts) => parts.map((p) => (p.content?.$case === "text" ? p.content.value : "")).join("");
+const factory = clientFactory(token);
 const tasks = [];
 try {
   const client = await factory.createFromUrl(url);

@@ -7,19 +7,10 @@
 // task (refused).
 //
 //   node clients/a2a_run.mjs AGENT_URL TASK [TOKEN]
-import { ClientFactory, ClientFactoryOptions, JsonRpcTransportFactory } from "@a2a-js/sdk/client";
+import { clientFactory, textOf } from "./a2a_factory.mjs";
 
 const [url, text, token] = process.argv.slice(2);
-const authorized = (input, init = {}) => {
-  const headers = new Headers(init.headers ?? {});
-  if (token) headers.set("Authorization", `Bearer ${token}`);
-  return fetch(input, { ...init, headers });
-};
-const factory = new ClientFactory(
-  ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
-    transports: [new JsonRpcTransportFactory({ fetchImpl: authorized })],
-  }),
-);
+const factory = clientFactory(token);
 
 let n = 0;
 const message = (contextId) => ({
@@ -30,7 +21,6 @@ const message = (contextId) => ({
     ...(contextId ? { contextId } : {}),
   },
 });
-const textOf = (parts) => parts.map((p) => (p.content?.$case === "text" ? p.content.value : "")).join("");
 const answerOf = (task) => task.artifacts.map((a) => textOf(a.parts)).join("");
 const seqOf = (response) => Number(response.payload?.value?.metadata?.seq ?? -1);
 
