@@ -40,6 +40,7 @@ from orchestrator.core.fork import fork_run
 from orchestrator.mcp.hub import McpHub
 from orchestrator.runtime.approvals import ApprovalDesk, PendingApproval
 from orchestrator.runtime.context import AgentCatalog, RunLimits, UnknownAgent
+from orchestrator.runtime.conversations import Conversations
 from orchestrator.runtime.queue import EventQueue
 from orchestrator.runtime.run import Run, RunResult
 from orchestrator.runtime.spawn import AgentSendTool, AgentSpawnTool
@@ -80,6 +81,12 @@ class RunStream:
     def result(self) -> RunResult | None:
         """How the run ended, once RUN_FINISHED was emitted."""
         return self._run.result
+
+    @property
+    def thread_id(self) -> str | None:
+        """The thread the run goes on in (None: a run outside threads)."""
+        thread = self._run.context.continuation.thread
+        return thread.thread_id if thread is not None else None
 
     def cancel(self, agent_key: str | None = None, *, reason: str | None = None) -> None:
         """Cancel the run, or with `agent_key` one agent instance and its subtree (the
@@ -204,6 +211,8 @@ class Orchestrator:
         )
         self.mcp = mcp
         """The MCP servers' sessions (None: none configured); they end with `open`."""
+        self.conversations = Conversations()
+        """The threads of `stream` and `call` with `thread=`, in memory."""
         """The built-in tools above are shared; each run adds `agent_spawn` and
         `agent_send`, bound to it (`spawn.run_tools`)."""
 
@@ -295,21 +304,31 @@ class Orchestrator:
         *,
         max_depth: int | None = None,
         capacity: int = 4096,
+        thread: str | None = None,
     ) -> AsyncIterator[RunStream]:
         """Start a streaming run; the events of the whole tree arrive live.
 
         Leaving the block early cancels the run. A consumer that stops reading
         slows the run down once `capacity` events wait (memory stays bounded).
+        `thread`: go on in that thread (its conversation so far, in this process:
+        `runtime/conversations.py`; a new id starts one).
 
         Raises:
             UnknownAgent: no subagent called `agent_id`.
+            ThreadBusy: a run of that thread runs now.
         """
         self._check_agent(agent_id)
         queue = EventQueue(capacity)
         sink = RunSink(new_run_id(), new_session_id(root=True), queue)
-        run = Run(self.catalog, agent_id, input, limits=self.default_limits(max_depth), sink=sink)
-        async with _streamed(run, queue) as stream:
-            yield stream
+        start = self.conversations.start(thread) if thread is not None else None
+        limits = self.default_limits(max_depth)
+        run = Run(self.catalog, agent_id, input, limits=limits, sink=sink, thread=start)
+        try:
+            async with _streamed(run, queue) as stream:
+                yield stream
+        finally:
+            if start is not None:
+                self.conversations.ended(start, run)
 
     @asynccontextmanager
     async def fork(
@@ -368,15 +387,25 @@ class Orchestrator:
         async with _streamed(run, queue, fork.events) as stream:
             yield stream
 
-    async def call(self, agent_id: str, input: str, *, max_depth: int | None = None) -> RunResult:
+    async def call(
+        self, agent_id: str, input: str, *, max_depth: int | None = None, thread: str | None = None
+    ) -> RunResult:
         """Run blocking, with no bus: children run blocking, no events are produced.
+        `thread`: go on in that thread, as `stream` does.
 
         Raises:
             UnknownAgent: no subagent called `agent_id`.
+            ThreadBusy: a run of that thread runs now.
         """
         self._check_agent(agent_id)
-        run = Run(self.catalog, agent_id, input, limits=self.default_limits(max_depth))
-        return await run.execute()
+        start = self.conversations.start(thread) if thread is not None else None
+        limits = self.default_limits(max_depth)
+        run = Run(self.catalog, agent_id, input, limits=limits, thread=start)
+        try:
+            return await run.execute()
+        finally:
+            if start is not None:
+                self.conversations.ended(start, run)
 
 
 @asynccontextmanager

@@ -97,6 +97,12 @@ async def test_the_threads_client_example(tmp_path: Path) -> None:
     assert example.text.count("# True") == 2
 
 
+async def test_the_in_process_threads_example(tmp_path: Path) -> None:
+    fast_configs(tmp_path)
+    example = one("python", "docs/threads.md", "orch.call(")
+    assert (await python(example.text, tmp_path)).splitlines() == ["completed completed"]
+
+
 async def test_the_mcp_example_runs_as_written_from_anywhere(tmp_path: Path) -> None:
     """Regression: `command: python` was whichever python PATH found (not the one with
     the `mcp` package), and `args` were the cwd's, not the config's directory's."""

@@ -540,3 +540,34 @@ async def test_an_enqueued_run_that_never_started_ends_interrupted_after_a_resta
         assert [e["type"] for e in events] == ["RUN_FINISHED"]
         assert "before the run started" in events[0]["data"]["error"]
         await client.ask(op="cancel", id="c", runId=running["runId"])  # (it was resumed)
+
+
+async def test_in_process_runs_go_on_in_a_thread(tmp_path: Path) -> None:
+    """`Orchestrator.stream(…, thread=…)` and `call(…, thread=…)`: the thread's
+    conversation kept in memory; one run of a thread at a time."""
+    from orchestrator.runtime.conversations import ThreadBusy
+    from orchestrator.runtime.engine import Orchestrator
+
+    async with trio.open_nursery() as nursery:
+        fake = await serve_fake_openai(nursery, brain, pause=0.001)
+        config = load_config(write(tmp_path, fake, tokens=False, storage="memory://"))
+        async with Orchestrator.open(config) as orch:
+            async with orch.stream("chat", "my name is Ann", thread="mine") as run:
+                first = [event async for event in run]
+                assert run.thread_id == "mine"
+            assert first[0].data["threadId"] == "mine"
+            async with orch.stream("chat", "what is my name?", thread="mine") as run:
+                second = [event async for event in run]
+                with pytest.raises(ThreadBusy):
+                    await orch.call("chat", "meanwhile", thread="mine")
+            assert second[0].data["previousRunId"] == first[0].run_id
+            result = await orch.call("chat", "once more", thread="mine")
+            assert result.status == "completed"
+            assert [m for _, m in asked(fake, "chat")] == [
+                "my name is Ann",
+                "you said my name is Ann",
+                "what is my name?",
+                "you said what is my name?",
+                "once more",
+            ]
+        nursery.cancel_scope.cancel()
