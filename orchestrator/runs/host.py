@@ -216,8 +216,10 @@ class RunHost:
 
     async def fork(
         self, point: ForkPoint, *, owner: str | None = None, max_runs: int | None = None
-    ) -> HostedRun:
+    ) -> StartedRun:
         """Start a fork (docs/fork.md): returned once its copied history is journaled.
+        At the last seq of an ended run, a message for its root is a follow-up in a new
+        thread instead (docs/threads.md).
 
         Raises:
             UnknownRun, ForkError: as `RunService.fork` says.
@@ -225,6 +227,9 @@ class RunHost:
         """
         log = self.journal.get(point.run_id)
         self.admit(log.record.agent_id, owner, max_runs)
+        ended = log.finished and point.seq == log.committed
+        if ended and point.message is not None and point.agent_key is None:
+            return await self._thread_starts.follow_up(log.record, point.message, owner)
         if log.committed < point.seq <= log.committed + log.writing + len(log.pending):
             await self.durable(point.run_id, point.seq)  # just emitted: wait for its commit
         record = fork_record(log.record, point, owner)

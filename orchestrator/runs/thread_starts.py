@@ -151,6 +151,17 @@ class ThreadStarts:
         await host.durable(record.run_id, 1)
         return _Started(hosted, thread_id)
 
+    async def follow_up(self, ended: RunRecord, input: str, owner: str | None) -> StartedRun:
+        """A fork at the last seq of the ended run `ended` with a message for its root:
+        the message goes on from that run's conversation as the next run of a new
+        thread (which shares `ended` and the runs before it by reference)."""
+        host = self.host
+        start = await host.threads.start_of(new_thread_id(), ended)
+        record = new_record(ended.agent_id, input, owner, ended.context_id, start)
+        hosted = host.launch_new(record, start)
+        await host.durable(record.run_id, 1)
+        return _Started(hosted, start.thread_id)
+
     async def _stop(self, running: RunRecord, multitask: str) -> None:
         """Cancel the thread's running run for a new input, and wait for its end."""
         with contextlib.suppress(AgentNotRunning):

@@ -571,3 +571,30 @@ async def test_in_process_runs_go_on_in_a_thread(tmp_path: Path) -> None:
                 "once more",
             ]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_fork_at_the_last_seq_with_a_message_is_a_follow_up(tmp_path: Path) -> None:
+    """At the last seq of an ended run, a message for its root is no longer refused:
+    it is the next run of a new thread that goes on from that run's conversation."""
+    async with server_with_fake(tmp_path) as (server, fake), connect(server.url) as ws:
+        client = Client(ws)
+        first = await client.ask(op="run", id="1", agent="chat", input="my name is Ann")
+        events = await finished(ws, first)
+        last = events[-1]["seq"]
+        fork = await client.ask(
+            op="fork", id="f", runId=first["runId"], atSeq=last, message="who am I?"
+        )
+        assert fork["op"] == "ack", fork
+        assert fork["threadId"] not in (None, first["threadId"])
+        events = await finished(ws, fork)
+        assert events[0]["data"] == {
+            "agentId": "chat",
+            "input": "who am I?",
+            "threadId": fork["threadId"],
+            "previousRunId": first["runId"],
+        }
+        assert [m for _, m in asked(fake, "chat")] == [
+            "my name is Ann",
+            "you said my name is Ann",
+            "who am I?",
+        ]
