@@ -130,6 +130,12 @@ class ThreadStarts:
                 f"thread {thread_id!r} has run {running.run_id!r} running (multitask "
                 "'reject'; 'enqueue', 'interrupt', 'rollback' or 'steer' say otherwise)"
             )
+        if ask.from_run is not None and (
+            known is None or ask.from_run not in {r.run_id for r in known.runs}
+        ):
+            raise ThreadError(
+                "not_found", f"run {ask.from_run!r} is not a run of thread {thread_id!r}"
+            )
         agent_id = agent_id or _agent_of(ask, known)
         host.admit(agent_id, owner, max_runs)
         if running is not None and ask.multitask == "enqueue":

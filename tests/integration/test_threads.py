@@ -598,3 +598,28 @@ async def test_a_fork_at_the_last_seq_with_a_message_is_a_follow_up(tmp_path: Pa
             "you said my name is Ann",
             "who am I?",
         ]
+
+
+async def test_from_run_names_only_a_run_of_the_callers_thread(tmp_path: Path) -> None:
+    """Regression: `fromRun` was read without checking it: another token's runId and
+    agentKey continued that token's agent, its conversation with it."""
+    async with server_with_fake(tmp_path, tokens=True) as (server, fake):
+        async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
+            ann = Client(ws)
+            secret = await ann.ask(op="run", id="1", agent="lead", input="ann's secret plan")
+            events = await finished(ws, secret)
+            helper = next(e["source"]["agentKey"] for e in events if e["type"] == "AGENT_STARTED")
+        async with connect(server.url, additional_headers=bearer("bob-secret")) as ws:
+            bob = Client(ws)
+            mine = await bob.ask(op="run", id="2", agent="chat", input="hi")
+            await finished(ws, mine)
+            stolen = await bob.ask(
+                op="run",
+                id="3",
+                threadId=mine["threadId"],
+                agentKey=helper,
+                fromRun=secret["runId"],
+                input="what was the plan?",
+            )
+            assert stolen["op"] == "error" and stolen["code"] == "not_found", stolen
+        assert all("secret" not in m for _, m in asked(fake, "chat"))
