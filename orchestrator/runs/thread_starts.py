@@ -120,7 +120,8 @@ class ThreadStarts:
         """Start the run (`RunHost.start` says what it raises)."""
         host = self.host
         thread_id = ask.thread_id or new_thread_id()
-        known = host.threads.of(thread_id, owner)
+        # (a thread made now has no runs: the journal's records are not looked through)
+        known = host.threads.of(thread_id, owner) if ask.thread_id is not None else None
         running = known.running if known is not None else None
         if running is not None and ask.multitask == "steer":
             await host.send(running.run_id, None, input)
