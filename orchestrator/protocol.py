@@ -468,7 +468,7 @@ def parse(text: str | bytes) -> ClientOp:
         problems += filter_spec.problems()
     if isinstance(message, Subscribe) and message.after_seq < 0:
         problems.append("afterSeq must be 0 or more")
-    if isinstance(message, Runs) and not 1 <= message.limit <= 1000:
+    if isinstance(message, Runs | Threads) and not 1 <= message.limit <= 1000:
         problems.append("limit must be 1 to 1000")
     if isinstance(message, Pending) and not 1 <= message.limit <= MAX_PENDING_LISTED:
         problems.append(f"limit must be 1 to {MAX_PENDING_LISTED}")

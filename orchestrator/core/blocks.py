@@ -71,8 +71,11 @@ class BlockMerger:
     def feed(self, event: Event) -> list[Event]:
         """One event in; the events to send now out (possibly none)."""
         key = event.source.agent_key if event.source is not None else None
-        streamed = cast(ReasoningData, event.data)
-        if event.type is EventType.REASONING and not event.last and "delta" in streamed:
+        if (
+            event.type is EventType.REASONING
+            and not event.last
+            and "delta" in (streamed := cast(ReasoningData, event.data))
+        ):
             text = streamed["delta"]
             # Another agent's partial block goes out first: a block must never hold a
             # delta older than one of a block sent before it (resume cursors).

@@ -27,7 +27,11 @@ from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UnknownRun
 
-__all__ = ["ThreadHost", "ThreadStarts", "new_record"]
+__all__ = ["MAX_QUEUED", "ThreadHost", "ThreadStarts", "new_record"]
+
+MAX_QUEUED = 16
+"""Runs of one thread that may wait for the run before them (`enqueue`); past it the
+input is refused (`limit_exceeded`): each waits as a record and a task."""
 
 
 class Launched(Protocol):
@@ -140,6 +144,11 @@ class ThreadStarts:
         agent_id = agent_id or _agent_of(ask, known)
         host.admit(agent_id, owner, max_runs)
         if running is not None and ask.multitask == "enqueue":
+            assert known is not None
+            if sum(1 for r in known.runs if r.status == "queued") >= MAX_QUEUED:
+                raise LimitExceeded(
+                    f"thread {thread_id!r} has {MAX_QUEUED} runs queued already (the most)"
+                )
             return self._enqueue(agent_id, input, owner, context_id, ask, running)
         previous = known.runs[-1] if known is not None else None
         if running is not None:  # interrupt, rollback: it ends first

@@ -623,3 +623,23 @@ async def test_from_run_names_only_a_run_of_the_callers_thread(tmp_path: Path) -
             )
             assert stolen["op"] == "error" and stolen["code"] == "not_found", stolen
         assert all("secret" not in m for _, m in asked(fake, "chat"))
+
+
+async def test_a_threads_queue_and_listing_are_bounded(tmp_path: Path) -> None:
+    from orchestrator.runs.thread_starts import MAX_QUEUED
+
+    async with server_with_fake(tmp_path) as (server, _), connect(server.url) as ws:
+        client = Client(ws)
+        running = await hold(client)
+        thread = running["threadId"]
+        for n in range(MAX_QUEUED):
+            queued = await client.ask(
+                op="run", id=f"q{n}", threadId=thread, input=f"q{n}", multitask="enqueue"
+            )
+            assert queued["op"] == "ack", queued
+        full = await client.ask(op="run", id="qx", threadId=thread, input="x", multitask="enqueue")
+        assert full["code"] == "limit_exceeded" and f"{MAX_QUEUED} runs queued" in full["message"]
+        for limit in (0, 1001):
+            bad = await client.ask(op="threads", id=f"l{limit}", limit=limit)
+            assert bad["code"] == "bad_request" and "limit must be 1 to 1000" in bad["message"]
+        await client.ask(op="cancel", id="c", runId=running["runId"])
