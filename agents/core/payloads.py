@@ -54,8 +54,8 @@ class ForkedFromData(TypedDict):
 
 
 class ContinuesData(TypedDict):
-    """The agent of an earlier run of the thread whose conversation the run's root
-    continues (docs/threads.md)."""
+    """The agent of an earlier run of the thread whose conversation a run's root (or a
+    child, `agent_spawn` with `agent_key`) continues (docs/threads.md)."""
 
     runId: str
     agentKey: str | None
@@ -75,6 +75,9 @@ class AgentStartedData(TypedDict):
     task: str
     remote: NotRequired[dict[str, str]]
     """A remote subagent's: `{url, agent}` (our server) or `{a2a}` (an A2A agent)."""
+    continues: NotRequired[ContinuesData]
+    """An agent of an earlier run of the thread that this one continues, with its
+    conversation (`agent_spawn` with `agent_key`: docs/threads.md)."""
 
 
 @final  # (a REASONING's shapes: `"delta" in data` tells them apart, for mypy too)

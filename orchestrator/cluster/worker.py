@@ -208,10 +208,11 @@ class Worker:
         if not started(record):  # a fork that has not gone on yet
             return await self._start_fork(record, owned)
         self.journal.own(record)
-        plan = None
+        plan, thread = None, None
         if record.last_seq > 0:  # it ran elsewhere: continue from its journal
             self.takeovers += 1
-            plan = await plan_resume(self.journal, record)
+            # (a thread's conversation gone meanwhile: ThreadError, given up as any failure)
+            plan, thread = await plan_resume(self.journal, record, self.host.threads)
             if plan.finished:  # (its record is written with RUN_FINISHED: not expected)
                 self.journal.end_call_run(run_id, plan.status or "failed")
                 await self._release(run_id, owned)
@@ -241,6 +242,7 @@ class Worker:
                 plan=plan,
                 resumed=resumed if plan else None,
                 recording=recording,
+                thread=thread,
             ),
         )
 

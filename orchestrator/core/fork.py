@@ -22,7 +22,7 @@ resume:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from agents.core.messages import Message
@@ -66,11 +66,13 @@ def fork_run(
     replay: bool = False,
     now: float,
     history: Sequence[Message] = (),
+    continued: Mapping[str, Sequence[Message]] | None = None,
     thread_id: str | None = None,
 ) -> Fork:
     """The fork of the run whose kept events are `events` (in seq order) at `at_seq`.
 
     `history`: the conversation the original's root started from (a thread's run);
+    `continued`: those of its children that continue earlier agents (`rebuild`);
     `thread_id`: the fork's thread, which its RUN_STARTED says (docs/threads.md).
 
     Raises:
@@ -92,16 +94,20 @@ def fork_run(
     copied = [_renamed(event, run_id, forked_from, thread_id) for event in events[:at_seq]]
     if copied[-1].type is EventType.RUN_FINISHED:
         copied.pop()  # the fork goes on: it ends with an end of its own
-    plan = rebuild(copied, history=history)
+    plan = rebuild(copied, history=history, continued=continued)
     plan.end_now = _end_remote(plan, at_seq)
     _restart_approvals(plan, now)
     if message is not None:
         _deliver(plan, agent_key, message, at_seq)
-    recording = recorded(events, history) if replay else None
+    recording = recorded(events, history, continued) if replay else None
     return Fork(copied, plan, recording, forked_from)
 
 
-def recorded(events: Sequence[Event], history: Sequence[Message] = ()) -> Recording:
+def recorded(
+    events: Sequence[Event],
+    history: Sequence[Message] = (),
+    continued: Mapping[str, Sequence[Message]] | None = None,
+) -> Recording:
     """The recorded model turns of a run's events (agents/core/replay.py): the
     conversation before each turn rebuilt as a resume rebuilds it (after `history`, a
     thread's run's), the turn's parts as they streamed."""
@@ -114,7 +120,7 @@ def recorded(events: Sequence[Event], history: Sequence[Message] = ()) -> Record
         source = event.source
         recorder.feed(source.agent_key if source else None, event.type, event.last, event.data)
 
-    rebuild(events, history=history, on_turn=turn, after=seen)
+    rebuild(events, history=history, continued=continued, on_turn=turn, after=seen)
     return recorder.recording
 
 

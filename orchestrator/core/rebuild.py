@@ -40,7 +40,7 @@ token budgets spent before the takeover, idle children for `agent_send`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -254,13 +254,16 @@ def rebuild(
     events: Sequence[Event],
     *,
     history: Sequence[Message] = (),
+    continued: Mapping[str, Sequence[Message]] | None = None,
     on_turn: Callable[[AgentPlan], None] | None = None,
     after: Callable[[Event], None] | None = None,
 ) -> ResumePlan:
     """The plan for continuing the run whose journal is `events` (all of them, in order).
 
     `history`: the conversation the run's root started from, before its input (a
-    thread's earlier runs: `core/threads.py`). `on_turn` is told of each agent whose
+    thread's earlier runs: `runs/threads.py`); `continued`: by agentKey, the
+    conversation each child that continues an earlier run's agent started from (its
+    AGENT_STARTED's `continues`). `on_turn` is told of each agent whose
     model turn begins, its conversation then as the model was asked it; `after`, of
     each event of an agent once it is applied (a fork's recording reads the turns that
     way: `core/fork.py`).
@@ -286,6 +289,8 @@ def rebuild(
         if kind is EventType.AGENT_STARTED and event.source is not None:
             source = event.source
             child = AgentPlan(key, source, source.agent_id)
+            if continued:
+                child.messages.extend(continued.get(source.agent_key, ()))
             child.messages.append(
                 UserMessage(text=str(cast(AgentStartedData, data).get("task", "")))
             )

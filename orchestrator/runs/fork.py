@@ -16,7 +16,6 @@ import time
 
 import msgspec
 
-from agents.core.messages import Message
 from agents.core.replay import Recording
 from orchestrator.core.bus import new_run_id
 from orchestrator.core.events import Event, EventType
@@ -35,7 +34,6 @@ __all__ = [
     "entries_of",
     "events_of",
     "fork_record",
-    "history_of",
     "recording_of",
     "start_fork",
     "started",
@@ -92,15 +90,18 @@ async def start_fork(
     point = record.forked_from
     assert point is not None
     entries = await entries_of(journal, point.run_id)
+    events = [entry.event for entry in entries]
+    thread = await threads.start_of_record(record)
     fork = fork_run(
-        [entry.event for entry in entries],
+        events,
         point.seq,
         record.run_id,
         agent_key=point.agent_key,
         message=point.message,
         replay=point.replay,
         now=time.time(),
-        history=await history_of(threads, record),
+        history=thread.history if thread is not None else (),
+        continued=await threads.continued(events),
         thread_id=record.thread_id,
     )
     if new:
@@ -122,6 +123,7 @@ async def start_fork(
         plan=fork.plan,
         resumed={"attempt": 1, **(resumed or {}), "afterSeq": copied, "reason": "fork"},
         recording=fork.recording,
+        thread=thread,
     )
     return run, copied
 
@@ -132,19 +134,10 @@ async def recording_of(journal: Journal, record: RunRecord, threads: Threads) ->
     point = record.forked_from
     if point is None or not point.replay:
         return None
-    return recorded(await events_of(journal, point.run_id), await history_of(threads, record))
-
-
-async def history_of(threads: Threads, record: RunRecord) -> tuple[Message, ...]:
-    """The conversation the run's root started from (none: a thread's first run, or a
-    run outside threads).
-
-    Raises:
-        ThreadError: a run of that conversation is gone.
-    """
-    if record.previous_run_id is None:
-        return ()
-    return await threads.conversation(record.previous_run_id, record.continues_agent)
+    events = await events_of(journal, point.run_id)
+    thread = await threads.start_of_record(record)
+    history = thread.history if thread is not None else ()
+    return recorded(events, history, await threads.continued(events))
 
 
 async def entries_of(journal: Journal, run_id: str) -> list[Entry]:

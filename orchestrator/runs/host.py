@@ -246,6 +246,7 @@ class RunHost:
         plan: ResumePlan | None = None,
         resumed: dict[str, object] | None = None,
         recording: Recording | None = None,
+        thread: ThreadStart | None = None,
     ) -> HostedRun:
         """Execute a run whose record already exists: queued elsewhere, or taken over.
 
@@ -264,6 +265,7 @@ class RunHost:
             plan=plan,
             resumed=resumed,
             recording=recording,
+            thread=thread,
         )
         return self.launch(run)
 

@@ -12,7 +12,6 @@ from typing import Protocol
 
 import msgspec
 
-from agents.core.messages import Message
 from agents.core.replay import Recording
 from orchestrator.core.fork import ForkError
 from orchestrator.core.rebuild import ResumePlan
@@ -20,6 +19,7 @@ from orchestrator.core.threads import ThreadError
 from orchestrator.runs.fork import recording_of, started
 from orchestrator.runs.resume import end_unresumable, plan_resume
 from orchestrator.runs.threads import Threads
+from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.runtime.run import Run
 from orchestrator.storage.base import RunRecord
@@ -52,6 +52,7 @@ class RestartHost(Protocol):
         plan: ResumePlan | None = None,
         resumed: dict[str, object] | None = None,
         recording: Recording | None = None,
+        thread: ThreadStart | None = None,
     ) -> object: ...
 
 
@@ -85,11 +86,10 @@ async def resume_left(host: RestartHost, run_ids: list[str]) -> int:
             resumed += 1
             continue
         try:
-            history = await _history(host.threads, record)
+            plan, thread = await plan_resume(host.journal, record, host.threads)
         except ThreadError as exc:
             await _end(host, record, f"not resumed after a restart: {exc.message}")
             continue
-        plan = await plan_resume(host.journal, record, history)
         if plan.finished:  # only its record was behind: it ended
             host.journal.end_call_run(run_id, plan.status or "failed")
             continue
@@ -98,16 +98,10 @@ async def resume_left(host: RestartHost, run_ids: list[str]) -> int:
             plan=plan,
             resumed={"attempt": attempt, "afterSeq": record.last_seq, "reason": "restart"},
             recording=await recording_of(host.journal, record, host.threads),
+            thread=thread,
         )
         resumed += 1
     return resumed
-
-
-async def _history(threads: Threads, record: RunRecord) -> tuple[Message, ...]:
-    """The conversation the run's root started from (none: a thread's first run)."""
-    if record.previous_run_id is None:
-        return ()
-    return await threads.conversation(record.previous_run_id, record.continues_agent)
 
 
 async def _end(host: RestartHost, record: RunRecord, why: str) -> None:

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
 
-from agents.core.messages import Message
 from agents.core.payloads import agent_error
 from agents.core.replay import Recording
 from orchestrator.core.bus import RunSink
 from orchestrator.core.events import Event, EventType
 from orchestrator.core.rebuild import ResumePlan, rebuild
+from orchestrator.runs.threads import Threads
 from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.runtime.run import Run
@@ -32,12 +31,21 @@ __all__ = ["end_unresumable", "journaled_run", "plan_resume"]
 
 
 async def plan_resume(
-    journal: Journal, record: RunRecord, history: Sequence[Message] = ()
-) -> ResumePlan:
-    """The run's agents as its journal left them (events up to `record.last_seq`);
-    `history`: the conversation its root started from (a thread's next run)."""
-    entries = await journal.read_all(record.run_id, record.last_seq)
-    return rebuild([entry.event for entry in entries], history=history)
+    journal: Journal, record: RunRecord, threads: Threads | None = None
+) -> tuple[ResumePlan, ThreadStart | None]:
+    """The run's agents as its journal left them (events up to `record.last_seq`), and
+    where it stands in its thread (`threads`: the conversations its root and its
+    continuing children started from; None: not read, the run is outside threads).
+
+    Raises:
+        ThreadError: a run of a conversation it started from is gone.
+    """
+    events = [entry.event for entry in await journal.read_all(record.run_id, record.last_seq)]
+    if threads is None:
+        return rebuild(events), None
+    thread = await threads.start_of_record(record)
+    history = thread.history if thread is not None else ()
+    return rebuild(events, history=history, continued=await threads.continued(events)), thread
 
 
 def journaled_run(
@@ -49,10 +57,12 @@ def journaled_run(
     plan: ResumePlan | None,
     resumed: dict[str, object] | None,
     recording: Recording | None = None,
+    thread: ThreadStart | None = None,
 ) -> Run:
     """The run of `record`, writing to its journal after `after_seq`: resumed with
     `plan` (announced with `resumed`), or from its input without one. One way for a
-    resume, a takeover and a fork (`runs/fork.py`) to build it."""
+    resume, a takeover and a fork (`runs/fork.py`) to build it. `thread`: where it
+    stands in its thread (`Threads.start_of_record`; None: its record says)."""
     sink = RunSink(
         record.run_id,
         record.root_session_id,
@@ -70,9 +80,12 @@ def journaled_run(
         resume=plan,
         resumed=resumed,
         recording=recording,
-        thread=ThreadStart(record.thread_id, record.previous_run_id, record.continues_agent)
-        if record.thread_id is not None
-        else None,
+        thread=thread
+        or (
+            ThreadStart(record.thread_id, record.previous_run_id, record.continues_agent)
+            if record.thread_id is not None
+            else None
+        ),
     )
 
 

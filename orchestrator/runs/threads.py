@@ -18,12 +18,16 @@ back once. Nothing is copied into the journal: it holds each run's own events.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from agents.core.messages import AssistantMessage, Message, ToolResultMessage
+from agents.core.payloads import AgentStartedData
+from orchestrator.core.events import Event, EventType
 from orchestrator.core.rebuild import AgentPlan, ResumePlan, rebuild
 from orchestrator.core.threads import ThreadError
-from orchestrator.runtime.continuation import ThreadStart
+from orchestrator.runtime.continuation import EarlierAgent, ThreadStart
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UNFINISHED, UnknownRun
@@ -32,6 +36,10 @@ __all__ = ["ThreadInfo", "Threads"]
 
 CACHED = 256
 """Conversations kept once computed (each a list of the messages' references)."""
+EARLIER = 32
+"""Earlier agents a thread's run may continue with `agent_spawn`: the newest ones."""
+TASK_CHARS = 200
+"""How much of an earlier agent's task its listing keeps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +70,8 @@ class Threads:
         self._conversations: OrderedDict[tuple[str, str | None], tuple[Message, ...]] = (
             OrderedDict()
         )
+        self._earlier: OrderedDict[str, tuple[EarlierAgent, ...]] = OrderedDict()
+        """By run: the agents a run that goes on from it may continue (`EarlierAgent`)."""
 
     def of(self, thread_id: str, owner: str | None, *, everyone: bool = False) -> ThreadInfo | None:
         """The thread `thread_id` of `owner` (None: no such thread); `everyone` (an
@@ -111,7 +121,42 @@ class Threads:
         if run_id is None:
             raise ThreadError("bad_request", "agentKey names an agent of an earlier run: none")
         history = await self.conversation(run_id, agent_key)
-        return ThreadStart(thread_id, run_id, agent_key, history)
+        return ThreadStart(
+            thread_id, run_id, agent_key, history, self._earlier.get(run_id, ()), self
+        )
+
+    async def start_of_record(self, record: RunRecord) -> ThreadStart | None:
+        """Where the journaled run `record` stands in its thread (None: outside threads),
+        as it stood when it started: to resume it, or fork it.
+
+        Raises:
+            ThreadError: a run of its conversation is gone.
+        """
+        if record.thread_id is None:
+            return None
+        previous, agent_key = record.previous_run_id, record.continues_agent
+        if previous is None:
+            return ThreadStart(record.thread_id, transcripts=self)
+        history = await self.conversation(previous, agent_key)
+        earlier = self._earlier.get(previous, ())
+        return ThreadStart(record.thread_id, previous, agent_key, history, earlier, self)
+
+    async def continued(self, events: Sequence[Event]) -> dict[str, tuple[Message, ...]]:
+        """By agentKey, the conversation each child of `events` that continues an
+        earlier agent started from (`rebuild(continued=…)`).
+
+        Raises:
+            ThreadError: a run of one of them is gone.
+        """
+        histories = {}
+        for event in events:
+            if event.type is EventType.AGENT_STARTED and event.source is not None:
+                continues = cast(AgentStartedData, event.data).get("continues")
+                if continues is not None:
+                    histories[event.source.agent_key] = await self.conversation(
+                        continues["runId"], continues["agentKey"]
+                    )
+        return histories
 
     async def conversation(self, run_id: str, agent_key: str | None = None) -> tuple[Message, ...]:
         """The conversation of the agent `agent_key` (None: the root) at the end of the
@@ -122,18 +167,22 @@ class Threads:
             UnknownRun: no such run.
         """
         key = (run_id, agent_key)
-        if key in self._conversations:
+        if key in self._conversations and run_id in self._earlier:
             self._conversations.move_to_end(key)
+            self._earlier.move_to_end(run_id)
             return self._conversations[key]
         chain = self._unknown_chain(run_id)
         history: tuple[Message, ...] = ()
+        earlier: tuple[EarlierAgent, ...] = ()
         first = chain[0]
         if first.previous_run_id is not None:  # the oldest of them starts from a known one
             history = self._conversations[(first.previous_run_id, first.continues_agent)]
+            earlier = self._earlier[first.previous_run_id]
         for n, record in enumerate(chain):
             last = n == len(chain) - 1
             wanted = agent_key if last else None
-            plan = await self._rebuilt(record, history)
+            plan, earlier = await self._rebuilt(record, history, earlier)
+            self._keep_earlier(record.run_id, earlier)
             messages = self._ended(plan.agents.get(wanted), record, wanted)
             history = messages
             self._keep((record.run_id, wanted), messages)
@@ -156,7 +205,11 @@ class Threads:
         while record is not None:
             chain.append(record)
             previous = record.previous_run_id
-            if previous is None or (previous, record.continues_agent) in self._conversations:
+            if (previous, record.continues_agent) in self._conversations and (
+                previous in self._earlier
+            ):
+                break
+            if previous is None:
                 break
             record = self._record(previous)
         chain.reverse()
@@ -177,9 +230,32 @@ class Threads:
                 "deleted): the thread cannot go on from it",
             ) from None
 
-    async def _rebuilt(self, record: RunRecord, history: tuple[Message, ...]) -> ResumePlan:
-        entries = await self.journal.read_all(record.run_id, record.last_seq)
-        return rebuild([entry.event for entry in entries], history=history)
+    async def _rebuilt(
+        self,
+        record: RunRecord,
+        history: tuple[Message, ...],
+        earlier: tuple[EarlierAgent, ...],
+    ) -> tuple[ResumePlan, tuple[EarlierAgent, ...]]:
+        """The run's plan (its root from `history`), and the agents a run that goes on
+        from it may continue: its own ended ones, then `earlier` (minus the ones it
+        continued: their continuations stand for them)."""
+        events = [
+            entry.event for entry in await self.journal.read_all(record.run_id, record.last_seq)
+        ]
+        continued = await self.continued(events)
+        plan = rebuild(events, history=history, continued=continued)
+        ended, spawned = record.status not in UNFINISHED, _spawned(events)
+        mine = [
+            EarlierAgent(key, agent.agent_id, record.run_id, task[:TASK_CHARS])
+            for key, task, _ in spawned
+            if (agent := plan.agents.get(key)) is not None
+            and key not in plan.remote
+            and (agent.ended or ended)
+        ]
+        superseded = {continues for _, _, continues in spawned if continues}
+        mine.reverse()
+        listed = mine + [a for a in earlier if a.agent_key not in superseded]
+        return plan, tuple(listed[:EARLIER])
 
     @staticmethod
     def _ended(agent: AgentPlan | None, record: RunRecord, key: str | None) -> tuple[Message, ...]:
@@ -194,6 +270,12 @@ class Threads:
             )
         return _closed(agent)
 
+    def _keep_earlier(self, run_id: str, earlier: tuple[EarlierAgent, ...]) -> None:
+        self._earlier[run_id] = earlier
+        self._earlier.move_to_end(run_id)
+        while len(self._earlier) > self._cached:
+            self._earlier.popitem(last=False)
+
     def _keep(self, key: tuple[str, str | None], messages: tuple[Message, ...]) -> None:
         self._conversations[key] = messages
         self._conversations.move_to_end(key)
@@ -204,6 +286,8 @@ class Threads:
         """Those runs were deleted: their conversations go too."""
         for key in [k for k in self._conversations if k[0] in run_ids]:
             del self._conversations[key]
+        for run_id in run_ids & self._earlier.keys():
+            del self._earlier[run_id]
 
 
 def _closed(agent: AgentPlan) -> tuple[Message, ...]:
@@ -227,3 +311,21 @@ def _closed(agent: AgentPlan) -> tuple[Message, ...]:
         for call in calls
     ]
     return tuple(messages)
+
+
+def _spawned(events: Sequence[Event]) -> list[tuple[str, str, str | None]]:
+    """The children the events start, in order: (agentKey, task, the agentKey of the
+    earlier agent it continues)."""
+    found = []
+    for event in events:
+        if event.type is EventType.AGENT_STARTED and event.source is not None:
+            data = cast(AgentStartedData, event.data)
+            continues = data.get("continues")
+            found.append(
+                (
+                    event.source.agent_key,
+                    str(data.get("task", "")),
+                    continues["agentKey"] if continues is not None else None,
+                )
+            )
+    return found

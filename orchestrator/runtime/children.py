@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 import trio
 
+from agents.core.messages import Message
 from agents.core.payloads import AgentStartedData, agent_error
 from agents.core.usage import UsageNode
 from agents.errors import AgentFailed, ToolError
@@ -38,7 +39,14 @@ from orchestrator.core.events import EventType
 from orchestrator.core.rebuild import AgentPlan
 from orchestrator.mcp.hub import McpError
 from orchestrator.runtime.context import RunContext
-from orchestrator.runtime.continuation import Again, Answered, Continue, Follow, Lost
+from orchestrator.runtime.continuation import (
+    Again,
+    Answered,
+    Continue,
+    EarlierAgent,
+    Follow,
+    Lost,
+)
 from orchestrator.runtime.remote import RemoteLink, Resumed, run_remote
 
 __all__ = ["Children", "New", "failure_text"]
@@ -55,6 +63,10 @@ class New:
     spec: AgentSpec
     task: str
     timeout_seconds: float | None = None
+    continues: EarlierAgent | None = None
+    """The agent of an earlier run of the thread it continues (a local subagent)."""
+    history: tuple[Message, ...] = ()
+    """That agent's conversation: the child's starts from it."""
 
 
 class Children:
@@ -137,6 +149,12 @@ class Children:
         else:
             child = _Child(self._run, spec, bus, ctx, timeout)
             started: AgentStartedData = {"agentId": spec.id, "task": new.task}
+            if new.continues is not None:
+                started["continues"] = {
+                    "runId": new.continues.run_id,
+                    "agentKey": new.continues.agent_key,
+                }
+                child.runner.messages = list(new.history)
             run = functools.partial(child.runner.run, new.task)
             if task_id is None:
                 return child.drive(run, started, tool_error=True)

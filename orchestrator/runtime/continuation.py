@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from agents.core.messages import Message, ToolCall
 from agents.core.payloads import AgentErrorData, agent_error
@@ -37,6 +37,7 @@ __all__ = [
     "Answered",
     "Continuation",
     "Continue",
+    "EarlierAgent",
     "Follow",
     "Fresh",
     "Kind",
@@ -44,6 +45,7 @@ __all__ = [
     "Opening",
     "Start",
     "ThreadStart",
+    "Transcripts",
     "WaitingApproval",
 ]
 
@@ -127,6 +129,29 @@ Start = Fresh | Again
 
 
 @dataclass(frozen=True, slots=True)
+class EarlierAgent:
+    """An agent of an earlier run of the thread, which `agent_spawn` may continue."""
+
+    agent_key: str
+    agent_id: str
+    run_id: str
+    task: str
+    """Its first task (what it was spawned for)."""
+
+
+class Transcripts(Protocol):
+    """Where the conversations of a thread's earlier agents are read (`runs/threads.py`)."""
+
+    async def conversation(self, run_id: str, agent_key: str | None = None) -> tuple[Message, ...]:
+        """That agent's conversation at the end of that run.
+
+        Raises:
+            LookupError: it is gone, or has not ended.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
 class ThreadStart:
     """Where a run stands in its thread (docs/threads.md): RUN_STARTED says it."""
 
@@ -137,6 +162,15 @@ class ThreadStart:
     """The agent of that run whose conversation the root continues (None: its root)."""
     history: tuple[Message, ...] = ()
     """That conversation, as its model saw it; the run's input follows it."""
+    earlier: tuple[EarlierAgent, ...] = ()
+    """The ended agents of the runs that conversation comes from, newest first (at most
+    `runs.threads.EARLIER`): `agent_spawn` may continue them by agentKey."""
+    transcripts: Transcripts | None = None
+    """Where their conversations are read (None: nowhere, and `earlier` is empty)."""
+
+    def earlier_agent(self, agent_key: str) -> EarlierAgent | None:
+        """The earlier agent `agent_key` (None: not one of `earlier`)."""
+        return next((a for a in self.earlier if a.agent_key == agent_key), None)
 
     def started(self) -> dict[str, object]:
         """RUN_STARTED's thread fields."""

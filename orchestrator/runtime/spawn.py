@@ -29,7 +29,7 @@ from agents.tools.base import ToolContext
 from orchestrator.core.bus import AnyBus, current_bus
 from orchestrator.runtime.children import Children, New, failure_text
 from orchestrator.runtime.context import RunContext, RuntimeTools
-from orchestrator.runtime.continuation import Fresh
+from orchestrator.runtime.continuation import EarlierAgent, Fresh
 
 __all__ = ["AgentSendTool", "AgentSpawnTool", "run_tools", "send_to"]
 
@@ -47,6 +47,8 @@ class SpawnArgs(msgspec.Struct, forbid_unknown_fields=True):
     agent_id: str
     task: str
     timeout_seconds: float | None = None
+    agent_key: str | None = None
+    """Continue this agent of an earlier run of the thread (docs/threads.md)."""
 
 
 _decode_args = msgspec.convert
@@ -75,10 +77,43 @@ class AgentSpawnTool:
         ]
         for spec in self._run.catalog.specs.values():
             lines.append(f"- {spec.id}: {spec.description.strip()}")
+        earlier = self._earlier()
+        if earlier:
+            lines.append(
+                "Agents of earlier runs of this conversation that you can ask again (give "
+                "agent_key and their agent_id; they answer with their whole conversation):"
+            )
+            lines += [f"- {a.agent_key} ({a.agent_id}), asked: {a.task}" for a in earlier]
         return "\n".join(lines)
 
+    def _earlier(self) -> list[EarlierAgent]:
+        """The earlier agents of the thread a call may continue (local subagents only:
+        a remote one's conversation is on its server)."""
+        thread = self._run.continuation.thread
+        if thread is None or thread.transcripts is None:
+            return []
+        specs = self._run.catalog.specs
+        return [
+            a for a in thread.earlier if (spec := specs.get(a.agent_id)) and spec.remote is None
+        ]
+
     def parameters(self) -> dict[str, Any]:
-        """JSON schema of `{agent_id, task, timeout_seconds?}`."""
+        """JSON schema of `{agent_id, task, timeout_seconds?}` (and `agent_key?` in a
+        thread whose earlier runs have agents to continue)."""
+        schema = self._schema()
+        earlier = self._earlier()
+        if earlier:
+            schema["properties"]["agent_key"] = {
+                "type": "string",
+                "enum": [a.agent_key for a in earlier],
+                "description": (
+                    "Continue this agent of an earlier run (same agent_id) instead of "
+                    "starting a new one: it answers the task with its conversation so far."
+                ),
+            }
+        return schema
+
+    def _schema(self) -> dict[str, Any]:
         return {
             "type": "object",
             "properties": {
@@ -117,10 +152,50 @@ class AgentSpawnTool:
         except msgspec.ValidationError as exc:
             raise ToolError(f"agent_spawn: invalid arguments: {exc}") from None
         start = self._run.continuation.start(ctx.agent_key, ctx.call_id)
-        if isinstance(start, Fresh):
-            spec = self._admit(spawn, ctx)
-            return self._children.start(New(spec, spawn.task, spawn.timeout_seconds), ctx)
-        return self._children.start(start, ctx)
+        if not isinstance(start, Fresh):
+            return self._children.start(start, ctx)
+        continues = self._continues(spawn)
+        spec = self._admit(spawn, ctx)
+        new = New(spec, spawn.task, spawn.timeout_seconds)
+        if continues is not None:
+            return self._continued(new, continues, ctx)
+        return self._children.start(new, ctx)
+
+    def _continues(self, spawn: SpawnArgs) -> EarlierAgent | None:
+        """The earlier agent the call continues (None: it starts a new one).
+
+        Raises:
+            ToolError: `agent_key` is not an earlier agent of the thread, or not of
+                `agent_id`.
+        """
+        if spawn.agent_key is None:
+            return None
+        earlier = next((a for a in self._earlier() if a.agent_key == spawn.agent_key), None)
+        if earlier is None:
+            known = ", ".join(a.agent_key for a in self._earlier()) or "none"
+            raise ToolError(
+                f"agent_spawn: agent_key {spawn.agent_key!r} is not an agent of an earlier "
+                f"run of this thread that can be continued (those: {known})"
+            )
+        if earlier.agent_id != spawn.agent_id:
+            raise ToolError(
+                f"agent_spawn: agent_key {spawn.agent_key!r} is a {earlier.agent_id!r}, "
+                f"not a {spawn.agent_id!r}"
+            )
+        return earlier
+
+    async def _continued(self, new: New, earlier: EarlierAgent, ctx: ToolContext) -> str:
+        """A new child of `earlier`'s agentId that starts from its conversation."""
+        thread = self._run.continuation.thread
+        assert thread is not None and thread.transcripts is not None
+        try:
+            history = await thread.transcripts.conversation(earlier.run_id, earlier.agent_key)
+        except LookupError as exc:
+            raise ToolError(
+                f"agent_spawn: {earlier.agent_key!r} cannot be continued: {exc}"
+            ) from None
+        again = New(new.spec, new.task, new.timeout_seconds, continues=earlier, history=history)
+        return await self._children.start(again, ctx)
 
     def summarize(self, agent_id: str, task: str, ctx: ToolContext) -> Coroutine[Any, Any, str]:
         """Run the summarizer subagent `agent_id` on `task` as a child of the compacting

@@ -22,7 +22,7 @@ from websockets.trio.client import ClientConnection, connect
 from orchestrator.config import load_config
 from orchestrator.server.app import RunningServer, serve
 from tests.fakes.provider_server import FakeOpenAI, Reply, serve_fake_openai
-from tests.helpers import REPO
+from tests.helpers import REPO, eventually
 from tests.integration.test_approvals_server import Client, bearer
 from tests.integration.test_official_clients import need
 from tests.integration.test_server_lifecycle import cli
@@ -39,7 +39,8 @@ TOKENS = [
 
 def brain(role: str, messages: list[dict[str, Any]], body: dict[str, Any]) -> Reply:
     """`chat` answers its last user message (`hold`: it never finishes); `lead` asks
-    a `helper` once; `helper` answers what it was asked."""
+    a `helper` once (`again: …`: the newest helper of an earlier run it may continue);
+    `helper` answers what it was asked (`hold`: it never finishes)."""
     said = [m["content"] for m in messages if m["role"] == "user"]
     results = [m["content"] for m in messages if m["role"] == "tool"]
     if role == "chat":
@@ -47,14 +48,27 @@ def brain(role: str, messages: list[dict[str, Any]], body: dict[str, Any]) -> Re
             return Reply("thinking it over", hang=True)
         return Reply(f"you said {said[-1]}")
     if role == "lead":
-        if not results or messages[-1]["role"] == "user":
-            return Reply(
-                "asking", calls=[("agent_spawn", {"agent_id": "helper", "task": said[-1]})]
-            )
+        if messages[-1]["role"] == "user":
+            ask: dict[str, Any] = {"agent_id": "helper", "task": said[-1]}
+            if said[-1].startswith("again: "):
+                ask.update(
+                    task=said[-1][len("again: ") :],
+                    agent_key=(earlier_keys(body) or ["agent:helper:none"])[0],
+                )
+            return Reply("asking", calls=[("agent_spawn", ask)])
         return Reply(f"lead: {results[-1]}")
     if role == "helper":
+        if said[-1].startswith("hold"):
+            return Reply("helping slowly", hang=True)
         return Reply(f"helper on {said[-1]}")
     raise AssertionError(role)
+
+
+def earlier_keys(body: dict[str, Any]) -> list[str]:
+    """The agentKeys `agent_spawn`'s schema lets the model continue (none: no key)."""
+    spawn = next(t["function"] for t in body["tools"] if t["function"]["name"] == "agent_spawn")
+    key = spawn["parameters"]["properties"].get("agent_key")
+    return list(key["enum"]) if key else []
 
 
 AGENTS = {
@@ -205,6 +219,99 @@ async def test_a_child_of_the_thread_is_continued_by_its_agent_key(tmp_path: Pat
             op="run", id="3", threadId=first["threadId"], agentKey="agent:helper:nope", input="x"
         )
         assert bad["op"] == "error" and bad["code"] == "not_found", bad
+
+
+async def test_agent_spawn_continues_a_child_of_an_earlier_run(tmp_path: Path) -> None:
+    """A parent asks run 1's helper a follow-up in run 2 (`agent_spawn` with
+    `agent_key`), and run 3 (after a restart) continues that continuation."""
+    storage = "sqlite:///data/journal.db"
+    async with server_with_fake(tmp_path, storage=storage) as (server, fake):
+        async with connect(server.url) as ws:
+            client = Client(ws)
+            first = await client.ask(op="run", id="1", agent="lead", input="find the capital")
+            thread = first["threadId"]
+            events = await finished(ws, first)
+            helper = next(e["source"] for e in events if e["type"] == "AGENT_STARTED")
+            assert earlier_keys(fake.requests[0]) == []  # nothing earlier to continue
+            second = await client.ask(
+                op="run", id="2", threadId=thread, input="again: and its population?"
+            )
+            events = await finished(ws, second)
+        lead = next(b for b in reversed(fake.requests) if "ROLE: lead" in str(b["messages"][0]))
+        assert earlier_keys(lead) == [helper["agentKey"]]
+        spawn = next(t for t in lead["tools"] if t["function"]["name"] == "agent_spawn")
+        assert f"{helper['agentKey']} (helper), asked: find the capital" in str(spawn)
+        started = next(e for e in events if e["type"] == "AGENT_STARTED")
+        assert started["data"]["continues"] == {
+            "runId": first["runId"],
+            "agentKey": helper["agentKey"],
+        }
+        assert started["source"]["agentKey"] != helper["agentKey"]  # a new agent of run 2
+        assert asked(fake, "helper") == [
+            ("user", "find the capital"),
+            ("assistant", "helper on find the capital"),
+            ("user", "and its population?"),
+        ]
+        assert events[-1]["data"]["result"] == "lead: helper on and its population?"
+    async with server_with_fake(tmp_path, storage=storage) as (server, fake):
+        async with connect(server.url) as ws:
+            client = Client(ws)
+            third = await client.ask(
+                op="run", id="3", threadId=thread, input="again: and its size?"
+            )
+            await finished(ws, third)
+        lead = next(b for b in fake.requests if "ROLE: lead" in str(b["messages"][0]))
+        # run 2's helper stands for run 1's, which it continued
+        assert earlier_keys(lead) == [started["source"]["agentKey"]]
+        assert [text for _, text in asked(fake, "helper")] == [
+            "find the capital",
+            "helper on find the capital",
+            "and its population?",
+            "helper on and its population?",
+            "and its size?",
+        ]
+
+
+async def test_a_continued_child_goes_on_after_a_restart(tmp_path: Path) -> None:
+    """A child that continues an earlier agent, cut off by a restart, is rebuilt with
+    that agent's conversation before its own."""
+    storage = "sqlite:///data/journal.db"
+
+    def helpers(fake: FakeOpenAI) -> int:
+        return sum("ROLE: helper" in str(b["messages"][0]) for b in fake.requests)
+
+    async with (
+        server_with_fake(tmp_path, storage=storage) as (server, fake),
+        connect(server.url) as ws,
+    ):
+        client = Client(ws)
+        first = await client.ask(op="run", id="1", agent="lead", input="find the capital")
+        await finished(ws, first)
+        second = await client.ask(
+            op="run", id="2", threadId=first["threadId"], input="again: hold the line"
+        )
+        assert second["op"] == "ack", second
+        await eventually(lambda: helpers(fake) == 2)
+    async with server_with_fake(tmp_path, storage=storage) as (server, fake):
+        await eventually(lambda: helpers(fake) == 1)
+        assert asked(fake, "helper") == [
+            ("user", "find the capital"),
+            ("assistant", "helper on find the capital"),
+            ("user", "hold the line"),
+        ]
+        async with connect(server.url) as ws:
+            client = Client(ws)
+            await client.ask(op="cancel", id="c", runId=second["runId"])
+
+
+async def test_agent_spawn_refuses_an_agent_key_it_cannot_continue(tmp_path: Path) -> None:
+    async with server_with_fake(tmp_path) as (server, _), connect(server.url) as ws:
+        client = Client(ws)
+        first = await client.ask(op="run", id="1", agent="lead", input="again: what?")
+        events = await finished(ws, first)
+        result = next(e for e in events if e["type"] == "TOOL_RESULT")
+        assert result["data"]["isError"] is True
+        assert "agent_key" in result["data"]["content"], result
 
 
 async def hold(client: Client, thread: str | None = None) -> dict[str, Any]:

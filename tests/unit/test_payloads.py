@@ -47,9 +47,11 @@ LIFECYCLE = {
     "orchestrator/storage/runlog.py": {"RunFinishedData"},
     "orchestrator/runtime/engine.py": {"RunStartedData"},
     "orchestrator/core/fork.py": {"RunStartedData"},
+    "orchestrator/runs/threads.py": {"AgentStartedData"},
 }
-"""Modules that read only a run's start or end (its status, its agent and input), as
-a journal and a fork must: not consumers of the tree's events."""
+"""Modules that read only a run's start or end (its status, its agent and input), or
+an agent's start (what a thread's earlier agents were asked), as a journal, a fork
+and a thread must: not consumers of the tree's events."""
 GENERIC = {"orchestrator/core/capping.py": "cuts any payload by its values' sizes"}
 """Modules that read any payload alike, whatever its type, and why."""
 
