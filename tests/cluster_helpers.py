@@ -81,8 +81,10 @@ def write_cluster_configs(
     max_attempts: int = 3,
     token_delay: float = 0.002,
     extra_agents: dict[str, dict[str, Any]] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
-    """(gateway config, worker config) for one cluster in `root`."""
+    """(gateway config, worker config) for one cluster in `root` (`model`: the default
+    model, else the offline `scripted` one)."""
     sub = root / "subagents"
     sub.mkdir(parents=True, exist_ok=True)
     for spec_path in (REPO / "configs" / "subagents").glob("*.yaml"):
@@ -96,7 +98,7 @@ def write_cluster_configs(
         data = {
             "server": {"host": "127.0.0.1", "port": 0, "shutdown_timeout": 5},
             "storage": {"url": redis_url, "durability": "relaxed"},
-            "models": {"default": {"provider": "scripted"}},
+            "models": {"default": model or {"provider": "scripted"}},
             "subagents_dir": "subagents",
             "cluster": {
                 "name": "test",

@@ -13,7 +13,6 @@ Pub/sub is not on the data path.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Collection
 from typing import cast
 
@@ -22,12 +21,12 @@ import trio
 
 from agents.core.payloads import RunFinishedData
 from orchestrator.cluster.store import ApproveControl, CancelControl, ClusterStore, SendControl
+from orchestrator.cluster.threads import ClusterThreads
 from orchestrator.core.approvals import Answer, ApprovalInfo
-from orchestrator.core.bus import new_run_id, new_session_id
 from orchestrator.core.events import EventType
-from orchestrator.core.threads import ThreadAsk, new_thread_id
+from orchestrator.core.threads import ThreadAsk
 from orchestrator.runs.fork import check_fork, events_of, fork_record
-from orchestrator.runs.service import StorageUnavailable, ThreadError
+from orchestrator.runs.service import LimitExceeded, StorageUnavailable, ThreadError
 from orchestrator.runs.threads import Threads
 from orchestrator.runtime.approvals import (
     already_answered,
@@ -100,8 +99,9 @@ class ClusterGateway:
         journal.mirrors.lookup = store.record
         self.tail_reads = 0
         self.threads = Threads(journal)
-        """The threads of the runs this gateway knows (a thread's next run is not
-        started in cluster mode yet: docs/threads.md)."""
+        """The threads' conversations, read from wherever their runs ran."""
+        self._threads = ClusterThreads(self)
+        self.threads.index = self._threads
 
     async def start(
         self,
@@ -114,39 +114,29 @@ class ClusterGateway:
         context_id: str | None = None,
         thread: ThreadAsk | None = None,
     ) -> QueuedRun:
-        """Queue a run; it is the cluster's from here on, in a new thread.
+        """Queue a run; it is the cluster's from here on, in its thread (`thread`:
+        which, and what a new input does while one of its runs runs: as on one server,
+        `cluster/threads.py`).
 
         `stream` does not matter here (a worker journals every run) and `max_runs`
-        is not counted across the cluster. A thread's next run is not started in
-        cluster mode yet (docs/threads.md).
+        is not counted across the cluster.
 
         Raises:
             UnknownAgent: no such subagent.
             StorageUnavailable: the run cannot be queued.
-            ThreadError: a thread's next run asked for, or no agent named.
+            LimitExceeded: `reject` while a run of the thread runs, or a full queue.
+            ThreadError: the thread or the agent to continue cannot go on as asked.
         """
-        if thread is not None and (thread.thread_id or thread.agent_key):
-            raise ThreadError(
-                "bad_request",
-                "a thread's next run starts on a single server for now; in cluster mode "
-                "each run starts a thread of its own (docs/threads.md)",
+        ask = thread or ThreadAsk()
+        try:
+            thread_id, run_id = await self._threads.start(
+                agent_id, input, owner=owner, context_id=context_id, ask=ask
             )
-        if agent_id is None:
-            raise ThreadError("bad_request", "agent is required")
-        if agent_id not in self.agents:
-            raise UnknownAgent(agent_id, sorted(self.agents))
-        record = RunRecord(
-            run_id=new_run_id(),
-            agent_id=agent_id,
-            input=input,
-            status="queued",
-            created_at=time.time(),
-            root_session_id=new_session_id(root=True),
-            owner=owner,
-            context_id=context_id,
-            thread_id=new_thread_id(),
-        )
-        return await self._queue(record)
+        except (ThreadError, UnknownAgent, LimitExceeded):
+            raise
+        except Exception as exc:
+            raise StorageUnavailable(f"cannot queue the run: {type(exc).__name__}: {exc}") from exc
+        return QueuedRun(self, run_id, thread_id)
 
     async def fork(
         self, point: ForkPoint, *, owner: str | None = None, max_runs: int | None = None

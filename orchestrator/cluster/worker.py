@@ -25,6 +25,7 @@ import trio
 from orchestrator.cluster.control import apply_control
 from orchestrator.cluster.leases import Leases, Owned
 from orchestrator.cluster.store import ClusterStore, QueueEntry, attempt_of
+from orchestrator.cluster.threads import thread_start
 from orchestrator.cluster.waiting import WaitingList
 from orchestrator.config import ClusterConfig
 from orchestrator.core.fork import ForkError
@@ -231,6 +232,8 @@ class Worker:
                 run_id,
                 attempt,
             )
+        if record.last_seq == 0:  # (a thread's run: after the run before it, from its conversation)
+            thread = await thread_start(store, self.host.threads, record)
         resumed = {"attempt": attempt, "worker": self.name, "afterSeq": record.last_seq}
         recording = await recording_of(self.journal, record, self.host.threads) if plan else None
         return await self._go(

@@ -27,7 +27,7 @@ from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UnknownRun
 
-__all__ = ["MAX_QUEUED", "ThreadHost", "ThreadStarts", "new_record"]
+__all__ = ["MAX_QUEUED", "ThreadHost", "ThreadStarts", "agent_of", "new_record"]
 
 MAX_QUEUED = 16
 """Runs of one thread that may wait for the run before them (`enqueue`); past it the
@@ -141,7 +141,7 @@ class ThreadStarts:
             raise ThreadError(
                 "not_found", f"run {ask.from_run!r} is not a run of thread {thread_id!r}"
             )
-        agent_id = agent_id or _agent_of(ask, known)
+        agent_id = agent_id or agent_of(ask, known)
         host.admit(agent_id, owner, max_runs)
         if running is not None and ask.multitask == "enqueue":
             assert known is not None
@@ -246,7 +246,7 @@ class _Started:
         return await self.hosted.wait()
 
 
-def _agent_of(ask: ThreadAsk, known: ThreadInfo | None) -> str:
+def agent_of(ask: ThreadAsk, known: ThreadInfo | None) -> str:
     """The agent a run that names none runs: the one `agentKey` continues, else the
     thread's newest run's.
 

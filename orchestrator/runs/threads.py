@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
 from agents.core.messages import AssistantMessage, Message, ToolResultMessage
 from agents.core.payloads import AgentStartedData
@@ -32,7 +32,7 @@ from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UNFINISHED, UnknownRun
 
-__all__ = ["ThreadInfo", "Threads"]
+__all__ = ["ThreadIndex", "ThreadInfo", "Threads"]
 
 CACHED = 256
 """Conversations kept once computed (each a list of the messages' references)."""
@@ -61,11 +61,28 @@ class ThreadInfo:
         return last.finished_at or last.created_at
 
 
+class ThreadIndex(Protocol):
+    """Where the threads are listed when this instance does not see every run (a
+    cluster's gateways: `cluster/threads.py`)."""
+
+    async def of(self, thread_id: str, owner: str | None, everyone: bool) -> ThreadInfo | None:
+        """As `Threads.of`."""
+        ...
+
+    async def listing(
+        self, owner: str | None, everyone: bool, limit: int
+    ) -> tuple[list[ThreadInfo], bool]:
+        """The first `limit` of `Threads.listing`, and whether there are more."""
+        ...
+
+
 class Threads:
     """The threads of one journal: their runs, and their conversations."""
 
     def __init__(self, journal: Journal, *, cached: int = CACHED) -> None:
         self.journal = journal
+        self.index: ThreadIndex | None = None
+        """Where threads are listed instead of this journal's records (cluster mode)."""
         self._cached = cached
         self._conversations: OrderedDict[tuple[str, str | None], tuple[Message, ...]] = (
             OrderedDict()
@@ -99,6 +116,24 @@ class Threads:
         ]
         threads.sort(key=lambda t: t.last_activity, reverse=True)
         return threads
+
+    async def find(
+        self, thread_id: str, owner: str | None, *, everyone: bool = False
+    ) -> ThreadInfo | None:
+        """`of`, from the index when there is one (every run of a cluster)."""
+        if self.index is not None:
+            return await self.index.of(thread_id, owner, everyone)
+        return self.of(thread_id, owner, everyone=everyone)
+
+    async def page(
+        self, owner: str | None, *, everyone: bool = False, limit: int
+    ) -> tuple[list[ThreadInfo], bool]:
+        """The first `limit` threads of `listing` (from the index when there is one),
+        and whether there are more."""
+        if self.index is not None:
+            return await self.index.listing(owner, everyone, limit)
+        listed = self.listing(owner, everyone=everyone)
+        return listed[:limit], len(listed) > limit
 
     async def start_of(
         self,
@@ -171,7 +206,7 @@ class Threads:
             self._conversations.move_to_end(key)
             self._earlier.move_to_end(run_id)
             return self._conversations[key]
-        chain = self._unknown_chain(run_id)
+        chain = await self._unknown_chain(run_id)
         history: tuple[Message, ...] = ()
         earlier: tuple[EarlierAgent, ...] = ()
         first = chain[0]
@@ -197,11 +232,11 @@ class Threads:
                     self._keep((record.run_id, following.continues_agent), history)
         return history
 
-    def _unknown_chain(self, run_id: str) -> list[RunRecord]:
+    async def _unknown_chain(self, run_id: str) -> list[RunRecord]:
         """The runs back from `run_id` whose conversations are not kept, oldest first
         (the oldest either starts the thread or follows a kept conversation)."""
         chain: list[RunRecord] = []
-        record: RunRecord | None = self._record(run_id)
+        record: RunRecord | None = await self._record(run_id)
         while record is not None:
             chain.append(record)
             previous = record.previous_run_id
@@ -211,24 +246,25 @@ class Threads:
                 break
             if previous is None:
                 break
-            record = self._record(previous)
+            record = await self._record(previous)
         chain.reverse()
         return chain
 
-    def _record(self, run_id: str) -> RunRecord:
-        """A run of the chain.
+    async def _record(self, run_id: str) -> RunRecord:
+        """A run of the chain, as stored now (in cluster mode, wherever it ran).
 
         Raises:
             ThreadError: it is gone (deleted by retention, or with its thread).
         """
         try:
-            return self.journal.get(run_id).record
+            record, _ = await self.journal.mirrors.settled(run_id)
         except UnknownRun:
             raise ThreadError(
                 "not_found",
                 f"run {run_id!r} of the thread is gone (retention deleted it, or it was "
                 "deleted): the thread cannot go on from it",
             ) from None
+        return record
 
     async def _rebuilt(
         self,

@@ -324,12 +324,13 @@ async def threads(conn: Caller, op: protocol.Threads) -> None:
     if op.thread_id is None:
         if op.action == "delete":
             raise ProtocolError("bad_request", "threadId names the thread to delete", op.id)
-        listed = found.listing(owner, everyone=principal.sees_all)
-        shown = [_thread_info(t, ids=True) for t in listed[: op.limit]]
-        reply = protocol.ThreadsReply(threads=shown, more=len(listed) > op.limit, id=op.id)
+        listed, more = await found.page(owner, everyone=principal.sees_all, limit=op.limit)
+        shown = [_thread_info(t, ids=True) for t in listed]
+        reply = protocol.ThreadsReply(threads=shown, more=more, id=op.id)
         await conn.reply(protocol.encode(reply))
         return
-    thread = found.of(op.thread_id, owner, everyone=principal.sees_all and op.action == "list")
+    everyone = principal.sees_all and op.action == "list"
+    thread = await found.find(op.thread_id, owner, everyone=everyone)
     if thread is None:
         raise ProtocolError("not_found", f"no thread {op.thread_id!r}", op.id)
     if op.action == "list":

@@ -63,6 +63,28 @@ class RunMirrors:
             raise UnknownRun(run_id)
         return journal.logs.get(run_id) or self.adopt(record)
 
+    async def settled(self, run_id: str) -> tuple[RunRecord, RunLog]:
+        """A run's record as stored now, and its log holding every event that record
+        counts: a mirror nobody here tails catches up from storage first (a thread's
+        earlier run, read by another instance than the one that executed it).
+
+        Raises:
+            UnknownRun: no such run (anywhere).
+        """
+        log = await self.find(run_id)
+        if not log.remote or self.lookup is None:
+            return log.record, log
+        record = await self.lookup(run_id)
+        if record is None:
+            raise UnknownRun(run_id)
+        while log.committed < record.last_seq:
+            count = min(1024, record.last_seq - log.committed)
+            before = log.committed
+            self.append_remote(run_id, await self.journal.storage.read(run_id, before, count))
+            if log.committed == before:
+                break  # (trimmed, or not stored yet: the journal reads what there is)
+        return record, log
+
     def adopt(self, record: RunRecord) -> RunLog:
         """Register a run executed by another instance: a mirror fed by `append_remote`."""
         log = RunLog(record, remote=True)
