@@ -18,22 +18,37 @@ end as the task's final state.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from a2a.types import a2a_pb2 as pb
+from google.protobuf import json_format  # type: ignore[import-untyped]
 
 from agents.core.payloads import (
     AgentErrorData,
     AgentStalledData,
+    ApprovalRequestedData,
+    ApprovalResolvedData,
     ReasoningData,
     RunFinishedData,
     TurnEndData,
     agent_error,
 )
+from orchestrator.core.approvals import Answer
 from orchestrator.core.events import Event, EventType
 
-__all__ = ["HANDLES", "IGNORES", "ChildEvent", "TaskFollower", "TaskUpdate", "TaskView", "text_of"]
+__all__ = [
+    "HANDLES",
+    "IGNORES",
+    "ChildEvent",
+    "TaskFollower",
+    "TaskUpdate",
+    "TaskView",
+    "Waiting",
+    "answer_of",
+    "text_of",
+]
 
 HANDLES = frozenset(
     {
@@ -43,6 +58,8 @@ HANDLES = frozenset(
         EventType.AGENT_RESULT,
         EventType.AGENT_ERROR,
         EventType.AGENT_STALLED,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_RESOLVED,
         EventType.RUN_FINISHED,
     }
 )
@@ -56,8 +73,6 @@ IGNORES = frozenset(
         EventType.TOOL_PROGRESS,
         EventType.RUN_RESUMED,
         EventType.TURN_ABANDONED,
-        EventType.APPROVAL_REQUESTED,
-        EventType.APPROVAL_RESOLVED,
         EventType.COMPACTION_STARTED,
         EventType.COMPACTION_FINISHED,
     }
@@ -181,6 +196,91 @@ class TaskFollower:
 
 TaskUpdate = pb.TaskStatusUpdateEvent | pb.TaskArtifactUpdateEvent
 
+ARGS_SHOWN = 500
+"""Characters of a waiting call's arguments its question quotes (its data part has
+them whole)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A call that waits for a person: the question an `input-required` task asks."""
+
+    tool_call_id: str
+    agent_key: str | None
+    asked: ApprovalRequestedData
+
+    @property
+    def name(self) -> str:
+        return self.asked["name"]
+
+    def question(self) -> str:
+        """What the task's status message asks."""
+        args = json.dumps(self.asked["args"], ensure_ascii=False)
+        if len(args) > ARGS_SHOWN:
+            args = args[:ARGS_SHOWN] + "…"
+        who = f"agent {self.agent_key}" if self.agent_key else "the root agent"
+        return (
+            f'{who} asks to run {self.name} with {args}: reply "approve" or "deny" '
+            "(a reason may follow a colon)"
+        )
+
+    def data(self) -> dict[str, Any]:
+        """The status message's data part: the call, as a client answers it."""
+        return {
+            "toolCallId": self.tool_call_id,
+            "agentKey": self.agent_key,
+            "name": self.name,
+            "args": self.asked["args"],
+            "timeoutAt": self.asked["timeoutAt"],
+            "edit": self.asked["edit"],
+        }
+
+
+_YES = frozenset({"approve", "approved", "yes", "y", "ok", "allow"})
+_NO = frozenset({"deny", "denied", "reject", "rejected", "no", "n"})
+
+
+def answer_of(message: pb.Message, waiting: dict[str, Waiting], by: str) -> Answer | str:
+    """The answer a message to an `input-required` task gives one of its waiting calls,
+    or why it gives none. A data part `{decision: approve|deny, toolCallId?, reason?,
+    args?}` says it exactly; else the text does: `approve` or `deny` (or yes/no), a
+    reason after a colon, for the oldest waiting call."""
+    if not waiting:
+        return "no call of this task waits for an answer"
+    data: dict[str, Any] = {}
+    for part in message.parts:
+        fields = json_format.MessageToDict(part)  # (a data part: {"data": {…}})
+        if isinstance(fields.get("data"), dict):
+            data = fields["data"]
+            break
+    text = text_of(message.parts).strip()
+    word, _, reason = text.partition(":")
+    said_decision = str(data.get("decision") or word.strip().lower())
+    decision: Literal["approve", "deny"]
+    if said_decision in _YES:
+        decision = "approve"
+    elif said_decision in _NO:
+        decision = "deny"
+    else:
+        return (
+            'answer "approve" or "deny" (a reason may follow a colon), or a data part '
+            "{decision, toolCallId?, reason?, args?}"
+        )
+    call_id = data.get("toolCallId") or next(iter(waiting))
+    call = waiting.get(str(call_id))
+    if call is None:
+        return f"no waiting call {call_id!r} (waiting: {', '.join(waiting)})"
+    said = data.get("reason") or reason.strip() or None
+    args = data.get("args") if decision == "approve" else None
+    return Answer(
+        tool_call_id=call.tool_call_id,
+        decision=decision,
+        agent_key=call.agent_key,
+        by=by,
+        reason=str(said) if said is not None else None,
+        args=args if isinstance(args, dict) else None,
+    )
+
 
 @dataclass
 class TaskView:
@@ -192,9 +292,14 @@ class TaskView:
     state: int = S.TASK_STATE_SUBMITTED
     answer: list[str] = field(default_factory=list)
     message: str = ""
+    data: dict[str, Any] | None = None
+    """The data part of the status message (a waiting call's, while input is required)."""
     seq: int = 0
     """The seq of the last event taken in: each update carries its event's seq
     (`metadata.seq`), the task the seq it stands at — the cursor of SubscribeToTask."""
+    waiting: dict[str, Waiting] = field(default_factory=dict)
+    """The calls that wait for a person's answer, oldest first, by toolCallId: while
+    there is one the task is `input-required` (its answer: `answer_of`)."""
     _messages: int = 0
     _replace: bool = False
 
@@ -239,7 +344,24 @@ class TaskView:
                 tool = f" in {stall['tool']}" if "tool" in stall else ""
                 said = f"{where}: stalled{tool}, no event for {stall['silentSeconds']:g} s"
             return [self._status(S.TASK_STATE_WORKING, said)]
+        if kind is EventType.APPROVAL_REQUESTED:
+            asked = cast(ApprovalRequestedData, data)
+            call = Waiting(asked["toolCallId"], source.agent_key if source else None, asked)
+            self.waiting[call.tool_call_id] = call
+            return [self._status(S.TASK_STATE_INPUT_REQUIRED, call.question(), call.data())]
+        if kind is EventType.APPROVAL_RESOLVED:
+            resolved = cast(ApprovalResolvedData, data)
+            call_id = resolved["toolCallId"]
+            gone = self.waiting.pop(call_id, None)
+            if gone is None:
+                return []
+            said = f"{gone.name} ({call_id}): {resolved['decision']} by {resolved['by']}"
+            if self.waiting:  # the next one still waits
+                first = next(iter(self.waiting.values()))
+                return [self._status(S.TASK_STATE_INPUT_REQUIRED, first.question(), first.data())]
+            return [self._status(S.TASK_STATE_WORKING, said)]
         if kind is EventType.RUN_FINISHED:
+            self.waiting.clear()
             return self._final(cast(RunFinishedData, data))
         return []
 
@@ -253,7 +375,7 @@ class TaskView:
         task.metadata.update({"seq": self.seq})
         task.status.state = self.state  # type: ignore[assignment]
         if self.message:
-            task.status.message.CopyFrom(self._message(self.message))
+            task.status.message.CopyFrom(self._message(self.message, self.data))
         if self.answer:
             task.artifacts.append(self._artifact("".join(self.answer)))
         return task
@@ -278,14 +400,16 @@ class TaskView:
             append=append,
         )
 
-    def _status(self, state: int, text: str) -> pb.TaskStatusUpdateEvent:
-        self.state, self.message = state, text
+    def _status(
+        self, state: int, text: str, data: dict[str, Any] | None = None
+    ) -> pb.TaskStatusUpdateEvent:
+        self.state, self.message, self.data = state, text, data
         update = pb.TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id)
         update.status.state = state  # type: ignore[assignment]
-        update.status.message.CopyFrom(self._message(text))
+        update.status.message.CopyFrom(self._message(text, data))
         return update
 
-    def _message(self, text: str) -> pb.Message:
+    def _message(self, text: str, data: dict[str, Any] | None = None) -> pb.Message:
         self._messages += 1
         message = pb.Message(
             message_id=f"{self.task_id}-{self._messages}",
@@ -294,6 +418,8 @@ class TaskView:
             role=pb.Role.ROLE_AGENT,
         )
         message.parts.append(pb.Part(text=text))
+        if data is not None:
+            message.parts.append(json_format.ParseDict({"data": data}, pb.Part()))
         return message
 
     def _artifact(self, text: str) -> pb.Artifact:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, MutableMapping
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -35,8 +36,9 @@ from a2a.utils.errors import (
 from starlette.applications import Starlette
 from starlette.requests import Request
 
-from orchestrator.a2a.mapping import TaskUpdate, TaskView, text_of
+from orchestrator.a2a.mapping import TaskUpdate, TaskView, answer_of, text_of
 from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
+from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.server.auth import Principal
 from orchestrator.server.endpoints import (
     DoorContext,
@@ -58,6 +60,7 @@ PREFIX = "/a2a"
 CARD_PATH = "/.well-known/agent-card.json"
 _PRINCIPAL, _AGENT = "orchestrator.principal", "orchestrator.agent"
 MAX_CONTEXT_ID = MAX_THREAD_ID
+_INPUT_REQUIRED = pb.TaskState.TASK_STATE_INPUT_REQUIRED
 """Longest `contextId` a message may give (it is kept with the run)."""
 AFTER_SEQ_HEADER = "a2a-orchestrator-after-seq"
 """SubscribeToTask's cursor (the request has no field for one, so it travels as the
@@ -226,8 +229,10 @@ class RunTasks(RequestHandler):
         view = await self._start(params, context)
         if params.configuration.return_immediately:
             return view.task()
-        async for _ in self._follow(view):
-            pass
+        async with aclosing(self._follow(view, after=view.seq)) as updates:
+            async for _ in updates:
+                if view.state == _INPUT_REQUIRED:
+                    break  # interrupted: the client's next message (with the taskId) answers
         return view.task()
 
     async def on_message_send_stream(
@@ -235,8 +240,11 @@ class RunTasks(RequestHandler):
     ) -> AsyncGenerator[pb.Task | TaskUpdate, None]:
         view = await self._start(params, context)
         yield view.task()
-        async for update in self._follow(view):
-            yield update
+        async with aclosing(self._follow(view, after=view.seq)) as updates:
+            async for update in updates:
+                yield update
+                if view.state == _INPUT_REQUIRED:
+                    return  # interrupted: the client's next message (with the taskId) answers
 
     async def _start(self, params: pb.SendMessageRequest, context: ServerCallContext) -> TaskView:
         principal: Principal = context.state[_PRINCIPAL]
@@ -244,9 +252,7 @@ class RunTasks(RequestHandler):
             raise InvalidRequestError(message="a viewer token may not start runs")
         message = params.message
         if message.task_id:
-            raise InvalidParamsError(
-                message="each message starts a task here; a task takes no further messages"
-            )
+            return await self._answer(message, principal, context)
         task = text_of(message.parts)
         if not task:
             raise InvalidParamsError(message="the message has no text part: nothing to do")
@@ -268,11 +274,36 @@ class RunTasks(RequestHandler):
         run_id = started.run_id
         return TaskView(run_id, context_id or started.thread_id or run_id)
 
+    async def _answer(
+        self, message: pb.Message, principal: Principal, context: ServerCallContext
+    ) -> TaskView:
+        """A message to a task in `input-required`: the answer to its waiting call (the
+        oldest, or the one its data part names), given as the `approve` op gives one."""
+        task_id = message.task_id
+        log = await self._visible(task_id, context)
+        view = _view(log)
+        for entry in await self.app.journal.read_all(task_id, log.committed):
+            view.updates(entry.event)
+        if view.state != _INPUT_REQUIRED:
+            raise InvalidParamsError(
+                message=f"task {task_id} is not waiting for input: a message with a taskId "
+                "answers a task in input-required (a new message, without one, starts a task)"
+            )
+        answer = answer_of(message, view.waiting, principal.name or "client")
+        if isinstance(answer, str):
+            raise InvalidParamsError(message=answer)
+        try:
+            await self.app.runs.approve(task_id, answer)
+        except ApprovalError as exc:
+            raise InvalidParamsError(message=str(exc)) from None
+        return view
+
     async def _follow(self, view: TaskView, after: int = 0) -> AsyncGenerator[TaskUpdate, None]:
-        async for entries in follow_run(self.app.journal, view.task_id, after):
-            for entry in entries:
-                for update in view.updates(entry.event):
-                    yield update
+        async with aclosing(follow_run(self.app.journal, view.task_id, after)) as batches:
+            async for entries in batches:
+                for entry in entries:
+                    for update in view.updates(entry.event):
+                        yield update
 
     # -- tasks: runs ------------------------------------------------------------------
 

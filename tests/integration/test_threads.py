@@ -57,6 +57,12 @@ def brain(role: str, messages: list[dict[str, Any]], body: dict[str, Any]) -> Re
                 )
             return Reply("asking", calls=[("agent_spawn", ask)])
         return Reply(f"lead: {results[-1]}")
+    if role == "keeper":
+        if messages[-1]["role"] == "user":
+            return Reply(
+                "noting", calls=[("write_file", {"path": "note.txt", "content": said[-1]})]
+            )
+        return Reply(f"keeper: {results[-1]}")
     if role == "helper":
         if said[-1].startswith("hold"):
             return Reply("helping slowly", hang=True)
@@ -79,6 +85,12 @@ AGENTS = {
         "tools": ["agent_spawn"],
     },
     "helper": {"description": "Helps.", "instructions": "ROLE: helper\nHelp."},
+    "keeper": {
+        "description": "Keeps notes, once a person allows it.",
+        "instructions": "ROLE: keeper\nWrite it down.",
+        "tools": ["write_file"],
+        "approval": ["write_file"],
+    },
 }
 
 
@@ -100,7 +112,9 @@ def write(
         "models": {"default": {"provider": "openai", "base_url": fake.base_url, "model": "fake"}},
         "subagents_dir": "subagents",
         "limits": {"max_depth": 3},
+        "tools": {"root": "workspace"},
     }
+    (tmp_path / "workspace").mkdir(exist_ok=True)
     path = tmp_path / "server.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -582,6 +596,61 @@ async def test_the_official_a2a_client_talks_in_one_context(tmp_path: Path) -> N
         async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
             listed = await Client(ws).ask(op="threads", id="t", threadId="ctx-chat-1")
         assert len(listed["threads"][0]["runs"]) == 2
+
+
+async def a2a_input(
+    server: RunningServer, token: str, *texts: str, task: str | None = None
+) -> dict[str, Any]:
+    """clients/a2a_input.mjs against the `keeper` agent (`task`: the first message
+    goes to that task): its outcome."""
+    done = await trio.run_process(
+        [
+            "node",
+            str(REPO / "clients" / "a2a_input.mjs"),
+            f"http://127.0.0.1:{server.port}/a2a/keeper/",
+            token,
+            *texts,
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ, **({"A2A_TASK_ID": task} if task else {})},
+    )
+    outcome: dict[str, Any] = json.loads(done.stdout.decode().splitlines()[-1])
+    return outcome
+
+
+async def test_an_a2a_task_waiting_for_approval_is_input_required(tmp_path: Path) -> None:
+    """A call that waits for a person makes the task `input-required` (the official
+    client's blocking `sendMessage` returns it so, the call in a data part); the
+    client's next message with the taskId answers it, and the task goes on."""
+    need("@a2a-js/sdk")
+    async with server_with_fake(tmp_path, tokens=True, doors=True) as (server, _):
+        outcome = await a2a_input(server, "ann-secret", "buy milk", "approve", "again?")
+        assert not outcome["ok"], outcome  # the third message: the task is not waiting
+        assert "not waiting for input" in outcome["error"], outcome
+        first, second = outcome["tasks"]
+        assert first["state"] == 6, first  # TASK_STATE_INPUT_REQUIRED
+        assert "asks to run write_file" in first["said"] and "approve" in first["said"]
+        (data,) = first["data"]
+        assert "write_file" in json.dumps(data) and "note.txt" in json.dumps(data), data
+        assert second["id"] == first["id"] and second["state"] == 3, second  # COMPLETED
+        assert second["answer"] == "keeper: wrote 8 characters to note.txt", second
+        assert (tmp_path / "workspace" / "note.txt").read_text() == "buy milk"
+        denied = await a2a_input(server, "ann-secret", "sell milk", "deny: not today")
+        assert denied["ok"], denied
+        assert denied["tasks"][1]["state"] == 3, denied
+        assert "not today" in denied["tasks"][1]["answer"], denied
+        assert (tmp_path / "workspace" / "note.txt").read_text() == "buy milk"
+        # Another token does not see a waiting task, and a viewer cannot answer it.
+        waiting = await a2a_input(server, "ann-secret", "call mum")
+        (task,) = waiting["tasks"]
+        assert task["state"] == 6, waiting
+        for token in ("bob-secret", "eve-secret"):
+            outsider = await a2a_input(server, token, "approve", task=task["id"])
+            assert not outsider["ok"], outsider
+        done = await a2a_input(server, "ann-secret", "approve", task=task["id"])
+        assert done["tasks"][0]["answer"] == "keeper: wrote 8 characters to note.txt", done
 
 
 async def test_a_fork_of_a_threads_run_starts_a_thread_of_its_own(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from a2a.types import a2a_pb2 as pb
 
 from agents.errors import SpecError
 from agents.spec import AgentSpec, load_spec
-from orchestrator.a2a.mapping import TaskFollower, TaskView
+from orchestrator.a2a.mapping import TaskFollower, TaskView, answer_of
+from orchestrator.core.approvals import Answer
 from orchestrator.core.events import Event, EventType, Source
 
 S = pb.TaskState
@@ -200,3 +201,68 @@ def test_a_bad_remote_names_its_file(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"far\.yaml") as info:
         load_spec(path)
     assert "not both" in str(info.value)
+
+
+def asked(call_id: str, name: str = "write_file") -> dict[str, Any]:
+    return {"toolCallId": call_id, "name": name, "args": {"p": 1}, "timeoutAt": 9.0, "edit": True}
+
+
+def answer_message(text: str, data: dict[str, Any] | None = None) -> pb.Message:
+    message = pb.Message(message_id="m", task_id="run-1")
+    message.parts.append(pb.Part(text=text))
+    if data is not None:
+        part = pb.Part()
+        part.data.struct_value.update(data)
+        message.parts.append(part)
+    return message
+
+
+def test_a_call_waiting_for_a_person_makes_the_task_input_required() -> None:
+    view = TaskView("run-1", "ctx")
+    view.updates(ev(EventType.RUN_STARTED, agentId="p", input="q"))
+    (first,) = view.updates(ev(EventType.APPROVAL_REQUESTED, source("root/r"), **asked("c1")))
+    view.updates(ev(EventType.APPROVAL_REQUESTED, None, **asked("c2", "http_get")))
+    assert first.status.state == S.TASK_STATE_INPUT_REQUIRED
+    assert "asks to run write_file" in first.status.message.parts[0].text
+    assert first.status.message.parts[1].data.struct_value["toolCallId"] == "c1"
+    assert list(view.waiting) == ["c1", "c2"]
+    (still,) = view.updates(
+        ev(EventType.APPROVAL_RESOLVED, source("root/r"), toolCallId="c1", decision="approve",
+           by="ann", edited=False)
+    )  # fmt: skip
+    assert still.status.state == S.TASK_STATE_INPUT_REQUIRED  # c2 still waits
+    assert "http_get" in still.status.message.parts[0].text
+    (going,) = view.updates(
+        ev(EventType.APPROVAL_RESOLVED, None, toolCallId="c2", decision="deny", by="ann",
+           edited=False)
+    )  # fmt: skip
+    assert going.status.state == S.TASK_STATE_WORKING and not view.waiting
+
+
+def test_an_input_required_tasks_answer_is_read_from_its_message() -> None:
+    view = TaskView("run-1", "ctx")
+    view.updates(ev(EventType.APPROVAL_REQUESTED, source("root/r"), **asked("c1")))
+    view.updates(ev(EventType.APPROVAL_REQUESTED, None, **asked("c2")))
+    said = answer_of(answer_message("Deny: too risky"), view.waiting, "ann")
+    assert isinstance(said, Answer)
+    assert (said.tool_call_id, said.decision, said.reason, said.by) == (
+        "c1",
+        "deny",
+        "too risky",
+        "ann",
+    )
+    assert said.agent_key == "agent:r:1"
+    named = answer_of(
+        answer_message("", {"decision": "approve", "toolCallId": "c2", "args": {"p": 2}}),
+        view.waiting,
+        "ann",
+    )
+    assert isinstance(named, Answer)
+    assert (named.tool_call_id, named.decision, named.agent_key, named.args) == (
+        "c2", "approve", None, {"p": 2.0}
+    )  # fmt: skip
+    assert "approve" in str(answer_of(answer_message("maybe"), view.waiting, "ann"))
+    assert "no waiting call 'c9'" in str(
+        answer_of(answer_message("yes", {"toolCallId": "c9"}), view.waiting, "ann")
+    )
+    assert "no call" in str(answer_of(answer_message("yes"), {}, "ann"))
