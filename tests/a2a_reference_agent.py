@@ -5,7 +5,8 @@ the other side of the interop tests, as a team would run it. Not our code's styl
     python tests/a2a_reference_agent.py MARKER_DIR     # prints "listening on PORT"
 
 What it does depends on the message: `fail …` fails; `wait …` works until cancelled
-(and writes MARKER_DIR/cancelled when it is); `ask …` asks for more input; anything
+(and writes MARKER_DIR/cancelled when it is); `ask …` asks for more input (`which?`:
+the task's next message is the answer, and is worked on as a message is); anything
 else streams three status messages and an answer artifact in two chunks. A request
 with `Authorization: Bearer wrong` is refused (401).
 """

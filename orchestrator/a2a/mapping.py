@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from a2a.types import a2a_pb2 as pb
-from google.protobuf import json_format  # type: ignore[import-untyped]
+from google.protobuf import json_format
 
 from agents.core.payloads import (
     AgentErrorData,
@@ -88,13 +88,21 @@ _ENDED_BADLY = {
     S.TASK_STATE_FAILED: "failed",
     S.TASK_STATE_REJECTED: "rejected",
     S.TASK_STATE_CANCELED: "cancelled",
-    S.TASK_STATE_INPUT_REQUIRED: "input_required",
     S.TASK_STATE_AUTH_REQUIRED: "auth_required",
 }
 _WHY = {
-    "input_required": "the A2A agent asks for more input, which a spawned child cannot give",
     "auth_required": "the A2A agent asks for authentication, which a spawned child cannot give",
 }
+
+
+def data_of(parts: Any) -> dict[str, Any] | None:
+    """The first data part of a message that holds an object (None: none does)."""
+    for part in parts:
+        fields = json_format.MessageToDict(part)  # (a data part: {"data": {…}})
+        if isinstance(fields.get("data"), dict):
+            found: dict[str, Any] = fields["data"]
+            return found
+    return None
 
 
 def text_of(parts: Any) -> str:
@@ -113,6 +121,9 @@ class TaskFollower:
     """Its answer, once it completed."""
     error: tuple[str, str] | None = None
     """(errorType, message), once it ended otherwise."""
+    asking: tuple[str, dict[str, Any] | None] | None = None
+    """While the task is `input-required`: its question, and the data part it came
+    with (a person here answers it: `runtime/a2a_child.py`)."""
     _spoken: list[str] = field(default_factory=list)
     _artifacts: dict[str, list[str]] = field(default_factory=dict)
     _last_message: str = ""
@@ -125,6 +136,10 @@ class TaskFollower:
         out: list[ChildEvent] = []
         if kind == "task":
             task = response.task
+            if self.task_id:  # the task again, after an answer: as it stood, known here
+                for artifact in task.artifacts:
+                    self._artifacts[artifact.artifact_id] = [text_of(artifact.parts)]
+                return out
             self.task_id, self.context_id = task.id, task.context_id
             for artifact in task.artifacts:
                 self._artifact(artifact, False, out)
@@ -148,13 +163,18 @@ class TaskFollower:
         return out
 
     def _status(self, status: pb.TaskStatus, out: list[ChildEvent]) -> None:
+        text = ""
         if status.HasField("message"):
             text = text_of(status.message.parts)
             if text:
                 self._last_message = text
                 self._say(text, out)
         state = status.state
-        if state == S.TASK_STATE_COMPLETED:
+        self.asking = None
+        if state == S.TASK_STATE_INPUT_REQUIRED:
+            asked = data_of(status.message.parts)
+            self.asking = (text or "the A2A agent asks for more input", asked)
+        elif state == S.TASK_STATE_COMPLETED:
             self._end(None, out)
         elif state in _ENDED_BADLY:
             kind = _ENDED_BADLY[state]
@@ -247,12 +267,7 @@ def answer_of(message: pb.Message, waiting: dict[str, Waiting], by: str) -> Answ
     reason after a colon, for the oldest waiting call."""
     if not waiting:
         return "no call of this task waits for an answer"
-    data: dict[str, Any] = {}
-    for part in message.parts:
-        fields = json_format.MessageToDict(part)  # (a data part: {"data": {…}})
-        if isinstance(fields.get("data"), dict):
-            data = fields["data"]
-            break
+    data = data_of(message.parts) or {}
     text = text_of(message.parts).strip()
     word, _, reason = text.partition(":")
     said_decision = str(data.get("decision") or word.strip().lower())

@@ -244,7 +244,8 @@ class Children:
                 if a2a:
                     from orchestrator.runtime.a2a_child import run_a2a  # (the `a2a` extra)
 
-                    return await run_a2a(spec, task, bus, link)
+                    wait = spec.approval_timeout_seconds or run.catalog.approval_timeout
+                    return await run_a2a(spec, task, bus, link, input_timeout=wait)
                 return await run_remote(spec, task, bus, UsageNode(ctx.usage), link, again)
         finally:
             link.close()

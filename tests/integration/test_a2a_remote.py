@@ -1,8 +1,9 @@
 """A2A agents as subagents (`remote: {a2a: URL}`), against the `a2a-sdk`'s own server
 (`tests/a2a_reference_agent.py`, a separate process): its task streams in as the
-child's events, its answer is the spawn's result; a failed task, one that asks for
-input, a refused token and an unreachable agent are error results the parent goes
-on from; cancelling the child cancels the task there."""
+child's events, its answer is the spawn's result; a task that asks for input asks a
+person here (a waiting call of the child), whose answer goes back to it; a failed
+task, a question nobody answers, a refused token and an unreachable agent are error
+results the parent goes on from; cancelling the child cancels the task there."""
 
 from __future__ import annotations
 
@@ -103,7 +104,6 @@ async def test_failed_tasks_and_unreachable_agents_are_error_results(tmp_path: P
         config = demo_config(tmp_path, extra_agents=agents(a2a_url))
         async with running_server(config) as server:
             failed = await run_boss(server.url, "fail this")
-            asked = await run_boss(server.url, "ask me")
         (tmp_path / "b").mkdir()
         wrong = agents(a2a_url, token_env="A2A_TOKEN")
         with pytest.MonkeyPatch.context() as env:
@@ -117,7 +117,6 @@ async def test_failed_tasks_and_unreachable_agents_are_error_results(tmp_path: P
             unreachable = await run_boss(server.url, "anyone?")
     for events, says in (
         (failed, "failed: no sources found"),
-        (asked, "input_required: the A2A agent asks for more input"),
         (refused, "401"),
         (unreachable, "remote agent 'researcher' (A2A agent at http://127.0.0.1:9)"),
     ):
@@ -126,6 +125,57 @@ async def test_failed_tasks_and_unreachable_agents_are_error_results(tmp_path: P
         ends = [e for e in child_events(events) if e["type"] in ("AGENT_RESULT", "AGENT_ERROR")]
         assert [e["type"] for e in ends] == ["AGENT_ERROR"]  # the child ended once
         assert events[-1]["data"]["status"] == "completed"  # the parent went on
+
+
+async def test_a_task_that_asks_for_input_asks_a_person_here(tmp_path: Path) -> None:
+    async with reference_agent(tmp_path) as a2a_url:
+        config = demo_config(tmp_path, extra_agents=agents(a2a_url))
+        async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+            client = Client(ws)
+            ack = await client.ask(op="run", id=1, agent="boss", input="ask me")
+            (asked,) = await client.until("APPROVAL_REQUESTED")
+            assert asked["source"]["depth"] == 1, asked  # the child's waiting call
+            assert asked["data"]["name"] == "a2a_input" and asked["data"]["edit"] is True
+            assert asked["data"]["args"]["question"] == "which?"
+            listed = await client.ask(op="pending", id=2, runId=ack["runId"])
+            assert [a["toolCallId"] for a in listed["approvals"]] == [asked["data"]["toolCallId"]]
+            answer = await client.ask(
+                op="approve",
+                id=3,
+                runId=ack["runId"],
+                toolCallId=asked["data"]["toolCallId"],
+                decision="approve",
+                args={"reply": "the second one"},
+            )
+            assert answer["op"] == "ack", answer
+            end = await client.finish()
+        assert end["status"] == "completed", end
+        result = spawn_result(client.events)
+        assert not result["isError"], result
+        assert result["content"] == "trio: structured (the second one)"
+        (resolved,) = [e for e in client.events if e["type"] == "APPROVAL_RESOLVED"]
+        assert resolved["data"]["decision"] == "approve" and resolved["data"]["edited"]
+        ends = [
+            e for e in child_events(client.events) if e["type"] in ("AGENT_RESULT", "AGENT_ERROR")
+        ]
+        assert [e["type"] for e in ends] == ["AGENT_RESULT"]
+
+
+async def test_a_question_nobody_answers_ends_the_child_and_its_task(tmp_path: Path) -> None:
+    async with reference_agent(tmp_path) as a2a_url:
+        config = demo_config(
+            tmp_path, extra_agents=agents(a2a_url), limits={"approval_timeout_seconds": 1}
+        )
+        async with running_server(config) as server:
+            with trio.fail_after(30):
+                events = await run_boss(server.url, "ask me")
+        result = spawn_result(events)
+        assert result["isError"] and "input_required" in result["content"], result
+        assert "no decision within" in result["content"], result
+        assert events[-1]["data"]["status"] == "completed"  # the parent went on
+        with trio.fail_after(10):
+            while not (tmp_path / "cancelled").exists():  # noqa: ASYNC110 - another process
+                await trio.sleep(0.05)
 
 
 async def test_cancelling_the_child_cancels_the_task_there(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ pytest.importorskip("a2a", reason="the A2A tests need the `a2a` extra (pip insta
 from a2a.client import ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.types import a2a_pb2 as pb
-from google.protobuf import json_format  # type: ignore[import-untyped]
+from google.protobuf import json_format
 
 TOKENS = [
     {"name": "ann", "token": "ann-secret", "role": "user"},

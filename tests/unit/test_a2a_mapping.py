@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("a2a", reason="the A2A tests need the `a2a` extra (pip install -e '.[dev]')")
 
 from a2a.types import a2a_pb2 as pb
+from google.protobuf import json_format
 
 from agents.errors import SpecError
 from agents.spec import AgentSpec, load_spec
@@ -79,7 +80,6 @@ def test_a_completed_task_streams_its_text_and_answers_with_its_artifacts() -> N
         (S.TASK_STATE_FAILED, "failed", "no sources"),
         (S.TASK_STATE_REJECTED, "rejected", "no sources"),
         (S.TASK_STATE_CANCELED, "cancelled", "no sources"),
-        (S.TASK_STATE_INPUT_REQUIRED, "input_required", "asks for more input"),
         (S.TASK_STATE_AUTH_REQUIRED, "auth_required", "asks for authentication"),
     ],
 )
@@ -266,3 +266,24 @@ def test_an_input_required_tasks_answer_is_read_from_its_message() -> None:
         answer_of(answer_message("yes", {"toolCallId": "c9"}), view.waiting, "ann")
     )
     assert "no call" in str(answer_of(answer_message("yes"), {}, "ann"))
+
+
+def test_a_task_that_asks_for_input_waits_and_goes_on_after_the_answer() -> None:
+    follower = TaskFollower()
+    asking = status(S.TASK_STATE_INPUT_REQUIRED, "which one?")
+    named = json_format.ParseDict({"data": {"toolCallId": "c1"}}, pb.Part())
+    asking.status_update.status.message.parts.append(named)
+    first = feed(follower, task(S.TASK_STATE_WORKING), artifact("half ", False), asking)
+    assert not follower.ended and follower.asking == ("which one?", {"toolCallId": "c1"})
+    assert [e[1] for e in first] == [{"delta": "half "}, {"delta": "which one?"}]
+    again = task(S.TASK_STATE_INPUT_REQUIRED)  # the answer's stream starts with the task
+    again.task.artifacts.append(artifact("half ", False).artifact_update.artifact)
+    rest = feed(
+        follower,
+        again,
+        status(S.TASK_STATE_WORKING),
+        artifact("done", True),
+        status(S.TASK_STATE_COMPLETED),
+    )
+    assert follower.asking is None and follower.result == "half done"
+    assert [e[1].get("delta") for e in rest if not e[2]] == ["done"]  # nothing said twice
