@@ -328,6 +328,9 @@ class RunInfo(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
     """The thread the run belongs to."""
     previous_run_id: str | None = None
     """The run whose conversation it goes on from (a thread's second run on)."""
+    answer: str | None = None
+    """The `threads` op with a `threadId`: a completed run's answer (its RUN_FINISHED
+    `result`, cut to 20,000 characters), so a thread reads as a chat."""
 
 
 class ThreadInfo(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):

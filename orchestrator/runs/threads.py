@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from agents.core.messages import AssistantMessage, Message, ToolResultMessage
-from agents.core.payloads import AgentStartedData
-from orchestrator.core.events import Event, EventType
+from agents.core.payloads import AgentStartedData, RunFinishedData
+from orchestrator.core.events import Event, EventType, decode_event
 from orchestrator.core.rebuild import AgentPlan, ResumePlan, rebuild
 from orchestrator.core.threads import ThreadError
 from orchestrator.runtime.continuation import EarlierAgent, ThreadStart
@@ -40,6 +40,8 @@ EARLIER = 32
 """Earlier agents a thread's run may continue with `agent_spawn`: the newest ones."""
 TASK_CHARS = 200
 """How much of an earlier agent's task its listing keeps."""
+ANSWER_CHARS = 20_000
+"""How much of a run's answer a thread's chat shows (`answer`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +136,26 @@ class Threads:
             return await self.index.listing(owner, everyone, limit)
         listed = self.listing(owner, everyone=everyone)
         return listed[:limit], len(listed) > limit
+
+    async def answer(self, record: RunRecord) -> str | None:
+        """A completed run's answer (its RUN_FINISHED `result`, cut to `ANSWER_CHARS`),
+        wherever it ran: one event read. None: it did not complete, or it is gone."""
+        if record.status != "completed":
+            return None
+        journal = self.journal
+        try:
+            log = await journal.mirrors.find(record.run_id)
+        except UnknownRun:
+            return None
+        if log.committed >= record.last_seq:
+            events = [e.event for e in await journal.read(record.run_id, log.committed - 1, 1)]
+        else:  # a mirror behind the store: the run ran on another instance
+            raws = await journal.storage.read(record.run_id, record.last_seq - 1, 1)
+            events = [decode_event(raw) for raw in raws]
+        if not events or events[-1].type is not EventType.RUN_FINISHED:
+            return None
+        result = cast(RunFinishedData, events[-1].data).get("result")
+        return result[:ANSWER_CHARS] if isinstance(result, str) else None
 
     async def start_of(
         self,

@@ -31,6 +31,7 @@ __all__ = ["STATIC_FILES", "RouteContext", "Routes"]
 
 STATIC_FILES = {
     "app.js": "text/javascript; charset=utf-8",
+    "chat.js": "text/javascript; charset=utf-8",
     "conn.js": "text/javascript; charset=utf-8",
     "model.js": "text/javascript; charset=utf-8",
     "markdown.js": "text/javascript; charset=utf-8",

@@ -325,7 +325,7 @@ async def threads(conn: Caller, op: protocol.Threads) -> None:
         if op.action == "delete":
             raise ProtocolError("bad_request", "threadId names the thread to delete", op.id)
         listed, more = await found.page(owner, everyone=principal.sees_all, limit=op.limit)
-        shown = [_thread_info(t, ids=True) for t in listed]
+        shown = [_thread_info(t) for t in listed]
         reply = protocol.ThreadsReply(threads=shown, more=more, id=op.id)
         await conn.reply(protocol.encode(reply))
         return
@@ -334,7 +334,8 @@ async def threads(conn: Caller, op: protocol.Threads) -> None:
     if thread is None:
         raise ProtocolError("not_found", f"no thread {op.thread_id!r}", op.id)
     if op.action == "list":
-        reply = protocol.ThreadsReply(threads=[_thread_info(thread, ids=False)], id=op.id)
+        answers = [await found.answer(r) for r in thread.runs]
+        reply = protocol.ThreadsReply(threads=[_thread_info(thread, answers)], id=op.id)
         await conn.reply(protocol.encode(reply))
         return
     if principal.read_only:
@@ -351,12 +352,22 @@ async def threads(conn: Caller, op: protocol.Threads) -> None:
     await conn.reply(protocol.encode(protocol.ThreadsReply(threads=[], deleted=deleted, id=op.id)))
 
 
-def _thread_info(thread: ThreadInfo, *, ids: bool) -> protocol.ThreadInfo:
+def _thread_info(
+    thread: ThreadInfo, answers: list[str | None] | None = None
+) -> protocol.ThreadInfo:
+    """A thread as the `threads` op lists it: with `answers` (one thread asked), each
+    run in `detail` with its answer."""
     running = thread.running
+    detail = None
+    if answers is not None:
+        detail = [
+            msgspec.structs.replace(_run_info(r, cluster=False), answer=answer)
+            for r, answer in zip(thread.runs, answers, strict=True)
+        ]
     return protocol.ThreadInfo(
         thread_id=thread.thread_id,
         runs=[r.run_id for r in thread.runs],
-        detail=None if ids else [_run_info(r, cluster=False) for r in thread.runs],
+        detail=detail,
         first_input=thread.runs[0].input[:200],
         last_activity=thread.last_activity,
         running=running.run_id if running is not None else None,

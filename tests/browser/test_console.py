@@ -890,3 +890,82 @@ def test_fork_from_here_starts_a_fork_and_shows_its_lineage(
     box.locator("button", has_text="Cancel").click()
     assert page.locator("#fork-box").count() == 0
     assert errors == []
+
+
+ECHO = {
+    "echo": {
+        "description": "Says back what it was told.",
+        "instructions": "Echo.",
+        "script": {"token_delay": 0.01, "turns": [{"say": "you said {input}"}]},
+    },
+    "slow": {
+        "description": "Takes its time.",
+        "instructions": "Slowly.",
+        "script": {"token_delay": 0.2, "turns": [{"say": "thinking it over slowly, {input}"}]},
+    },
+}
+
+
+def exchanges(page: Page) -> list[list[str]]:
+    found: list[list[str]] = page.evaluate(
+        "[...document.querySelectorAll('#chat .exchange')].map(e =>"
+        " [e.querySelector('.said.user').innerText, e.querySelector('.said.agent').innerText])"
+    )
+    return found
+
+
+def test_a_thread_reads_as_a_chat_that_goes_on_from_its_message_box(
+    browser: Browser, tmp_path: Path
+) -> None:
+    write_agents(tmp_path, token_delay=0.01, extra=ECHO)
+    with serving(tmp_path, config()) as srv:
+        page, errors = open_page(browser, srv.url)
+        first = start_run(page, "echo", "hello there")
+        page.wait_for_selector("#chat .exchange .said.agent .answer", timeout=20_000)
+        assert exchanges(page) == [["hello there", "you said hello there"]]
+        page.fill("#chat-input", "and again")
+        page.press("#chat-input", "Enter")
+        page.wait_for_function(
+            "document.querySelectorAll('#chat .exchange .said.agent .answer').length === 2",
+            timeout=20_000,
+        )
+        assert exchanges(page) == [
+            ["hello there", "you said hello there"],
+            ["and again", "you said and again"],
+        ]
+        second: str = page.evaluate("window.__console.state.run.runId")
+        assert second != first
+        # The runs list keeps the thread's runs together under it.
+        page.wait_for_selector("#runs-list .thread-head", timeout=10_000)
+        assert "2 messages" in page.inner_text("#runs-list .thread-head")
+        in_thread = page.eval_on_selector_all(
+            "#runs-list li.in-thread", "items => items.map(li => li.dataset.run)"
+        )
+        assert in_thread == [first, second]
+        # An exchange opens its run's tree.
+        page.locator("#chat .exchange", has_text="hello there").locator("button").click()
+        page.wait_for_function(f"window.__console.state.run.runId === {first!r}")
+        shot(page, "console-chat.png")
+        assert errors == []
+
+
+def test_while_a_run_of_the_thread_runs_the_message_box_offers_the_multitask_choice(
+    browser: Browser, tmp_path: Path
+) -> None:
+    write_agents(tmp_path, token_delay=0.01, extra=ECHO)
+    with serving(tmp_path, config()) as srv:
+        page, errors = open_page(browser, srv.url)
+        start_run(page, "slow", "take your time")
+        page.wait_for_selector("#chat-multitask", timeout=10_000)
+        page.select_option("#chat-multitask", "enqueue")
+        page.fill("#chat-input", "then this")
+        page.press("#chat-input", "Enter")
+        page.wait_for_function(
+            "document.querySelectorAll('#chat .exchange .said.agent .answer').length === 2",
+            timeout=60_000,
+        )
+        said = exchanges(page)
+        assert [user for user, _ in said] == ["take your time", "then this"]
+        assert said[1][1] == "thinking it over slowly, then this"
+        page.wait_for_selector("#chat-multitask", state="detached", timeout=10_000)
+        assert errors == []

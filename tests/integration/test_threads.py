@@ -203,6 +203,11 @@ async def test_the_next_run_of_a_thread_starts_from_its_conversation(tmp_path: P
         detail = one["threads"][0]["detail"]
         assert [r["runId"] for r in detail] == [first["runId"], second["runId"], third["runId"]]
         assert detail[1]["previousRunId"] == first["runId"] and detail[1]["threadId"] == thread
+        assert [r.get("answer") for r in detail] == [  # the thread as a chat
+            "you said my name is Ann",
+            "you said what is my name?",
+            "you said and now?",
+        ]
 
 
 async def test_a_child_of_the_thread_is_continued_by_its_agent_key(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ LIFECYCLE = {
     "orchestrator/storage/runlog.py": {"RunFinishedData"},
     "orchestrator/runtime/engine.py": {"RunStartedData"},
     "orchestrator/core/fork.py": {"RunStartedData"},
-    "orchestrator/runs/threads.py": {"AgentStartedData"},
+    "orchestrator/runs/threads.py": {"AgentStartedData", "RunFinishedData"},
 }
 """Modules that read only a run's start or end (its status, its agent and input), or
 an agent's start (what a thread's earlier agents were asked), as a journal, a fork

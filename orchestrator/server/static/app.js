@@ -1,5 +1,6 @@
 // The live tree console: runs list, agent tree, detail pane, timeline.
 // Speaks only the public WebSocket protocol (docs/server.md).
+import { Chat } from "./chat.js";
 import { Connection } from "./conn.js";
 import { Inbox } from "./inbox.js";
 import { renderMarkdown } from "./markdown.js";
@@ -38,8 +39,15 @@ const conn = new Connection({ onFrame: timed("frame", onFrame), onState });
 const inbox = new Inbox(conn, () => {
   if (!state.inboxFrame) state.inboxFrame = requestAnimationFrame(() => { state.inboxFrame = 0; renderInbox(); });
 });
+const chat = new Chat(conn, {
+  root: $("chat"),
+  open: (runId) => select(runId),
+  started: (ack) => showStarted(ack),
+  notice: (error) => notice(error),
+  render: (text, node) => node.replaceChildren(textBlock(text, "answer", true)),
+});
 const timings = {};   // the longest run of each piece of work, in ms (for tests and the curious)
-window.__console = { state, conn, timings };
+window.__console = { state, conn, timings, chat };
 
 function timed(name, fn) {
   return (...args) => {
@@ -102,6 +110,7 @@ function onFrame(frame) {
     state.run.status = frame.status;
     schedule();
     refreshRuns();
+    chat.refresh();
   } else if (frame.op === "gap" && frame.sub === state.sub) {
     notice(`events ${frame.fromSeq}–${frame.toSeq} were removed by the retention policy`);
   } else if (frame.op === "error") {
@@ -125,6 +134,7 @@ async function refreshRuns() {
     conn.request("pending", { limit: 10000 }).catch(() => ({ approvals: [] })),
   ]);
   state.runs = reply.runs;
+  followThread();
   state.waitingRuns = new Map();
   for (const a of pending.approvals) state.waitingRuns.set(a.runId, (state.waitingRuns.get(a.runId) || 0) + 1);
   renderRuns();
@@ -236,10 +246,53 @@ function showPendingSelect() {
 }
 setInterval(() => { refreshRuns().catch(() => {}); }, 3000);
 
+// The chat follows the shown run's thread: it is drawn again when a run of that thread
+// starts or ends (the `runs` list, every 3 s), and appears once the shown run is listed.
+function followThread() {
+  const shown = state.run && state.runs.find((r) => r.runId === state.run.runId);
+  if (!shown) return;
+  if (shown.threadId !== chat.threadId) { chat.show(shown); return; }
+  const mine = state.runs.filter((r) => r.threadId === chat.threadId);
+  const known = new Map(chat.runs.map((r) => [r.runId, r.status]));
+  if (mine.some((r) => known.get(r.runId) !== r.status)) chat.refresh();
+}
+
+// Runs newest first; the runs of a thread with more than one are kept together under
+// it (oldest first), where its newest run would be.
+function groupedRuns() {
+  const count = new Map();
+  for (const r of state.runs) if (r.threadId) count.set(r.threadId, (count.get(r.threadId) || 0) + 1);
+  const rows = [], placed = new Set();
+  for (const r of state.runs) {
+    if (!r.threadId || count.get(r.threadId) < 2) { rows.push({ run: r }); continue; }
+    if (placed.has(r.threadId)) continue;
+    placed.add(r.threadId);
+    const runs = state.runs.filter((x) => x.threadId === r.threadId).reverse();
+    rows.push({ thread: r.threadId, runs });
+    for (const x of runs) rows.push({ run: x, inThread: true });
+  }
+  return rows;
+}
+
+function threadRow(row) {
+  const li = el("li", "thread-head");
+  li.dataset.thread = row.thread;
+  li.append(el("span", "task", row.runs[0].input || row.runs[0].agentId));
+  const meta = el("span", "meta");
+  meta.append(el("span", "badge thread", `${row.runs.length} messages`));
+  li.append(meta);
+  li.title = `thread ${row.thread}`;
+  li.onclick = () => select(row.runs[row.runs.length - 1].runId);
+  return li;
+}
+
 function renderRuns() {
   const list = $("runs-list");
-  list.replaceChildren(...state.runs.map((r) => {
+  list.replaceChildren(...groupedRuns().map((row) => {
+    if (row.thread) return threadRow(row);
+    const r = row.run;
     const li = el("li", state.run && state.run.runId === r.runId ? "on" : "");
+    if (row.inThread) li.classList.add("in-thread");
     li.tabIndex = 0;
     li.dataset.run = r.runId;
     const task = el("span", "task", r.input || r.agentId);
@@ -277,6 +330,7 @@ function select(runId) {
   resetRun(new RunModel(runId));
   subscribe(runId, state.run);
   renderRuns();
+  chat.show(state.runs.find((r) => r.runId === runId) || null);
 }
 
 function resetRun(model) {
@@ -316,6 +370,7 @@ function showStarted(ack) {
   history.replaceState(null, "", url);
   resetRun(new RunModel(ack.runId));
   state.sub = ack.sub;   // the run's events come on this subscription from seq 1
+  chat.show({ runId: ack.runId, threadId: ack.threadId });
   refreshRuns();
 }
 
