@@ -106,8 +106,8 @@ async def test_a_thread_goes_on_through_any_gateway_one_run_at_a_time(
             listed = await once(url, op="threads", id=7, threadId=thread)
             (info,) = listed["threads"]
             assert info["runs"] == [first["runId"], second["runId"], held["runId"], queued["runId"]]
-            answers = [r.get("answer") for r in info["detail"]]
-            assert answers == [
+            chat = [r.get("answer") for r in info["detail"]]
+            assert chat == [
                 "you said my name is Ann",
                 "you said who am I?",
                 None,
