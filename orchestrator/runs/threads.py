@@ -300,6 +300,13 @@ class Threads:
         events = [
             entry.event for entry in await self.journal.read_all(record.run_id, record.last_seq)
         ]
+        if events and events[0].seq != 1:
+            raise ThreadError(
+                "not_found",
+                f"run {record.run_id!r} of the thread keeps its events from seq "
+                f"{events[0].seq} only (storage.retention.max_run_events trimmed the rest): "
+                "the thread cannot go on from it",
+            )
         continued = await self.continued(events)
         plan = rebuild(events, history=history, continued=continued)
         ended, spawned = record.status not in UNFINISHED, _spawned(events)

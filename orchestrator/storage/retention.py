@@ -5,6 +5,12 @@ deleted, only the newest `max_runs` finished runs are kept, and a run keeps at
 most its last `max_run_events` events (older ones are trimmed; a feed that asks
 for them gets a `gap` frame). A pass runs every 30 s in the journal's nursery; a
 storage failure skips the pass (the writer reports the storage's health).
+
+Threads (docs/threads.md): a run's conversation is rebuilt from the runs before it in
+its thread (`previousRunId`, back to the thread's first), so a run another kept run
+goes on from is kept too — a thread is deleted from its oldest run once nothing kept
+goes on from it. A run whose early events `max_run_events` trimmed cannot be rebuilt:
+a thread's next run that needs it is refused, saying so (`runs/threads.py`).
 """
 
 from __future__ import annotations
@@ -86,7 +92,21 @@ class Retention:
             doomed += [log for log in finished if (log.record.finished_at or 0.0) < horizon]
         if policy.max_runs is not None and len(finished) > policy.max_runs:
             doomed += finished[: len(finished) - policy.max_runs]
-        await self.delete(list(dict.fromkeys(log.run_id for log in doomed)))
+        await self.delete(self._unneeded(list(dict.fromkeys(log.run_id for log in doomed))))
+
+    def _unneeded(self, doomed: list[str]) -> list[str]:
+        """The doomed runs no kept run goes on from (through `previous_run_id`, at any
+        distance: a thread's conversation is rebuilt from its first run on)."""
+        logs, gone = self.journal.logs, set(doomed)
+        needed: set[str] = set()
+        for run_id, log in logs.items():
+            if run_id in gone:
+                continue
+            previous = log.record.previous_run_id
+            while previous is not None and previous not in needed and previous in logs:
+                needed.add(previous)
+                previous = logs[previous].record.previous_run_id
+        return [run_id for run_id in doomed if run_id not in needed]
 
     async def delete(self, run_ids: list[str]) -> None:
         """Delete these finished runs (the policy's, or a deleted thread's) from storage

@@ -7,6 +7,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -194,6 +195,42 @@ async def test_retention_trims_runs_and_events_and_feeds_see_a_gap(
         async with SqliteStorage.open(tmp_path / "r.db") as reopened:
             records = await reopened.load()
         assert [r.run_id for r in records] == ["run-3"] and records[0].first_seq == 202
+
+
+async def test_retention_keeps_the_runs_a_kept_run_goes_on_from() -> None:
+    """A thread's run is rebuilt from the runs before it: retention deletes a run only
+    once no kept run goes on from it (at any distance), then the thread from its start;
+    and a thread that needs a run whose early events were trimmed says so."""
+    from orchestrator.core.threads import ThreadError
+    from orchestrator.runs.threads import Threads
+
+    async with MemoryStorage.open() as storage, Journal.open(storage) as journal:
+        chain = {"run-a": None, "run-c": None, "run-b": "run-a", "run-d": "run-b"}
+        for n, (run_id, previous) in enumerate(chain.items()):
+            journal.create_run(
+                msgspec.structs.replace(
+                    record(run_id, created_at=float(n)),
+                    thread_id=None if run_id == "run-c" else "t",
+                    previous_run_id=previous,
+                )
+            )
+            bus = Bus(RunSink(run_id, "sess-1", journal.outlet(run_id)))
+            bus.emit_nowait(EventType.RUN_STARTED, {"agentId": "a", "input": run_id})
+            bus.emit_nowait(
+                EventType.RUN_FINISHED, {"status": "completed", "result": "ok"}, last=True
+            )
+        await journal.writer.flush()
+        await Retention(journal, RetentionPolicy(max_runs=1)).apply()
+        # run-d is kept: run-b and (through it) run-a stay; only run-c goes
+        assert [r.run_id for r in journal.records()] == ["run-a", "run-b", "run-d"]
+        said = [getattr(m, "text", "") for m in await Threads(journal).conversation("run-d")]
+        assert said == ["run-a", "run-b", "run-d"]  # (each run's input; no turns here)
+        await Retention(journal, RetentionPolicy(max_run_events=1)).apply()
+        with pytest.raises(ThreadError, match="max_run_events trimmed"):
+            await Threads(journal).conversation("run-d")
+        await trio.sleep(0.05)  # (wall-clock ages: every run finished over 1 ms ago)
+        await Retention(journal, RetentionPolicy(max_age=0.001)).apply()
+        assert journal.records() == []  # nothing kept goes on from them: the thread goes
 
 
 def test_every_listener_hears() -> None:
