@@ -134,6 +134,15 @@ class ClusterThreads:
                 threads.append(found)
         return threads, len(members) > limit
 
+    async def deleted(self, thread: ThreadInfo) -> None:
+        """The thread's runs were deleted: its list and its entries go (its id may be
+        used again, for a new thread)."""
+        owner = thread.runs[0].owner if thread.runs else None
+        client = self.gateway.store.client
+        await client.delete([self.key(owner, thread.thread_id)])
+        await client.zrem(self._owned(owner), [thread.thread_id])
+        await client.zrem(f"{self._prefix}threads", [f"{_digest(owner)}:{thread.thread_id}"])
+
     async def _everyone(self, thread_id: str) -> ThreadInfo | None:
         """The thread of that id whose owner started a run in it last."""
         client = self.gateway.store.client
@@ -194,7 +203,7 @@ class ClusterThreads:
                 await self._check_queue(runs, thread_id)
             start = await self._start_of(thread_id, ask, head, rolled_back)
             record = new_record(agent, input, owner, context_id, start, status="queued")
-            if await self._queued(key, record, head):
+            if await self._queued(key, record, runs[-1] if runs else ""):
                 self.gateway.journal.mirrors.adopt(record)
                 return thread_id, record.run_id
         raise LimitExceeded(f"thread {thread_id!r} takes too many inputs at once: try again")
@@ -228,7 +237,9 @@ class ClusterThreads:
         if waiting >= MAX_QUEUED:
             raise LimitExceeded(f"thread {thread_id!r} has {MAX_QUEUED} runs queued already")
 
-    async def _queued(self, key: str, record: RunRecord, head: RunRecord | None) -> bool:
+    async def _queued(self, key: str, record: RunRecord, head: str) -> bool:
+        """Queue `record` as the thread's next run if `head` (the last runId of its list
+        as read, '' for none; its run may have been deleted since) still is."""
         store = self.gateway.store
         done: object = await self._submit(
             keys=[
@@ -240,7 +251,7 @@ class ClusterThreads:
                 f"{self._prefix}threads",
             ],
             args=[
-                head.run_id if head is not None else "",
+                head,
                 record.run_id,
                 _encode(record),
                 record.created_at,

@@ -77,6 +77,10 @@ class ThreadIndex(Protocol):
         """The first `limit` of `Threads.listing`, and whether there are more."""
         ...
 
+    async def deleted(self, thread: ThreadInfo) -> None:
+        """The thread's runs were deleted: it goes from the index too."""
+        ...
+
 
 class Threads:
     """The threads of one journal: their runs, and their conversations."""
@@ -346,6 +350,13 @@ class Threads:
         self._conversations.move_to_end(key)
         while len(self._conversations) > self._cached:
             self._conversations.popitem(last=False)
+
+    async def deleted(self, thread: ThreadInfo) -> None:
+        """The thread's runs were deleted (the `threads` op): their conversations go,
+        and the thread from the index."""
+        self.forget({r.run_id for r in thread.runs})
+        if self.index is not None:
+            await self.index.deleted(thread)
 
     def forget(self, run_ids: set[str]) -> None:
         """Those runs were deleted: their conversations go too."""

@@ -348,7 +348,7 @@ async def threads(conn: Caller, op: protocol.Threads) -> None:
         )
     deleted = [r.run_id for r in thread.runs]
     await conn.app.journal.retention.delete(deleted)
-    found.forget(set(deleted))
+    await found.deleted(thread)
     await conn.reply(protocol.encode(protocol.ThreadsReply(threads=[], deleted=deleted, id=op.id)))
 
 

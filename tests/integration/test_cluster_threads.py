@@ -115,6 +115,16 @@ async def test_a_thread_goes_on_through_any_gateway_one_run_at_a_time(
             ]
         said = [text for role, text in asked(fake, "chat") if role == "user"]
         assert said == ["my name is Ann", "who am I?", "hold on", "psst", "after"]
+        # Deleted through one gateway: gone for both, and its id starts a new thread.
+        gone = await once(b.url, op="threads", id=8, threadId=thread, action="delete")
+        assert len(gone["deleted"]) == 4, gone
+        missing = await once(a.url, op="threads", id=9, threadId=thread)
+        assert missing["op"] == "error" and missing["code"] == "not_found", missing
+        async with connect(a.url) as ws:
+            again = await request(ws, op="run", id=10, agent="chat", threadId=thread, input="hi")
+            events = await completed(ws, again)
+        assert "previousRunId" not in events[0]["data"]
+        assert asked(fake, "chat") == [("user", "hi")]
 
 
 async def test_a_threads_run_taken_over_keeps_its_conversation(
