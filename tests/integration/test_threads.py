@@ -536,6 +536,15 @@ async def test_the_official_ag_ui_client_chats_in_a_thread(tmp_path: Path) -> No
         async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
             listed = await Client(ws).ask(op="threads", id="t", threadId="ag-ui-thread-1")
         assert len(listed["threads"][0]["runs"]) == 3
+        # Another token's client on that threadId has a thread of its own; a viewer none.
+        for token, ok in (("bob-secret", True), ("eve-secret", False)):
+            other = await trio.run_process(
+                ["node", str(REPO / "clients" / "agui_chat.mjs"), url, token,
+                 "ag-ui-thread-1", json.dumps(["who am I?"])],
+                capture_stdout=True, capture_stderr=True, check=False,
+            )  # fmt: skip
+            assert json.loads(other.stdout.decode().splitlines()[-1])["ok"] is ok, other
+        assert asked(fake, "chat") == [("user", "who am I?")]
 
 
 async def test_an_mcp_client_goes_on_in_a_thread(tmp_path: Path) -> None:
@@ -601,6 +610,15 @@ async def test_the_official_a2a_client_talks_in_one_context(tmp_path: Path) -> N
         async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
             listed = await Client(ws).ask(op="threads", id="t", threadId="ctx-chat-1")
         assert len(listed["threads"][0]["runs"]) == 2
+        # Another token's message in that context is a thread of its own; a viewer's none.
+        for token, ok in (("bob-secret", True), ("eve-secret", False)):
+            other = await trio.run_process(
+                ["node", str(REPO / "clients" / "a2a_chat.mjs"),
+                 f"http://127.0.0.1:{server.port}/a2a/chat/", token, "ctx-chat-1", "who am I?"],
+                capture_stdout=True, capture_stderr=True, check=False,
+            )  # fmt: skip
+            assert json.loads(other.stdout.decode().splitlines()[-1])["ok"] is ok, other
+        assert asked(fake, "chat") == [("user", "who am I?")]
 
 
 async def a2a_input(
