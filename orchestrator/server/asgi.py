@@ -39,8 +39,13 @@ MAX_HEAD_BYTES = 16 * 1024
 """A request head still incomplete past this many bytes is refused (431)."""
 IDLE_SECONDS = 60.0
 """A kept-alive connection with no new request for this long is closed."""
+HEAD_SECONDS = 5.0
+"""A request head must arrive whole this soon after its first byte."""
+BODY_SECONDS = 30.0
+"""A request body must arrive whole this soon after its head (a body dripped slower
+holds no connection longer): the request is answered 408 and the connection closed."""
 READ_SECONDS = 30.0
-"""The longest wait for the rest of a request's head or the next piece of its body."""
+"""The longest wait to send a refusal, or to read what is left of a refused request."""
 MAX_DRAIN_BYTES = 1024 * 1024
 """An unread request body up to this size is skipped to keep the connection; larger: closed."""
 _CHUNK = 64 * 1024
@@ -63,15 +68,15 @@ async def serve_http(
     try:
         while True:
             try:
-                with trio.fail_after(IDLE_SECONDS):
-                    event = await _next_event(conn, stream)
+                event = await _next_head(conn, stream)
             except h11.RemoteProtocolError as exc:
                 await _refuse(conn, stream, exc.error_status_hint, str(exc))
                 return
             if not isinstance(event, h11.Request):
                 return  # ConnectionClosed, or bytes after a request we did not read
-            await _Exchange(conn, stream, app, event, server, client).run()
-            await _drain(conn, stream)
+            exchange = _Exchange(conn, stream, app, event, server, client)
+            await exchange.run()
+            await _drain(conn, stream, exchange.body_by)
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
             conn.start_next_cycle()
@@ -81,17 +86,30 @@ async def serve_http(
         await trio.aclose_forcefully(stream)
 
 
+async def _next_head(conn: h11.Connection, stream: trio.abc.Stream) -> Any:
+    """The next request (or the connection's end): up to `IDLE_SECONDS` for its first
+    byte, then `HEAD_SECONDS` for the rest of its head."""
+    event = conn.next_event()
+    if event is not h11.NEED_DATA:
+        return event
+    with trio.fail_after(IDLE_SECONDS):
+        conn.receive_data(bytes(await stream.receive_some(_CHUNK)))
+    with trio.fail_after(HEAD_SECONDS):
+        return await _next_event(conn, stream)
+
+
 async def _next_event(conn: h11.Connection, stream: trio.abc.Stream) -> Any:
     while (event := conn.next_event()) is h11.NEED_DATA:
         conn.receive_data(bytes(await stream.receive_some(_CHUNK)))
     return event
 
 
-async def _drain(conn: h11.Connection, stream: trio.abc.Stream) -> None:
+async def _drain(conn: h11.Connection, stream: trio.abc.Stream, deadline: float) -> None:
     """Read what is left of a request the app answered without reading (a refusal), so
-    the connection can serve the next one; a large rest is not worth it: close."""
+    the connection can serve the next one, by the body's `deadline`; a large or late
+    rest is not worth it: close."""
     left = MAX_DRAIN_BYTES
-    with trio.move_on_after(READ_SECONDS):
+    with trio.move_on_at(deadline):
         while conn.their_state is h11.SEND_BODY and left > 0:
             event = await _next_event(conn, stream)
             if isinstance(event, h11.Data):
@@ -154,6 +172,8 @@ class _Exchange:
             "state": {},
         }
         self.body_done = False
+        self.body_by = trio.current_time() + BODY_SECONDS
+        """When the whole body must have arrived."""
         self.disconnected = trio.Event()
         self.started = False
         self.send_lock = trio.Lock()
@@ -179,8 +199,13 @@ class _Exchange:
 
     async def receive(self) -> Message:
         if not self.body_done:
-            with trio.fail_after(READ_SECONDS):
-                event = await _next_event(self.conn, self.stream)
+            try:
+                with trio.fail_at(self.body_by):
+                    event = await _next_event(self.conn, self.stream)
+            except trio.TooSlowError:  # the app hears the client is gone, as it is
+                await self._too_slow()
+                self.disconnected.set()
+                return {"type": "http.disconnect"}
             if isinstance(event, h11.Data):
                 return {"type": "http.request", "body": bytes(event.data), "more_body": True}
             if isinstance(event, h11.EndOfMessage):
@@ -191,6 +216,18 @@ class _Exchange:
             self.disconnected.set()
         await self.disconnected.wait()
         return {"type": "http.disconnect"}
+
+    async def _too_slow(self) -> None:
+        """The body did not arrive in `BODY_SECONDS`: 408, if no answer has started."""
+        if not self.started:
+            async with self.send_lock:
+                self.started = True
+                await _refuse(
+                    self.conn,
+                    self.stream,
+                    408,
+                    f"request timeout: the body did not arrive within {BODY_SECONDS:g} s",
+                )
 
     async def _watch(self) -> None:
         """Notice the client leaving while the answer streams (a next request is kept

@@ -1,20 +1,29 @@
 """One port for `/ws` and the streaming HTTP endpoints (`/mcp`, `/ag-ui`, `/a2a`):
-route each connection by its request line.
+route each connection by its request head.
 
-The front door accepts every connection, *peeks* at
-its request line (`MSG_PEEK`: nothing is consumed, so the socket stays a plain
-`trio.SocketStream` for websockets and its direct-send path), and hands it on: a
-request for an endpoint's path (or below it) to that endpoint, anything else to
-websockets' server, which accepts from a `HandoffListener` instead of the socket.
-A request websockets would drop without a word — any method but GET, such as a POST
-to an endpoint that is off — is answered here: 404, saying which setting turns the
-endpoint on.
+The front door accepts every connection, *peeks* at its request head (`MSG_PEEK`:
+nothing is consumed, so the socket stays a plain `trio.SocketStream` for websockets and
+its direct-send path), and hands it on once the head has arrived whole: a request for
+an endpoint's path (or below it) to that endpoint, anything else to websockets'
+server, which accepts from a `HandoffListener` instead of the socket. A request
+websockets would drop without a word — any method but GET, such as a POST to an
+endpoint that is off — is answered here: 404, saying which setting turns the endpoint
+on.
+
+Nothing unauthenticated holds more than a bounded, short-lived place here: a head
+must arrive whole (at most `MAX_HEAD_BYTES`) within `HEAD_SECONDS`, and at most
+`MAX_PENDING_HEADS` connections may be sending theirs — past that the oldest is
+dropped. Waiting for the rest of a head costs nothing while no byte comes: the socket
+is waited on for readability with its low-water mark one byte above what has arrived
+(`SO_RCVLOWAT`), not polled. Only a whole head takes an HTTP slot.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
 import trio
@@ -23,25 +32,27 @@ from orchestrator.server.doors import DOORS, Route
 
 __all__ = ["HandoffListener", "Route", "request_path", "route_connections"]
 
-MAX_REQUEST_LINE = 8 * 1024
-"""Bytes looked at for the request line (longer lines go to websockets, which refuses them)."""
-PEEK_SECONDS = 10.0
-"""How long a connection may take to send its request line (websockets' open timeout)."""
-_PEEK_PAUSE = 0.01
+MAX_HEAD_BYTES = 16 * 1024
+"""A request head longer than this is refused (431)."""
+HEAD_SECONDS = 5.0
+"""How long a connection may take to send its whole request head."""
+MAX_PENDING_HEADS = 256
+"""Connections still sending their head; past this the oldest of them is dropped."""
 _FULL_PAUSE = 0.1
+_SLOW_PAUSE = 0.05
+"""Where the low-water mark cannot be set: the pause between two looks at a head."""
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 
 
 def request_path(peeked: bytes) -> bytes | None:
-    """The path of a request line (query left out); b"": not a request line (or too
-    long to be one of ours); None: the line has not all arrived yet."""
+    """The path of a request whose head has arrived whole (query left out); b"": not
+    a request head (or too long to be one); None: the head has not all arrived yet."""
     line, newline, _ = peeked.partition(b"\n")
-    if not newline:
-        return None if len(peeked) < MAX_REQUEST_LINE else b""
-    parts = line.split(b" ")
-    if len(parts) != 3:
+    if newline and len(line.split(b" ")) != 3:
         return b""
-    return parts[1].partition(b"?")[0]
+    if b"\r\n\r\n" not in peeked and b"\n\n" not in peeked:
+        return None if len(peeked) < MAX_HEAD_BYTES else b""
+    return line.split(b" ")[1].partition(b"?")[0]
 
 
 def _serve_of(
@@ -100,6 +111,76 @@ _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
     b"Content-Length: %d\r\n\r\n%s" % (len(_BUSY_TEXT), _BUSY_TEXT)
 )
+_TOO_LONG_TEXT = b"request head too long (over 16 KiB)\n"
+_TOO_LONG = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_TOO_LONG_TEXT), _TOO_LONG_TEXT)
+)
+
+
+class PendingHeads:
+    """The connections still sending their request head, oldest first: past
+    `MAX_PENDING_HEADS` the oldest is dropped (its wait is cancelled)."""
+
+    def __init__(self) -> None:
+        self._waiting: OrderedDict[object, trio.CancelScope] = OrderedDict()
+        self.dropped = 0
+
+    def enter(self, stream: object, scope: trio.CancelScope) -> None:
+        self._waiting[stream] = scope
+        while len(self._waiting) > MAX_PENDING_HEADS:
+            _, oldest = self._waiting.popitem(last=False)
+            oldest.cancel()
+            self.dropped += 1
+
+    def leave(self, stream: object) -> None:
+        self._waiting.pop(stream, None)
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+
+async def _head(stream: trio.SocketStream) -> bytes:
+    """What has arrived of the connection's request head, once it is whole (or the
+    client stopped, or it is over `MAX_HEAD_BYTES`): b"" when nothing came."""
+    sock = stream.socket
+    lowat = True
+    try:
+        while True:
+            try:
+                peeked = await sock.recv(MAX_HEAD_BYTES, socket.MSG_PEEK)
+            except OSError:
+                return b""
+            if not peeked or request_path(peeked) is not None:
+                return peeked
+            try:  # readable again only once more than this has arrived
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, len(peeked) + 1)
+            except OSError:
+                lowat = False
+            if lowat:
+                await trio.lowlevel.wait_readable(sock)
+            else:
+                await trio.sleep(_SLOW_PAUSE)
+    finally:
+        if lowat:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+
+
+async def _answer_and_close(stream: trio.SocketStream, answer: bytes) -> None:
+    """Send a refusal and close without a reset: the request's bytes still unread are
+    read and dropped first (closing on unread data would reset the connection, and the
+    client would lose the answer), for at most `HEAD_SECONDS` and 64 KiB."""
+    with trio.move_on_after(HEAD_SECONDS):
+        try:
+            await stream.send_all(answer)
+            await stream.send_eof()
+            left = 64 * 1024
+            while left > 0 and (data := await stream.receive_some(left)):
+                left -= len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+    await trio.aclose_forcefully(stream)
 
 
 async def _route(
@@ -107,32 +188,37 @@ async def _route(
     to_ws: trio.MemorySendChannel[trio.SocketStream],
     routes: Sequence[Route],
     http_slots: trio.CapacityLimiter,
+    pending: PendingHeads,
 ) -> None:
-    path: bytes | None = None
     peeked = b""
-    with trio.move_on_after(PEEK_SECONDS):
-        while True:
+    try:
+        with trio.move_on_after(HEAD_SECONDS) as waiting:
+            pending.enter(stream, waiting)
             try:
-                peeked = await stream.socket.recv(MAX_REQUEST_LINE, socket.MSG_PEEK)
-            except OSError:
-                peeked = b""
-            path = request_path(peeked) if peeked else b""
-            if path is not None:
-                break
-            await trio.sleep(_PEEK_PAUSE)  # part of a line: wait for the rest
+                peeked = await _head(stream)
+            finally:
+                pending.leave(stream)
+    except BaseException:  # the server stops: the connection goes with it
+        await trio.aclose_forcefully(stream)
+        raise
+    path = request_path(peeked) if peeked else b""
+    if not path:  # nothing, not HTTP, too slow or dropped: websockets refuses what it can
+        if len(peeked) >= MAX_HEAD_BYTES:
+            await _answer_and_close(stream, _TOO_LONG)
+            return
+        if waiting.cancelled_caught:
+            await trio.aclose_forcefully(stream)
+            return
     serve = _serve_of(path, routes) if path else None
     if serve is None and path and not peeked.startswith(b"GET "):
-        with trio.move_on_after(PEEK_SECONDS):  # (websockets would close it unanswered)
-            await stream.send_all(not_routed(peeked.partition(b" ")[0], path))
-        await trio.aclose_forcefully(stream)
+        # (websockets would close it unanswered)
+        await _answer_and_close(stream, not_routed(peeked.partition(b" ")[0], path))
         return
     if serve is not None:
         try:
             http_slots.acquire_on_behalf_of_nowait(stream)
         except trio.WouldBlock:  # as /ws past server.max_connections: 503, closed
-            with trio.move_on_after(PEEK_SECONDS):
-                await stream.send_all(_BUSY)
-            await trio.aclose_forcefully(stream)
+            await _answer_and_close(stream, _BUSY)
             return
         try:
             await serve(stream)
@@ -155,6 +241,7 @@ async def route_connections(
     """Accept on `listener` until cancelled; each connection is routed in `handlers`.
     Connections to the HTTP endpoints hold one of `http_slots` while they last (the
     WebSocket ones are counted by the websockets side)."""
+    pending = PendingHeads()
     async with listener:
         while True:
             try:
@@ -164,4 +251,4 @@ async def route_connections(
                     raise
                 await trio.sleep(_FULL_PAUSE)  # as trio.serve_listeners does: wait, retry
                 continue
-            handlers.start_soon(_route, stream, to_ws, routes, http_slots)
+            handlers.start_soon(_route, stream, to_ws, routes, http_slots, pending)

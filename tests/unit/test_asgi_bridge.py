@@ -11,8 +11,9 @@ import pytest
 import trio
 import trio.testing
 
-from orchestrator.server.asgi import MAX_HEAD_BYTES, serve_http
-from orchestrator.server.front import MAX_REQUEST_LINE, request_path
+from orchestrator.server.asgi import BODY_SECONDS, HEAD_SECONDS, MAX_HEAD_BYTES, serve_http
+from orchestrator.server.front import MAX_HEAD_BYTES as FRONT_HEAD_BYTES
+from orchestrator.server.front import request_path
 
 
 async def echo(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
@@ -119,16 +120,65 @@ async def test_an_idle_connection_is_closed(autojump_clock: trio.abc.Clock) -> N
     assert await client.receive_some() == b""
 
 
+async def test_a_dripped_body_is_cut_off_at_its_deadline(autojump_clock: trio.abc.Clock) -> None:
+    """One byte every 20 s never trips a per-read timeout: the whole body has a
+    deadline, then the request gets a 408 and the connection is closed."""
+    client, server = trio.testing.memory_stream_pair()
+    out = b""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve_http(server, echo, server=None, client=None))
+        started = trio.current_time()
+        await client.send_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+
+        async def drip() -> None:
+            for _ in range(100):
+                await trio.sleep(20)
+                try:
+                    await client.send_all(b"x")
+                except trio.BrokenResourceError:
+                    return
+
+        nursery.start_soon(drip)
+        while chunk := await client.receive_some():
+            out += chunk
+        nursery.cancel_scope.cancel()
+    assert out.startswith(b"HTTP/1.1 408"), out
+    assert trio.current_time() - started <= BODY_SECONDS + 20
+
+
+async def test_a_dripped_head_on_a_kept_connection_is_closed(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: serve_http(server, echo, server=None, client=None))
+        await client.send_all(b"GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n")
+        out = b""
+        while not out.endswith(b"0\r\n\r\n"):  # the whole (chunked) answer
+            out += await client.receive_some()
+        started = trio.current_time()
+        for byte in b"GET /mcp HTTP/1.1\r\nHost: x":  # a byte a second, never ending
+            try:
+                await client.send_all(bytes([byte]))
+            except trio.BrokenResourceError:
+                break
+            await trio.sleep(1)
+        assert await client.receive_some() == b""
+        assert trio.current_time() - started <= HEAD_SECONDS + 2
+
+
 @pytest.mark.parametrize(
     ("peeked", "expected"),
     [
-        (b"POST /mcp HTTP/1.1\r\nHost: x\r\n", b"/mcp"),
-        (b"GET /mcp?token=t HTTP/1.1\r\n", b"/mcp"),
-        (b"POST /ag-ui/planner HTTP/1.1\r\n", b"/ag-ui/planner"),
-        (b"GET /ws HTTP/1.1\r\n", b"/ws"),
+        (b"POST /mcp HTTP/1.1\r\nHost: x\r\n\r\n", b"/mcp"),
+        (b"GET /mcp?token=t HTTP/1.1\r\n\r\n", b"/mcp"),
+        (b"POST /ag-ui/planner HTTP/1.1\r\nHost: x\r\n\r\n{body", b"/ag-ui/planner"),
+        (b"GET /ws HTTP/1.1\n\n", b"/ws"),
         (b"garbage\r\n", b""),
         (b"POST /mc", None),  # the rest of the line has not arrived
-        (b"G" * MAX_REQUEST_LINE, b""),  # too long to be ours: websockets refuses it
+        (b"POST /mcp HTTP/1.1\r\nHost: x\r\n", None),  # nor the rest of the head
+        (b"G" * FRONT_HEAD_BYTES, b""),  # too long to be a head: refused (431)
+        (b"GET /ws HTTP/1.1\r\nX: " + b"y" * FRONT_HEAD_BYTES, b""),
     ],
 )
 def test_the_front_door_reads_the_request_path(peeked: bytes, expected: bytes | None) -> None:
