@@ -18,6 +18,8 @@ from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import trio
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
@@ -72,6 +74,11 @@ class McpEndpoint:
         principal = await authorize(self.app, scope, send, writes=True)
         if principal is not None:
             scope[_PRINCIPAL] = principal
+            # The SDK binds a session to the user that opened it: another token's
+            # request with its Mcp-Session-Id is answered 404, as an unknown session.
+            # (Only the token's name: the token itself is not kept.)
+            who = AccessToken(token="", client_id=principal.name or "", scopes=[])
+            scope["user"] = AuthenticatedUser(who)
             await self.manager.handle_request(scope, receive, send)
 
     async def _call(self, agent_id: str, task: str, thread_id: str | None, ctx: Context) -> Answer:

@@ -204,3 +204,47 @@ async def test_sigterm_of_serve_with_an_mcp_call_in_flight_exits_cleanly(tmp_pat
             while not outcome:  # noqa: ASYNC110 - the client notices the end
                 await trio.sleep(0.05)
     assert proc.returncode == 0
+
+
+async def test_an_mcp_session_is_its_tokens(tmp_path: Path) -> None:
+    """With alice's Mcp-Session-Id, bob listed her tools, cancelled her call and
+    deleted her session: a session now answers only the token that opened it."""
+    tokens = [*TOKENS, {"name": "bob", "token": "b-secret", "role": "user"}]
+    config = demo_config(tmp_path, server={"mcp": True, "tokens": tokens})
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    async with running_server(config) as server, httpx.AsyncClient() as http:
+        url = f"{base_url(server)}/mcp"
+        opened = await http.post(
+            url, json=hello, headers={**accept, "Authorization": "Bearer a-secret"}
+        )
+        session = {
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-06-18",
+        }
+
+        def by(token: str) -> dict[str, str]:
+            return {**accept, **session, "Authorization": f"Bearer {token}"}
+
+        await http.post(
+            url,
+            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+            headers=by("a-secret"),
+        )
+        for token in ("b-secret", "r-secret"):  # another user, even an admin: not theirs
+            other = await http.post(url, json=listing, headers=by(token))
+            assert other.status_code == 404, other.text
+            gone = await http.delete(url, headers=by(token))
+            assert gone.status_code == 404, gone.text
+        mine = await http.post(url, json=listing, headers=by("a-secret"))
+        assert mine.status_code == 200 and "planner" in mine.text
