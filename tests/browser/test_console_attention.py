@@ -393,3 +393,36 @@ def test_a_press_in_the_detail_pane_is_not_lost_to_a_redraw(
             timeout=20_000,
         )
         assert errors == []
+
+
+HOSTILE = {
+    "quotes": ">" * 3000,
+    "bullets": "- " * 1200,
+    "stars": "*a" * 80_000,
+}
+
+
+def test_hostile_markdown_is_shown_as_written_and_the_tree_stays(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """3 KB of nested `>`, `- ` 1,200 times and `*a` 80,000 times made the renderer
+    throw (RangeError) or take seconds, and the run's row and detail went blank: past
+    the renderer's bounds an answer is shown as written, saying why."""
+    writers = {name: agent([{"say": text}], []) for name, text in HOSTILE.items()}
+    for spec in writers.values():
+        spec["script"]["token_delay"] = 0.0  # (its default paces 1,200 words over a minute)
+    write_agents(tmp_path, token_delay=0.0, extra=writers)
+    with serving(tmp_path, config()) as server:
+        page, errors = open_page(browser, server.url, csp=True)
+        for name, text in HOSTILE.items():
+            start_run(page, name, "write")
+            page.wait_for_selector("#run-status.completed", timeout=30_000)
+            node(page, name).first.click()
+            answer = page.locator("#detail .answer.markdown")
+            answer.wait_for()
+            assert "shown as written" in answer.locator(".as-written").inner_text()
+            assert answer.locator(".plain").inner_text() == text
+            assert node(page, name).count() == 1  # the tree row is there
+        took = page.evaluate("window.__console.timings.render")
+        assert errors == [], errors
+        assert took is not None

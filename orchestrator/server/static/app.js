@@ -509,12 +509,21 @@ function renderFrame() {
   }
   if (run.structure) run.structure = !placeNodes(run, started);
   if (state.pendingSelect) showPendingSelect();
-  if (state.selected && run.dirty.has(state.selected)) renderDetail(run, state.selected);
+  if (state.selected && run.dirty.has(state.selected)) {
+    try { renderDetail(run, state.selected); }
+    catch (error) {   // one agent's detail that cannot be drawn leaves the rest of the page be
+      $("detail").replaceChildren(el("div", "empty", `this agent's detail cannot be shown: ${error}`));
+    }
+  }
+  let drawn = 0;
   for (const key of run.dirty) {
-    if (performance.now() - started > FRAME_BUDGET_MS) break;
+    // At least one row a frame, whatever the rest took: a detail pane slow to draw
+    // (a huge answer) must not keep the tree from ever catching up.
+    if (drawn > 0 && performance.now() - started > FRAME_BUDGET_MS) break;
     // Not placed yet, or off screen: it stays dirty and is drawn once it shows (every
     // write to an off-screen row would still cost the browser style and layout work).
     if (!state.nodes.has(key) || !state.onScreen.has(key)) continue;
+    drawn++;
     updateNode(run, key);
     run.dirty.delete(key);
     state.ticked.delete(key);

@@ -43,14 +43,67 @@ purify.addHook("afterSanitizeAttributes", (node) => {
 const cache = new Map();   // text -> sanitized fragment (cloned for each use)
 const CACHE_SIZE = 400;
 
+// What a model writes is bounded before marked sees it: marked recurses once per
+// nesting level (thousands of `>` or `- ` overflow the stack: RangeError) and its
+// emphasis matching is quadratic in the delimiters (`*a` 80,000 times: 6 s). Past
+// these, the text is shown as written, saying why; a renderer error does the same.
+export const MAX_MARKDOWN_CHARS = 20000;
+export const MAX_DELIMITERS = 1000;   // `*`, `_`, `~`, `[`, `]`
+export const MAX_NESTING = 32;        // quote and list markers, plus indentation / 4, on a line
+
+// Why `text` is not rendered as Markdown (null: it is). Linear in the text.
+export function tooComplex(text) {
+  if (text.length > MAX_MARKDOWN_CHARS) return `over ${MAX_MARKDOWN_CHARS} characters`;
+  let delimiters = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === "*" || c === "_" || c === "~" || c === "[" || c === "]") delimiters++;
+    if (i === 0 || text[i - 1] === "\n") {   // a line's start: how deep it goes
+      let markers = 0, spaces = 0, j = i;
+      for (; j < text.length; j++) {
+        const d = text[j];
+        if (d === ">") markers++;
+        else if ((d === "-" || d === "*" || d === "+") && text[j + 1] === " ") { markers++; j++; }
+        else if (d === " ") spaces++;
+        else if (d === "\t") spaces += 4;
+        else break;
+      }
+      if (markers + Math.floor(spaces / 4) > MAX_NESTING) return `nested over ${MAX_NESTING} levels`;
+    }
+  }
+  if (delimiters > MAX_DELIMITERS) return `over ${MAX_DELIMITERS} emphasis and link marks`;
+  return null;
+}
+
+function asWritten(text, why) {
+  const out = document.createDocumentFragment();
+  const note = document.createElement("div");
+  note.className = "as-written";
+  note.textContent = `shown as written (${why})`;
+  const body = document.createElement("div");
+  body.className = "plain";
+  body.textContent = text;
+  out.append(note, body);
+  return out;
+}
+
 // `text` as a sanitized DocumentFragment; code blocks get a copy button (`copy(text)`).
+// Text past the bounds above, or that the renderer fails on, comes as written.
 export function renderMarkdown(text, copy) {
   let fragment = cache.get(text);
   if (!fragment) {
-    const html = marked.parse(text);
-    fragment = purify.sanitize(html, {
-      ALLOWED_TAGS: TAGS, ALLOWED_ATTR: ATTRS, RETURN_DOM_FRAGMENT: true,
-    });
+    const why = tooComplex(text);
+    if (why) fragment = asWritten(text, why);
+    else {
+      try {
+        const html = marked.parse(text);
+        fragment = purify.sanitize(html, {
+          ALLOWED_TAGS: TAGS, ALLOWED_ATTR: ATTRS, RETURN_DOM_FRAGMENT: true,
+        });
+      } catch (error) {
+        fragment = asWritten(text, `the renderer failed: ${error.name}`);
+      }
+    }
     cache.set(text, fragment);
     if (cache.size > CACHE_SIZE) cache.delete(cache.keys().next().value);
   }
