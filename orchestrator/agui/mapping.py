@@ -141,9 +141,14 @@ def parse_interrupt_id(text: str) -> tuple[str, int, int] | None:
     """`(run_id, asked_seq, end_seq)` of an `interrupt_id`, or None if it is not one."""
     head, _, asked = text.rpartition("#")
     run_id, _, end = head.rpartition("@")
-    if not run_id or not asked.isdigit() or not end.isdigit() or len(text) > 512:
+    if not run_id or not _seq_text(asked) or not _seq_text(end) or len(text) > 512:
         return None
     return run_id, int(asked), int(end)
+
+
+def _seq_text(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` also accepts `²` and `٣`, which `int` refuses."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 def chat_of(thread_id: str, history: Sequence[conversation.Message], newest: str) -> list[Message]:

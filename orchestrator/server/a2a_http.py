@@ -14,6 +14,7 @@ the run's journal (`orchestrator/a2a/mapping.py`, `TaskView`).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncGenerator, MutableMapping
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,9 @@ from orchestrator.server.endpoints import (
     DoorContext,
     Refused,
     authorize,
+    read_body,
     refuse,
+    replayed,
     serve_connection,
     start_run,
 )
@@ -96,11 +99,11 @@ class A2aEndpoint:
         principal = await authorize(self.app, scope, send, writes=False)
         if principal is None:
             return None
-        length = dict(scope["headers"]).get(b"content-length", b"0")
-        if length.isdigit() and int(length) > self.max_body:
+        body = await read_body(receive, self.max_body)
+        if body is None:
             return await refuse(send, 413, f"the request body is over {self.max_body} bytes")
         scope.setdefault("state", {}).update({_PRINCIPAL: principal, _AGENT: agent_id})
-        await self._app_of(agent_id)(scope, _bounded(receive, self.max_body), send)
+        await self._app_of(agent_id)(scope, replayed(body, receive), _whole_seqs(send))
         return None
 
     async def _card(self, scope: MutableMapping[str, Any], send: Any, agent_id: str) -> None:
@@ -167,21 +170,26 @@ class A2aEndpoint:
         return app
 
 
-def _bounded(receive: Any, limit: int) -> Any:
-    """`receive`, as a client that left once the body passed `limit` bytes (a chunked
-    body says no length up front)."""
-    seen = 0
+_FLOAT_SEQ = re.compile(rb'(?<!\\)"seq": ?(\d{1,18})\.0(?=[,}\s])')
+"""`"seq": 17.0` outside a JSON string (where its quote would be escaped)."""
 
-    async def bounded() -> Any:
-        nonlocal seen
-        message = await receive()
-        if message["type"] == "http.request":
-            seen += len(message.get("body", b""))
-            if seen > limit:
-                return {"type": "http.disconnect"}
-        return message
 
-    return bounded
+def _whole_seqs(send: Any) -> Any:
+    """`send`, with each `metadata.seq` written as the integer it is: A2A metadata is a
+    protobuf Struct, whose numbers are doubles, and the SDK writes them so (`17.0`)."""
+
+    async def sending(message: Any) -> None:
+        if message["type"] == "http.response.body" and b'"seq":' in message.get("body", b""):
+            message = {**message, "body": _FLOAT_SEQ.sub(rb'"seq": \1', message["body"])}
+        elif message["type"] == "http.response.start":
+            # a body's length may change: let h11 frame it instead
+            headers = [
+                (k, v) for k, v in message.get("headers", ()) if k.lower() != b"content-length"
+            ]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 class _Context(DefaultServerCallContextBuilder):
@@ -204,9 +212,10 @@ def _cursor(context: ServerCallContext) -> int | None:
     raw = headers.get(AFTER_SEQ_HEADER)
     if raw is None:
         return None
-    if not raw.isdigit() or len(raw) > 18:
+    whole, dot, zeros = raw.partition(".")  # (3.0: a JSON number's way of writing 3)
+    if not (whole.isascii() and whole.isdigit() and len(whole) <= 18) or (dot and zeros.strip("0")):
         raise InvalidParamsError(message=f"{AFTER_SEQ_HEADER} must be a seq (an integer >= 0)")
-    return int(raw)
+    return int(whole)
 
 
 def _view(log: RunLog) -> TaskView:

@@ -39,6 +39,7 @@ from orchestrator.server.endpoints import (
     DoorContext,
     Refused,
     authorize,
+    read_body,
     refuse,
     serve_connection,
     start_run,
@@ -110,7 +111,7 @@ class AguiEndpoint:
         principal = await authorize(self.app, scope, send, writes=False)
         if principal is None:
             return None
-        body = await self._body(receive)
+        body = await read_body(receive, self.max_body)
         if body is None:
             return await refuse(send, 413, f"the request body is over {self.max_body} bytes")
         try:
@@ -312,18 +313,6 @@ class AguiEndpoint:
             await emit(stream.finish())
             await send({"type": "http.response.body", "body": b""})
             nursery.cancel_scope.cancel()
-
-    async def _body(self, receive: Any) -> bytes | None:
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return bytes(body)
-            body += message.get("body", b"")
-            if len(body) > self.max_body:
-                return None
-            if not message.get("more_body"):
-                return bytes(body)
 
 
 async def _until_gone(receive: Any, scope: trio.CancelScope) -> None:

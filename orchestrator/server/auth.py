@@ -106,9 +106,35 @@ def split_host(value: str) -> tuple[str, int | None] | None:
     else:
         name, colon, port_text_or = value.partition(":")
         port_text = port_text_or if colon else None
-    if not name or (port_text is not None and not port_text.isdigit()):
+    if port_text is not None and not (
+        port_text.isascii() and port_text.isdigit() and int(port_text) <= 65535
+    ):
+        return None  # (`str.isdigit` alone accepts `²`, which `int` refuses)
+    if not name:
         return None
     return name, int(port_text) if port_text is not None else None
+
+
+JUDGED_HEADERS = ("Host", "Origin", "Authorization")
+"""The headers a request is let in by: each at most once, and well formed."""
+
+
+def bad_headers(headers: Headers) -> str | None:
+    """Why a request cannot be judged (400), or None: a duplicate `Host`, `Origin` or
+    `Authorization` (which one would count?), or a `Host` or `Origin` whose port is not
+    a port."""
+    for name in JUDGED_HEADERS:
+        if len(headers.get_all(name)) > 1:
+            return f"bad request: more than one {name} header"
+    host = headers.get("Host")
+    if host is not None and split_host(host) is None:
+        return "bad request: the Host header is not a host[:port]"
+    origin = headers.get("Origin")
+    if origin is not None:
+        netloc = urlsplit(origin.strip()).netloc
+        if netloc and split_host(netloc) is None:
+            return "bad request: the Origin header's host or port is not valid"
+    return None
 
 
 def _is_ip(name: str) -> bool:
@@ -215,6 +241,9 @@ class Auth:
         if parts.scheme not in ("http", "https") or not parts.netloc:
             return False
         netloc = parts.netloc
-        if parts.port is None:  # a default port: say it, as the Host check wants one
+        found = split_host(netloc)  # (not `parts.port`: it raises on a port out of range)
+        if found is None:
+            return False
+        if found[1] is None:  # a default port: say it, as the Host check wants one
             netloc += ":443" if parts.scheme == "https" else ":80"
         return self.host_allowed(netloc)

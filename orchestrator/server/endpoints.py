@@ -17,7 +17,7 @@ from orchestrator.runs.service import LimitExceeded, RunService, StartedRun, Sto
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.asgi import ASGIApp, Message, serve_http
-from orchestrator.server.auth import Auth, Principal
+from orchestrator.server.auth import Auth, Principal, bad_headers
 from orchestrator.storage.journal import Journal
 
 __all__ = [
@@ -111,7 +111,12 @@ async def serve_connection(stream: trio.SocketStream, app: ASGIApp, auth: Auth) 
         return
 
     async def checked(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
+        headers = Headers((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])
+        malformed = bad_headers(headers)
+        if malformed is not None:
+            await refuse(send, 400, malformed)
+            return
+        host = headers.get("Host")
         if not auth.host_allowed(host):
             refused_host(host, scope.get("path", "?"))
             await refuse(send, 403, HOST_REFUSED)
@@ -159,6 +164,36 @@ async def authorize(
         await refuse(send, 403, "forbidden: a viewer token may not start runs")
         return None
     return principal
+
+
+async def read_body(receive: Any, limit: int) -> bytes | None:
+    """A request's whole body, or None past `limit` bytes (a chunked body says no
+    length up front: it is counted as it comes); a client gone mid-body gives what came."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return bytes(body)
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return None
+        if not message.get("more_body"):
+            return bytes(body)
+
+
+def replayed(body: bytes, receive: Any) -> Any:
+    """`receive` for an app, once the body was read here: the body first, then the
+    connection's own messages (the client leaving)."""
+    given = False
+
+    async def again() -> Any:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
 
 
 async def refuse(

@@ -20,7 +20,7 @@ from websockets.http11 import Request, Response
 from websockets.trio.server import ServerConnection
 
 from orchestrator.config import ServerConfig
-from orchestrator.server.auth import Auth
+from orchestrator.server.auth import Auth, bad_headers
 from orchestrator.server.endpoints import HOST_REFUSED, refused_host
 from orchestrator.storage.journal import Journal
 
@@ -79,6 +79,9 @@ class Routes:
         """Plain HTTP routes; origin, token and connection-count checks on the upgrade."""
         app = self.app
         url = urlsplit(request.path)
+        malformed = bad_headers(request.headers)
+        if malformed is not None:
+            return conn.respond(HTTPStatus.BAD_REQUEST, malformed + "\n")
         host = request.headers.get("Host")
         if not app.auth.host_allowed(host):
             refused_host(host, url.path)
