@@ -102,10 +102,17 @@ async def _owned_write(
     records: list[RunRecord],
     rows: list[tuple[str, int, bytes]],
 ) -> set[str]:
-    """A single server's writes to Redis, each run's behind the server's claim."""
+    """A single server's writes to Redis, each run's behind the server's claim. Writes
+    refused because the claim is gone (not someone else's: Redis restarted without it,
+    or an outage outlasted it) go again once it is taken again (the append skips what
+    was written: storage/redis.py)."""
     runs = {record.run_id for record in records} | {run_id for run_id, _, _ in rows}
     tokens = dict.fromkeys(runs, ownership.token)
-    return await storage.append(records, rows, tokens, lease_key=ownership.key)
+    refused = await storage.append(records, rows, tokens, lease_key=ownership.key)
+    if refused and await ownership.renew():
+        tokens = dict.fromkeys(runs, ownership.token)
+        refused = await storage.append(records, rows, tokens, lease_key=ownership.key)
+    return refused
 
 
 def journal_name(storage: Storage, url: str) -> str:

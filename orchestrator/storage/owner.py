@@ -16,8 +16,11 @@ resumed, written or trimmed:
   exists takes it over at once; held by a live process — or one on another host,
   which cannot be checked — it refuses, saying when the claim expires if that
   server is gone. Every journal append compares the lease with this server's token
-  in the same script that writes (storage/redis.py), so a server that lost its lease
-  (paused past it, partitioned) never writes for the journal again.
+  in the same script that writes (storage/redis.py), so a server whose lease another
+  server took (it was paused past it, partitioned) never writes for the journal again.
+  A lease that is simply *gone* — Redis restarted without its data, or an outage
+  outlasted the lease — is nobody's: the server takes it again, with a new fencing
+  token, at its next renewal or as soon as an append is refused for it, and goes on.
 
 Cluster mode shares one journal among its instances by design (a lease per run,
 cluster/): no owner. The memory storage belongs to its process anyway.
@@ -32,7 +35,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,8 +48,6 @@ from orchestrator.storage.kind import is_redis
 from orchestrator.storage.sqlite import SqliteStorage
 
 if TYPE_CHECKING:
-    import coredis
-
     from orchestrator.storage.redis import RedisStorage
 
 __all__ = ["OWNER_LEASE_SECONDS", "Holder", "JournalInUse", "Ownership", "own"]
@@ -62,11 +63,14 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
 """
-# KEYS: owner. ARGV: our value, ms. 1: renewed; 0: the claim is someone else's now.
+# KEYS: owner. ARGV: our value, a fresh value, ms. 1: renewed; 2: the claim was gone
+# (Redis lost it, or it expired in an outage) and is ours again under the fresh value;
+# 0: the claim is someone else's now.
 _RENEW = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+local found = redis.call('GET', KEYS[1])
+if found == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[3]) return 1 end
+if not found then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 2 end
+return 0
 """
 # KEYS: owner. ARGV: our value. Lets go at a clean shutdown (the next start needs
 # no wait).
@@ -116,8 +120,45 @@ class Ownership:
         self.key = key
         """Redis: the lease key every append checks (None: nothing to check)."""
         self.token = token
+        """The claim's value, which every append compares with the lease."""
         self.lost = False
         """The claim went to another server: nothing here may be written any more."""
+        self.retaken = 0
+        """How often the claim was gone and taken again (a Redis that lost it)."""
+        self._renew: Callable[[str, str], Awaitable[object]] | None = None
+        self._lock = trio.Lock()
+        self._holder: Holder | None = None
+        self._journal = ""
+
+    async def renew(self) -> bool:
+        """Renew the claim, or take it again if it is gone (with a new fencing token);
+        True while it is ours.
+
+        Raises:
+            Exception: Redis could not be asked (try again later).
+        """
+        if self._renew is None or self.lost:
+            return not self.lost
+        async with self._lock:  # (one value at a time: the renewal and a refused append)
+            assert self._holder is not None
+            fresh = msgspec.structs.replace(self._holder, token=secrets.token_hex(8))
+            value = msgspec.json.encode(fresh).decode()
+            found = await self._renew(self.token, value)
+            if found == 2:
+                self.token, self.retaken = value, self.retaken + 1
+                logger.warning(
+                    "journal %s: this server's claim was gone (Redis lost it, or an outage "
+                    "outlasted it): taken again; events of live runs Redis lost are gone",
+                    self._journal,
+                )
+            elif found != 1:
+                self.lost = True
+                logger.error(
+                    "journal %s: another server took it over; nothing of this one is "
+                    "written any more",
+                    self._journal,
+                )
+        return not self.lost
 
 
 @asynccontextmanager
@@ -191,8 +232,14 @@ async def _leased(storage: RedisStorage, holder: Holder, journal: str) -> AsyncI
             raise JournalInUse(journal, other, hint)
         logger.warning("journal %s: taking it over from %s, which is gone", journal, other)
     ownership = Ownership(key, mine.decode())
+    ownership._holder, ownership._journal = holder, journal
+
+    async def renewed(value: str, fresh: str) -> object:
+        return await renew(keys=[key], args=[value, fresh, ms])
+
+    ownership._renew = renewed
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_renew, renew, key, mine, ms, ownership, journal)
+        nursery.start_soon(_renew, ownership, journal)
         try:
             yield ownership
         finally:
@@ -200,30 +247,16 @@ async def _leased(storage: RedisStorage, holder: Holder, journal: str) -> AsyncI
             release = client.register_script(_RELEASE)
             shielded = trio.CancelScope(shield=True)
             with shielded, trio.move_on_after(2), contextlib.suppress(Exception):
-                await release(keys=[key], args=[mine])
+                await release(keys=[key], args=[ownership.token])
 
 
-async def _renew(
-    renew: coredis.commands.Script[bytes],
-    key: str,
-    mine: bytes,
-    ms: int,
-    ownership: Ownership,
-    journal: str,
-) -> None:
+async def _renew(ownership: Ownership, journal: str) -> None:
     while not ownership.lost:
         await trio.sleep(OWNER_LEASE_SECONDS / 3)
         try:
-            renewed: object = await renew(keys=[key], args=[mine, ms])
+            await ownership.renew()
         except Exception as exc:  # Redis trouble: the appends are fenced anyway
             logger.warning("journal %s: renewing this server's claim failed: %s", journal, exc)
-            continue
-        if renewed != 1:
-            ownership.lost = True
-            logger.error(
-                "journal %s: another server took it over; nothing of this one is written any more",
-                journal,
-            )
 
 
 def _decode(raw: bytes | str | None) -> Holder | None:
