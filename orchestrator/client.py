@@ -302,7 +302,7 @@ class Client:
                 "unreachable", f"{self.url}: no answer within {self.give_up_after:g} s"
             ) from None
         except InvalidStatus as exc:
-            raise _refused(self.url, exc) from exc
+            raise refused_upgrade(self.url, exc) from exc
         except (ConnectionClosed, OSError, InvalidURI, InvalidHandshake) as exc:
             raise ClientError("unreachable", f"{self.url}: {exc}") from exc
         if isinstance(frame, ErrorFrame):
@@ -384,13 +384,15 @@ class Client:
                         elif isinstance(frame, Gap):  # retention trimmed these
                             cursor = max(cursor, frame.to_seq)
             except InvalidStatus as exc:
-                refused = _refused(self.url, exc)
+                refused = refused_upgrade(self.url, exc)
                 if refused.code != "unreachable":
                     raise refused from exc
                 failure = exc
             except (ConnectionClosed, OSError, InvalidURI, InvalidHandshake) as exc:
                 failure = exc
             waited = trio.current_time() - last_ok
+            if not connected:  # retrying is for a connection that was up: fail fast
+                raise ClientError("unreachable", f"could not connect: {self.url}: {failure}")
             if waited >= self.give_up_after:
                 what = "connection lost" if connected else "could not connect"
                 raise ClientError(
@@ -404,7 +406,7 @@ class Client:
             await trio.sleep(max(delay, 0.0))
 
 
-def _refused(url: str, exc: InvalidStatus) -> ClientError:
+def refused_upgrade(url: str, exc: InvalidStatus) -> ClientError:
     """An HTTP refusal of the upgrade as a ClientError (503 and the like: `unreachable`,
     worth retrying)."""
     status = exc.response.status_code

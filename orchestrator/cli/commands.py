@@ -61,13 +61,15 @@ GIVE_UP = arg(
     help="seconds without a working connection before giving up (default 60)",
 )
 
+TASK_HELP = "the task for the root agent; `-` reads it from stdin, `@PATH` from a file"
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "run",
         "run an agent in-process and show its live tree",
         (
             arg("agent", help="agentId of the root agent (a subagent file's stem)"),
-            arg("input", help="the task for the root agent"),
+            arg("input", help=TASK_HELP),
             CONFIG,
             JSON_LINES,
             arg("--max-depth", type=int, default=None, help="override limits.max_depth"),
@@ -116,7 +118,7 @@ COMMANDS: tuple[Command, ...] = (
         "start a run on a server; print its runId (or follow it)",
         (
             arg("agent", help="agentId of the root agent"),
-            arg("input", help="the task for the root agent"),
+            arg("input", help=TASK_HELP),
             arg(
                 "--follow", action="store_true", help="then follow it, as `watch` does, to its end"
             ),

@@ -11,7 +11,8 @@ import trio
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.trio.client import connect
 
-from orchestrator.client import ClientError, auth_headers
+from orchestrator.cli.watch import refusal
+from orchestrator.client import ClientError, auth_headers, refused_upgrade
 from orchestrator.protocol import (
     Ack,
     Approve,
@@ -126,8 +127,9 @@ async def _ask(
                         return frame
     except ClientError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
-    except InvalidStatus as exc:
-        print(f"error: HTTP {exc.response.status_code} from {url}", file=sys.stderr)
+    except InvalidStatus as exc:  # (the same words as every client command)
+        said, _ = refusal(refused_upgrade(url, exc))
+        print(f"error: {said}", file=sys.stderr)
     except (OSError, InvalidHandshake, InvalidURI, ConnectionClosed) as exc:
         print(f"error: cannot reach {url}: {exc}", file=sys.stderr)
     except trio.TooSlowError:

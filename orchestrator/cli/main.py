@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 import trio
@@ -51,6 +51,7 @@ ACCESS_LOGGERS = (
     "orchestrator.server.websockets",  # each connection, handshake and HTTP response
     "mcp.server.streamable_http",  # each /mcp session
     "mcp.server.streamable_http_manager",
+    "httpx",  # each model request (`HTTP Request: POST …`), each A2A and remote call
 )
 """Loggers that speak once per request: quiet (WARNING) unless `serve --access-log`."""
 
@@ -282,12 +283,36 @@ def _describe(exc: BaseException) -> str:
     return str(exc)
 
 
+STOPPED = {
+    "start": "stopped following; the run goes on (`orchestrator cancel RUN_ID` stops it)",
+    "fork": "stopped following; the fork goes on (`orchestrator cancel RUN_ID` stops it)",
+    "watch": "stopped watching; the run goes on",
+    "chat": "left the chat; the conversation goes on (`orchestrator chat AGENT --thread T`)",
+    "pending": "stopped",
+    "approve": "stopped",
+    "run": "interrupted: the run was cancelled",
+}
+"""What Ctrl-C says, by command: one line, no traceback (exit 130)."""
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C, inside whatever groups trio wrapped it in."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_interrupted(inner) for inner in exc.exceptions)
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `orchestrator` console script."""
     args = parser().parse_args(argv)
     try:
         return _main(args)
     except BaseException as exc:
+        if _interrupted(exc):
+            print(STOPPED.get(args.command, "interrupted"), file=sys.stderr)
+            return EXIT_CANCELLED
         found = _usage_error(exc)
         if found is None:
             raise
@@ -376,7 +401,28 @@ def _pending(args: argparse.Namespace) -> int:
     return _control(args, pending_main, args.run_id, as_json=args.json)
 
 
+def task_text(given: str, stdin: TextIO | None = None) -> str:
+    """A task argument as curl reads a body: `-` is stdin, `@PATH` the file at PATH
+    (UTF-8), anything else the text itself (`@@x` is the text `@x`).
+
+    Raises:
+        ConfigError: the file cannot be read.
+    """
+    if given == "-":
+        return (stdin or sys.stdin).read()
+    if given.startswith("@@"):
+        return given[1:]
+    if given.startswith("@"):
+        try:
+            return Path(given[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read the task from {given[1:]!r}: {exc}") from None
+    return given
+
+
 def _main(args: argparse.Namespace) -> int:
+    if getattr(args, "input", None) is not None and args.command in ("run", "start"):
+        args.input = task_text(args.input)
     if args.command == "watch":
         return _watch(args)
     if args.command == "chat":

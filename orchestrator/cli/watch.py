@@ -43,7 +43,8 @@ def check_url(url: str) -> str | None:
     if scheme in ("ws", "wss"):
         return None
     if scheme in ("http", "https"):
-        fixed = "ws" + url[4:] if scheme == "http" else "wss" + url[5:]
+        where = url.partition("://")[2].partition("/")[0]  # (the WebSocket is at /ws)
+        fixed = f"{'ws' if scheme == 'http' else 'wss'}://{where}/ws"
         return f"--url must be a WebSocket URL, not {scheme}:// (try {fixed})"
     return f"--url must look like ws://HOST:PORT/ws (got {url!r})"
 

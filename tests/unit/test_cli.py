@@ -152,6 +152,27 @@ def test_watch_urls_and_unreachable_servers(
     err = capsys.readouterr().err
     assert f"error: could not connect: ws://127.0.0.1:{port}/ws" in err  # from the config
     assert "connection lost" not in err
+    # A server never reached: one line at once, no retries (60 s of them, before).
+    assert main(["watch", "run-x", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "retrying" not in err and err.count("error: could not connect") == 1, err
+    # The hint for an http:// URL names the WebSocket's path too.
+    assert main(["watch", "run-x", "--url", "http://127.0.0.1:8765"]) == 2
+    assert "try ws://127.0.0.1:8765/ws" in capsys.readouterr().err
+
+
+def test_a_task_is_read_from_stdin_or_a_file_as_curl_does(tmp_path: Path) -> None:
+    import io
+
+    from orchestrator.cli.main import task_text
+    from orchestrator.config import ConfigError
+
+    (tmp_path / "task.md").write_text("a long task\nover lines", encoding="utf-8")
+    assert task_text("-", io.StringIO("from stdin")) == "from stdin"
+    assert task_text(f"@{tmp_path / 'task.md'}") == "a long task\nover lines"
+    assert task_text("@@handle") == "@handle" and task_text("plain") == "plain"
+    with pytest.raises(ConfigError, match="cannot read the task from"):
+        task_text(f"@{tmp_path / 'missing.md'}")
 
 
 def test_run_says_it_exports_no_traces(

@@ -1,0 +1,78 @@
+"""The command line's first hour, against a real server (issue 47): Ctrl-C while
+following is one line (the run goes on), a task read from stdin, one wording for a
+wrong token on every client command, and no per-request log lines by default."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.helpers import REPO
+from tests.integration.test_server_lifecycle import cli
+from tests.server_helpers import demo_config, replay, running_server
+
+pytestmark = pytest.mark.trio
+
+
+async def test_ctrl_c_while_following_is_one_line_and_the_run_goes_on(tmp_path: Path) -> None:
+    async with running_server(demo_config(tmp_path, token_delay=0.05)) as server:
+        for argv in (["start", "planner", "slowly", "--follow", "--json"],):
+            process = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "orchestrator", *argv, "--url", server.url],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+            assert process.stdout is not None and process.stderr is not None
+            first = await process.stdout.receive_some()  # following: events came
+            assert b'"RUN_STARTED"' in first
+            process.send_signal(signal.SIGINT)
+            with trio.fail_after(30):
+                await process.wait()
+                err = b""
+                while chunk := await process.stderr.receive_some():
+                    err += chunk
+            assert process.returncode == 130
+            lines = err.decode().strip().splitlines()
+            assert lines[-1] == (
+                "stopped following; the run goes on (`orchestrator cancel RUN_ID` stops it)"
+            )
+            assert len(lines) <= 2 and "Traceback" not in err.decode(), lines  # (`started …`)
+            await process.stdout.aclose()
+            await process.stderr.aclose()
+        run_id = first.split(b'"runId":"')[1].split(b'"')[0].decode()
+        events = await replay(server.url, run_id)  # it went on to its end
+        assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["data"]["status"] == "completed"
+
+
+async def test_a_task_from_stdin_and_one_wording_for_a_wrong_token(tmp_path: Path) -> None:
+    config = demo_config(tmp_path, server={"tokens": [{"name": "a", "token": "t-a"}]})
+    async with running_server(config) as server:
+        long_task = "x" * 200_000  # (over what an argument may carry)
+        started = await trio.run_process(
+            [sys.executable, "-m", "orchestrator", "start", "critic", "-", "--url", server.url],
+            stdin=long_task.encode(),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO), "ORCHESTRATOR_TOKEN": "t-a"},
+        )
+        assert started.returncode == 0, started.stderr
+        run_id = started.stdout.decode().strip()
+        events = await replay(server.url, run_id, headers={"Authorization": "Bearer t-a"})
+        assert events[0]["data"]["input"] == long_task
+        said = set()
+        for argv in (["pending"], ["watch", run_id], ["start", "critic", "x"], ["runs"]):
+            wrong = await cli(*argv, "--url", server.url, "--token", "wrong")
+            assert wrong.returncode == 2, (argv, wrong.stderr)
+            line = wrong.stderr.decode().strip().splitlines()[-1]
+            said.add(line.replace(server.url, "URL"))
+        assert said == {"error: HTTP 401 from URL: a valid --token is needed"}, said
