@@ -9,11 +9,13 @@ through a `TreeProgress`. Imported only where the `mcp` extra is installed.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from importlib import metadata
 from typing import Annotated, Any, TypedDict, cast
 
 import trio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
 from pydantic import Field
 
 from agents.core.events import EventType
@@ -152,7 +154,7 @@ class TreeProgress:
 
 def subagent_server(agents: Iterable[tuple[str, str]], call: Call) -> MCPServer:
     """An MCP server with one tool per `(agent_id, description)`."""
-    app = MCPServer("orchestrator")
+    app = MCPServer("orchestrator", version=_version(), middleware=[_known_arguments])
     for agent_id, description in agents:
 
         def make(agent_id: str) -> Any:
@@ -183,3 +185,32 @@ def subagent_server(agents: Iterable[tuple[str, str]], call: Call) -> MCPServer:
             "sub-agents on the task; returns its final answer)",
         )
     return app
+
+
+TOOL_ARGUMENTS = frozenset({"task", "threadId"})
+"""What an agent tool takes (its inputSchema says no more: additionalProperties false)."""
+
+
+async def _known_arguments(ctx: Any, call_next: Any) -> Any:
+    """Refuse a tool call with arguments its tool does not take (the SDK would drop
+    them silently): JSON-RPC invalid params (-32602), naming them."""
+    params = ctx.params
+    if ctx.method == "tools/call" and isinstance(params, dict):
+        arguments = params.get("arguments")
+        if isinstance(arguments, dict):
+            unknown = sorted(str(k) for k in arguments if k not in TOOL_ARGUMENTS)[:8]
+            if unknown:
+                raise MCPError(
+                    INVALID_PARAMS,
+                    f"unknown arguments {', '.join(unknown)}: an agent tool takes task "
+                    "and threadId",
+                )
+    return await call_next(ctx)
+
+
+def _version() -> str:
+    """This package's version (serverInfo.version)."""
+    try:
+        return metadata.version("agent-orchestrator")
+    except metadata.PackageNotFoundError:  # (run from a tree that is not installed)
+        return "0"

@@ -248,3 +248,39 @@ async def test_an_mcp_session_is_its_tokens(tmp_path: Path) -> None:
             assert gone.status_code == 404, gone.text
         mine = await http.post(url, json=listing, headers=by("a-secret"))
         assert mine.status_code == 200 and "planner" in mine.text
+
+
+async def test_mcp_names_its_version_and_refuses_arguments_a_tool_does_not_take(
+    tmp_path: Path,
+) -> None:
+    """serverInfo.version was "" and unknown tool arguments were dropped silently."""
+    from importlib import metadata
+
+    from mcp.shared.exceptions import MCPError
+
+    config = demo_config(tmp_path, server={"mcp": True})
+    async with running_server(config) as server, httpx.AsyncClient() as http:
+        hello = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        opened = await http.post(
+            f"{base_url(server)}/mcp",
+            json=hello,
+            headers={"Accept": "application/json, text/event-stream"},
+        )
+        assert metadata.version("agent-orchestrator") in opened.text
+        assert '"version":""' not in opened.text.replace(" ", "")
+        async with mcp_client(base_url(server)) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert set(tools["critic"].input_schema["properties"]) == {"task", "threadId"}
+            with pytest.raises(MCPError, match="unknown arguments priority"):
+                await client.call_tool("critic", {"task": "check", "priority": "high"})
+            done = await client.call_tool("critic", {"task": "check"})
+            assert not done.is_error and done.structured_content["runId"].startswith("run-")
