@@ -101,7 +101,12 @@ class Routes:
         if url.path == "/auth":  # the console asks before connecting (200 either way:
             # a 401 would be a console error in every browser)
             principal = app.auth.identify(request.headers, url.query)
-            body: dict[str, object] = {"authorized": principal is not None}
+            body: dict[str, object] = {
+                "authorized": principal is not None,
+                # what the page checks before it sends (a frame past these closes with 1009)
+                "maxInputBytes": app.config.limits.max_input_bytes,
+                "maxFrameBytes": app.config.server.max_frame_bytes,
+            }
             if principal is not None:
                 body["name"], body["admin"] = principal.name, principal.admin
                 body["readOnly"] = principal.read_only

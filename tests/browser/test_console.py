@@ -714,6 +714,9 @@ def test_a_server_with_tokens_asks_for_one_and_keeps_it_out_of_the_url(
         page.fill("#token-input", "wrong")
         page.click("#token-go")
         page.wait_for_selector("#token-form:not(.hidden)", timeout=10_000)
+        # The form says why it is back (it came back empty, with no word).
+        page.wait_for_selector("#notice.error", timeout=10_000)
+        assert "refused that token" in page.inner_text("#notice")
         page.fill("#token-input", "s3cret")
         page.click("#token-go")
         page.wait_for_selector("#conn.open", timeout=10_000)
@@ -969,3 +972,27 @@ def test_while_a_run_of_the_thread_runs_the_message_box_offers_the_multitask_cho
         assert said[1][1] == "thinking it over slowly, then this"
         page.wait_for_selector("#chat-multitask", state="detached", timeout=10_000)
         assert errors == []
+
+
+def test_notices_say_what_worked_and_what_did_not_and_a_task_too_long_is_refused_here(
+    browser: Browser, server: Server
+) -> None:
+    """A 5 MB task closed the connection (1009) with no word why, success notices were
+    red like errors, and an old error stayed after a later success."""
+    page, errors = open_page(browser, server.url)
+    page.fill("#input", "")
+    page.press("#input", "Enter")
+    page.wait_for_selector("#notice.error")
+    start_run(page, "critic", "short")
+    page.click("#copy-id")
+    page.wait_for_selector("#notice.ok")  # replaced the error, in its own colour
+    page.select_option("#agent", "critic")
+    page.evaluate("document.querySelector('#input').value = 'x'.repeat(400 * 1024)")
+    page.press("#input", "Enter")
+    page.wait_for_selector("#notice.error")
+    said = page.inner_text("#notice")
+    assert "takes at most 256 KB (limits.max_input_bytes)" in said, said
+    assert page.get_attribute("#conn", "class") == "open"
+    page.wait_for_timeout(300)
+    assert page.get_attribute("#conn", "class") == "open"  # still connected
+    assert errors == []

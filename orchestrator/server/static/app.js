@@ -43,7 +43,7 @@ const chat = new Chat(conn, {
   root: $("chat"),
   open: (runId) => select(runId),
   started: (ack) => showStarted(ack),
-  notice: (error) => notice(error),
+  notice: (message, kind) => notice(message, kind),
   render: (text, node) => node.replaceChildren(textBlock(text, "answer", true)),
 });
 const timings = {};   // the longest run of each piece of work, in ms (for tests and the curious)
@@ -75,6 +75,7 @@ function onState(s) {
 function askToken() {
   $("token-form").classList.remove("hidden");
   $("token-input").focus();
+  if (conn.token) notice("the server refused that token: give another", "error");
 }
 
 $("token-form").onsubmit = (event) => {
@@ -112,15 +113,19 @@ function onFrame(frame) {
     refreshRuns();
     chat.refresh();
   } else if (frame.op === "gap" && frame.sub === state.sub) {
-    notice(`events ${frame.fromSeq}–${frame.toSeq} were removed by the retention policy`);
+    notice(`events ${frame.fromSeq}–${frame.toSeq} were removed by the retention policy`, "error");
   } else if (frame.op === "error") {
     notice(frame);
   }
 }
 
-function notice(error) {
-  const text = typeof error === "string" ? error : `${error.code || "error"}: ${error.message || ""}`;
+// One line next to the connection badge: what a control did (green) or why it did not
+// (red: an error frame, or `kind` "error"); each replaces the last.
+function notice(message, kind) {
+  const failed = kind === "error" || typeof message !== "string";
+  const text = typeof message === "string" ? message : `${message.code || "error"}: ${message.message || ""}`;
   $("notice").textContent = text;
+  $("notice").className = failed ? "error" : "ok";
   clearTimeout(notice.timer);
   notice.timer = setTimeout(() => { $("notice").textContent = ""; }, 8000);
 }
@@ -415,7 +420,9 @@ $("agent").onchange = () => showAgent();
 $("start").onsubmit = async (event) => {
   event.preventDefault();
   const input = $("input").value.trim();
-  if (!input) { notice("write a task first"); $("input").focus(); return; }
+  if (!input) { notice("write a task first", "error"); $("input").focus(); return; }
+  const tooLong = conn.tooLong(input);
+  if (tooLong) { notice(tooLong, "error"); return; }
   if (state.starting) return;
   state.starting = true;
   $("go").disabled = true;
@@ -752,7 +759,8 @@ function renderDetail(run, key) {
     if (!turn.text && !turn.thinking && turn.calls.length === 0) return;
     const box = el("div", "turn" + (turn.abandoned ? " abandoned" : ""));
     const live = run.status === "running" && agent.status === "running";
-    const cut = turn.abandoned ? " — abandoned (worker lost)" : turn.finished ? "" : live ? " — streaming" : ` — cut off (${agentEnd(run, agent)})`;
+    const why = { fork: "the fork goes on from before it", restart: "the server restarted", worker_lost: "worker lost" };
+    const cut = turn.abandoned ? ` — abandoned (${why[turn.abandoned] || turn.abandoned})` : turn.finished ? "" : live ? " — streaming" : ` — cut off (${agentEnd(run, agent)})`;
     const label = el("div", "label", `turn ${i + 1}${cut}`);
     if (turn.seq !== null) label.append(forkHere(run, key, turn.seq, `turn ${i + 1} (asked again)`));
     box.append(label);
@@ -793,6 +801,8 @@ function renderDetail(run, key) {
       e.preventDefault();
       const message = input.value.trim();
       if (!message) return;
+      const tooLong = conn.tooLong(message, "the message");
+      if (tooLong) { notice(tooLong, "error"); return; }
       button.disabled = true;
       try {
         await conn.request("send", { runId: run.runId, agentKey: key === ROOT ? undefined : key, message });
@@ -969,7 +979,7 @@ function approvalBox(run, key, approval) {
   form.dataset.call = approval.id;
   const left = Math.max(0, Math.round(approval.timeoutAt - Date.now() / 1000));
   const until = left > 120 ? `${Math.round(left / 60)} min` : `${left} s`;
-  form.append(el("div", "label", `waiting for approval · ${approval.name} · denied as "timeout" in ${until}`));
+  form.append(el("div", "label", `waiting for approval · ${approval.name} · answer within ${until} (unanswered, it is refused)`));
   const args = el(approval.edit ? "textarea" : "pre", "args");
   const text = JSON.stringify(approval.args, null, 2);
   if (approval.edit) {
@@ -994,7 +1004,7 @@ function approvalBox(run, key, approval) {
     const fields = { runId: run.runId, toolCallId: approval.id, agentKey: key === ROOT ? null : key, decision };
     if (reason.value.trim()) fields.reason = reason.value.trim();
     if (approval.edit && decision === "approve" && args.value.trim() !== text.trim()) {
-      try { fields.args = JSON.parse(args.value); } catch { notice("the arguments are not valid JSON"); return; }
+      try { fields.args = JSON.parse(args.value); } catch { notice("the arguments are not valid JSON", "error"); return; }
     }
     approve.disabled = deny.disabled = true;
     try {

@@ -124,6 +124,8 @@ export class Chat {
     const input = this.root.querySelector("#chat-input");
     const text = input.value.trim();
     if (!text || this.sending || !this.threadId) return;
+    const tooLong = this.conn.tooLong(text, "the message");
+    if (tooLong) { this.notice(tooLong, "error"); return; }
     const fields = { threadId: this.threadId, input: text };
     const choice = this.root.querySelector("#chat-multitask");
     if (choice) fields.multitask = choice.value;

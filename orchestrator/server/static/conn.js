@@ -17,6 +17,7 @@ export class Connection {
     this.onOpen = null;         // called after every (re)connect, before requests flow
     this.closedByUs = false;
     this.readOnly = false;      // `/auth` says: a viewer token (no control may be used)
+    this.maxInputBytes = 256 * 1024;   // `/auth` says: the longest task or message the server takes
   }
 
   get token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
@@ -31,6 +32,14 @@ export class Connection {
     return `${scheme}://${location.host}/ws${query}`;
   }
 
+  // Why `text` is too long to send as a task or message (null: it is not), with the limit.
+  tooLong(text, what = "the task") {
+    const size = new TextEncoder().encode(text).length;
+    if (size <= this.maxInputBytes) return null;
+    const kb = (n) => `${Math.ceil(n / 1024).toLocaleString()} KB`;
+    return `${what} is ${kb(size)}: this server takes at most ${kb(this.maxInputBytes)} (limits.max_input_bytes)`;
+  }
+
   // Does the server want a token we do not have (or refuse ours)? `/auth` says.
   async unauthorized() {
     try {
@@ -38,6 +47,7 @@ export class Connection {
       const response = await fetch("/auth", { headers, cache: "no-store" });
       const body = await response.json();
       this.readOnly = body.readOnly === true;   // a viewer token: watch, change nothing
+      if (body.maxInputBytes) this.maxInputBytes = body.maxInputBytes;
       return !body.authorized;
     } catch {
       return false;   // the server is down: the WebSocket attempt will say so

@@ -135,7 +135,7 @@ export class RunModel {
           this.stalled += 1;
         }
         break;
-      case "TURN_ABANDONED": this.currentTurn(agent).abandoned = true; break;
+      case "TURN_ABANDONED": this.currentTurn(agent).abandoned = d.reason || "worker_lost"; break;
       case "TOOL_CALL_DELTA": {
         const call = this.call(agent, d.toolCallId, d.name, e.ts, e.seq);
         call.argsText += d.argsDelta || "";
