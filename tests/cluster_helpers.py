@@ -82,6 +82,7 @@ def write_cluster_configs(
     token_delay: float = 0.002,
     extra_agents: dict[str, dict[str, Any]] | None = None,
     model: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
     """(gateway config, worker config) for one cluster in `root` (`model`: the default
     model, else the offline `scripted` one)."""
@@ -100,6 +101,7 @@ def write_cluster_configs(
             "storage": {"url": redis_url, "durability": "relaxed"},
             "models": {"default": model or {"provider": "scripted"}},
             "subagents_dir": "subagents",
+            **({"limits": limits} if limits else {}),
             "cluster": {
                 "name": "test",
                 "worker": worker,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,6 +27,8 @@ from orchestrator.telemetry import traced
 __all__ = ["Node", "instance_name", "open_node", "run_worker"]
 
 logger = logging.getLogger(__name__)
+LIVE_HEARTBEAT = 10.0
+"""Seconds since a worker's last heartbeat (every 2 s) within which it counts as alive."""
 
 
 def instance_name() -> str:
@@ -34,7 +37,8 @@ def instance_name() -> str:
 
 
 class Node:
-    """What this instance is in the cluster; `queue_depth` is refreshed every 2 s."""
+    """What this instance is in the cluster; `queue_depth` and `cluster_stalled` are
+    refreshed every 2 s."""
 
     def __init__(
         self,
@@ -48,6 +52,9 @@ class Node:
         self.gateway = gateway
         self.worker = worker
         self.queue_depth = 0
+        self.cluster_stalled = 0
+        """Agents marked stalled on every live worker (their heartbeats say): stalls are
+        detected where runs execute, and a gateway's `/metrics` shows the cluster's."""
 
     @property
     def role(self) -> str:
@@ -66,8 +73,14 @@ class Node:
         while True:
             try:
                 self.queue_depth = await self.store.queue_depth()
+                now = time.time()
+                self.cluster_stalled = sum(
+                    int(beat.get("stalled", 0))  # type: ignore[call-overload]
+                    for beat in (await self.store.workers()).values()
+                    if now - float(beat.get("at", 0)) < LIVE_HEARTBEAT  # type: ignore[arg-type]
+                )
             except Exception as exc:
-                logger.debug("queue depth: %s", exc)
+                logger.debug("cluster figures: %s", exc)
             await trio.sleep(2.0)
 
 

@@ -539,6 +539,11 @@ class ClusterStore:
             out[_run_of(_text(key))] = bodies
         return out
 
+    async def workers(self) -> dict[str, dict[str, object]]:
+        """Each worker's last heartbeat (`at`, its runs, its stalled agents)."""
+        raw = await self.client.hgetall(f"{self.prefix}cluster:{self.name}:workers")
+        return {_text(k): msgspec.json.decode(v) for k, v in raw.items()}
+
     async def heartbeat(self, worker: str, info: Mapping[str, object]) -> None:
         """Note this worker as alive (for `/healthz` and people looking at Redis)."""
         await self.client.hset(

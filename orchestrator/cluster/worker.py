@@ -443,8 +443,11 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         while True:
             try:
+                stalls = self.host.stalls
+                stalled = stalls.stalled if stalls is not None else 0
                 await self.store.heartbeat(
-                    self.name, {"runs": len(self.owned), "maxRuns": self.config.max_runs}
+                    self.name,
+                    {"runs": len(self.owned), "maxRuns": self.config.max_runs, "stalled": stalled},
                 )
             except Exception as exc:
                 logger.warning("worker %s: heartbeat failed: %s", self.name, exc)

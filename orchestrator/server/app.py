@@ -113,7 +113,10 @@ class ServerApp:
         return self.subscriptions[principal.name]
 
     def stalled_agents(self) -> int:
-        """Agents of the runs executing here that are marked stalled (`/metrics`)."""
+        """Agents of the runs executing here that are marked stalled (`/metrics`); on a
+        cluster's gateway, of every live worker (their heartbeats say)."""
+        if self.node is not None and self.node.gateway is not None:
+            return self.node.cluster_stalled
         stalls = self.host.stalls
         return stalls.stalled if stalls is not None else 0
 

@@ -13,6 +13,7 @@ import trio
 from websockets.trio.client import connect
 
 from tests.integration.test_approvals_server import Client, agent, spawn
+from tests.redis_helpers import redis_url  # noqa: F401  (fixture)
 from tests.server_helpers import demo_config, recv, replay, running_server
 
 AGENTS = {
@@ -106,3 +107,30 @@ async def test_waiting_for_a_person_is_not_a_stall_and_a_late_watcher_sees_marks
         assert stalls(client.events) == []
         late = await replay(server.url, ack["runId"])
         assert [e["seq"] for e in late] == [e["seq"] for e in client.events]
+
+
+async def test_a_gateway_counts_the_stalls_of_the_clusters_workers(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    """Stalls are detected where runs execute: a gateway's orchestrator_agents_stalled
+    counted none of a cluster's; it now sums its live workers' (their heartbeats)."""
+    from tests.cluster_helpers import cluster
+
+    sleepy = {"dozer": agent([{"sleep": 30, "say": "late"}], [])}
+    async with cluster(tmp_path, redis_url, extra_agents=sleepy, limits={"stall_seconds": 1}) as c:
+        gateway = await c.start("serve")
+        await c.start("worker")
+        port = int(gateway.url.rsplit(":", 1)[1].split("/")[0])
+        async with connect(gateway.url) as ws:
+            await ws.send(json.dumps({"op": "run", "id": 1, "agent": "dozer", "input": "zz"}))
+            assert json.loads(await ws.recv())["op"] == "ack"
+            seen: list[float] = []
+
+            async def stalled() -> bool:
+                seen.append(await metric(port))
+                return seen[-1] >= 1
+
+            with trio.fail_after(60):
+                while not await stalled():  # noqa: ASYNC110 - other processes' state
+                    await trio.sleep(0.5)
