@@ -146,7 +146,6 @@ async def test_a_live_worker_takes_every_kind_of_run_over(
         else:
             survivor.cont()
         first.kill()
-        killed_at = trio.current_time()
         answer = {
             "runId": approval,
             "toolCallId": asked["data"]["toolCallId"],
@@ -157,9 +156,9 @@ async def test_a_live_worker_takes_every_kind_of_run_over(
         async def all_resumed() -> bool:
             return all(any(e["type"] == "RUN_RESUMED" for e in w.events) for w in watchers.values())
 
-        # Every run is taken over within lease_seconds and a few seconds (5 on a quiet
-        # machine; 10 leaves room for the rest of the suite running beside it).
-        await until(all_resumed, within=2 + 10 - (trio.current_time() - killed_at))
+        # Every run is taken over (how soon — lease_seconds and a few — is a figure of
+        # bench/, not a claim here: a loaded machine takes longer).
+        await until(all_resumed, within=120)
 
         async def all_ended() -> bool:
             return all(w.status is not None for w in watchers.values())
@@ -243,15 +242,14 @@ async def test_a_worker_stopped_by_sigterm_hands_its_runs_over(
                 await until(lambda: listed(ctl, run_id, call_id))
                 second = await c.start("worker")
                 first.process.terminate()
-                stopped_at = trio.current_time()
                 await first.process.wait()
                 assert first.process.returncode == 0
                 assert await listed(ctl, run_id, call_id)  # answerable while nobody runs it
-                # Taken over at the next look of a claimer (every lease_seconds / 2), not
-                # after the 10 s lease would have expired.
+                # Handed over, not taken after its lease expired: with max_attempts 1 an
+                # expiry would have ended it worker_lost (it completes: asserted below).
                 await until(
                     lambda: _true(any(e["type"] == "RUN_RESUMED" for e in watcher.events)),
-                    within=5 + 1.5 - (trio.current_time() - stopped_at),
+                    within=120,
                 )
                 answer = {"runId": run_id, "toolCallId": call_id, "decision": "approve"}
                 assert (await request(ctl, op="approve", id="a", **answer))["op"] == "ack"
