@@ -130,11 +130,12 @@ def open_page(
     """A page on the console. Playwright's `wait_for_function` evaluates strings, which
     the console's Content-Security-Policy forbids: pages bypass it unless `csp`."""
     page = browser.new_page(viewport={"width": width, "height": 800}, bypass_csp=not csp)
+    page.set_default_timeout(30_000)  # (waits, not claims: a loaded machine is slower)
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url)
-    page.wait_for_selector("#conn.open", timeout=10_000)
+    page.wait_for_selector("#conn.open", timeout=30_000)
     page.wait_for_selector("#agent option", state="attached")
     return page, errors
 
@@ -166,7 +167,7 @@ def select_a_streaming_researcher(page: Page) -> str:
     page.wait_for_function(
         "[...window.__console.state.run.agents.values()]"
         ".filter(a => a.agentId === 'researcher').length === 2",
-        timeout=20_000,
+        timeout=60_000,
     )
     node(page, "ResearcherAgent").first.click()
     page.wait_for_selector("#stop-box button")
@@ -219,7 +220,7 @@ def test_a_run_started_with_enter_streams_to_completion_with_every_detail(
         assert json.loads(other.recv())["op"] == "ack"
         page.wait_for_function(
             "document.querySelector('#runs-list').innerText.includes('from elsewhere')",
-            timeout=10_000,
+            timeout=30_000,
         )
     # Keyboard: arrows move through the tree, left collapses a subtree.
     node(page, "planner").first.click()
@@ -319,7 +320,7 @@ def test_a_failing_agent_shows_its_error_on_its_card(browser: Browser, tmp_path:
     try:
         page, errors = open_page(browser, srv.url)
         start_run(page, "boss", "detonate")
-        page.wait_for_selector("#run-status.completed", timeout=20_000)
+        page.wait_for_selector("#run-status.completed", timeout=60_000)
         page.wait_for_function(
             "[...document.querySelectorAll('.node .badge')]"
             ".some(b => b.textContent === 'provider_error')"
@@ -367,10 +368,10 @@ def test_a_compaction_shows_in_the_detail_pane(browser: Browser, tmp_path: Path)
     try:
         page, errors = open_page(browser, srv.url)
         start_run(page, "reader", "read them")
-        page.wait_for_selector("#run-status.completed", timeout=20_000)
+        page.wait_for_selector("#run-status.completed", timeout=60_000)
         node(page, "reader").first.click()
         box = page.locator("#detail .compaction")
-        box.first.wait_for(timeout=10_000)
+        box.first.wait_for(timeout=30_000)
         text = box.first.inner_text().lower()  # the label is shown in capitals
         assert "compacted before turn 4 (past its threshold)" in text
         assert "earlier turns summarized" in text and "notes:" in text
@@ -387,7 +388,7 @@ def test_cancel_and_send_reach_the_run(browser: Browser, tmp_path: Path) -> None
     try:
         page, errors = open_page(browser, srv.url)
         start_run(page, "planner", "slow and steady")
-        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=20_000)
+        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=60_000)
         node(page, "planner").first.click()
         page.fill("#send-box input", "please hurry")
         page.press("#send-box input", "Enter")
@@ -406,7 +407,7 @@ def test_cancel_and_send_reach_the_run(browser: Browser, tmp_path: Path) -> None
         page.wait_for_timeout(800)
         assert page.evaluate("document.getSelection().toString()") == "slow and steady"
         page.click("#cancel")
-        page.wait_for_selector("#run-status.cancelled", timeout=20_000)
+        page.wait_for_selector("#run-status.cancelled", timeout=60_000)
         page.wait_for_function(
             "document.querySelectorAll('.node .badge.running').length === 0"
             " && document.querySelectorAll('.node .badge.cancelled').length >= 1"
@@ -432,7 +433,7 @@ def test_stop_on_an_agent_cancels_its_subtree_and_the_run_goes_on(
         page.click("#stop-box button")
         page.wait_for_function(
             f"window.__console.state.run.agents.get({key!r}).status === 'cancelled'",
-            timeout=20_000,
+            timeout=60_000,
         )
         page.wait_for_selector("#run-status.completed", timeout=30_000)
         agent = page.evaluate(f"window.__console.state.run.agents.get({key!r}).errorMessage")
@@ -495,7 +496,7 @@ def test_an_approval_deep_in_the_tree_is_answered_from_the_console(
         other, other_errors = open_page(browser, f"{srv.url}?run={run_id}")
         for p in (page, other):
             # Marked in the tree, the runs list and the timeline's model.
-            p.wait_for_selector(".node .badge.waiting", timeout=20_000)
+            p.wait_for_selector(".node .badge.waiting", timeout=60_000)
             assert node(p, "fixer").locator(".badge").inner_text() == "waiting for approval"
             p.wait_for_selector(f'#runs-list li[data-run="{run_id}"] .badge.waiting')
             assert p.evaluate("window.__console.state.run.waiting") == 1
@@ -517,10 +518,10 @@ def test_an_approval_deep_in_the_tree_is_answered_from_the_console(
         other.wait_for_function(
             "document.querySelector('#detail').innerText.toLowerCase()"
             ".includes('approved by client (edited): checked by hand')",
-            timeout=20_000,
+            timeout=60_000,
         )
         for p in (page, other):
-            p.wait_for_selector("#run-status.completed", timeout=20_000)
+            p.wait_for_selector("#run-status.completed", timeout=60_000)
             assert p.locator(".node .badge.waiting").count() == 0
             assert p.locator("form.approval").count() == 0
         assert (tmp_path / "workspace" / "p.txt").read_text() == "new"
@@ -553,7 +554,7 @@ def test_a_remote_subtree_shows_and_is_answered_as_a_local_one(
     try:
         page, errors = open_page(browser, here.url)
         start_run(page, "boss", "fix it")
-        page.wait_for_selector(".node .badge.waiting", timeout=20_000)
+        page.wait_for_selector(".node .badge.waiting", timeout=60_000)
         assert node(page, "fixer").locator(".badge").inner_text() == "waiting for approval"
         assert node(page, "far_lead").count() == 1
         node(page, "fixer").click()
@@ -561,7 +562,7 @@ def test_a_remote_subtree_shows_and_is_answered_as_a_local_one(
         form.wait_for()
         form.locator("textarea").fill(json.dumps({"path": "p.txt", "content": "from here"}))
         form.locator("button", has_text="Approve").click()
-        page.wait_for_selector("#run-status.completed", timeout=20_000)
+        page.wait_for_selector("#run-status.completed", timeout=60_000)
         assert page.locator(".node .badge.waiting").count() == 0
         assert (far_root / "workspace" / "p.txt").read_text() == "from here"
         assert errors == []
@@ -583,10 +584,10 @@ def test_a_viewer_sees_what_waits_and_cannot_answer(browser: Browser, tmp_path: 
         page.goto(srv.url)
         page.fill("#token-input", "eve-secret")
         page.click("#token-go")
-        page.wait_for_selector("#conn.open", timeout=10_000)
+        page.wait_for_selector("#conn.open", timeout=30_000)
         run_id = start_admin_run(srv, "ops-secret", "boss")  # over the protocol
         page.goto(f"{srv.url}?run={run_id}")
-        page.wait_for_selector(".node .badge.waiting", timeout=20_000)
+        page.wait_for_selector(".node .badge.waiting", timeout=60_000)
         node(page, "fixer").click()
         form = page.locator("form.approval")
         form.wait_for()
@@ -619,7 +620,7 @@ def test_a_depth_filter_is_applied_by_the_server(browser: Browser, server: Serve
         "window.__console.state.filter.maxDepth === 0"
         " && window.__console.state.run.status === 'completed'"
         " && document.querySelectorAll('.node').length > 0",
-        timeout=10_000,
+        timeout=30_000,
     )
     assert page.locator(".node").count() == 1
     depths = page.evaluate("[...window.__console.state.run.agents.values()].map(a => a.depth)")
@@ -636,11 +637,11 @@ def test_after_a_server_restart_the_page_resumes_without_loss_or_duplicates(
     try:
         page, _ = open_page(browser, srv.url)
         run_id = start_run(page, "planner", "restart me")
-        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=20_000)
+        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=60_000)
         srv.stop(signal.SIGTERM)  # graceful: the run stops, its journal kept as it was
-        page.wait_for_selector("#conn.disconnected", timeout=10_000)
+        page.wait_for_selector("#conn.disconnected", timeout=30_000)
         srv.start()  # same port, same journal: the run goes on where it stopped
-        page.wait_for_selector("#conn.open", timeout=20_000)
+        page.wait_for_selector("#conn.open", timeout=60_000)
         page.wait_for_selector("#run-status.completed", timeout=30_000)
         seen = model_events(page)
         assert seen["count"] == seen["last"]  # every seq once, none missing
@@ -662,11 +663,11 @@ def test_after_kill_9_and_a_restart_every_card_says_interrupted(
     try:
         page, _ = open_page(browser, srv.url)
         run_id = start_run(page, "planner", "crash me")
-        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=20_000)
+        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=60_000)
         srv.stop(signal.SIGKILL)
         srv.start()  # marks the run interrupted at start
         fresh, errors = open_page(browser, f"{srv.url}?run={run_id}")
-        fresh.wait_for_selector("#run-status.interrupted", timeout=20_000)
+        fresh.wait_for_selector("#run-status.interrupted", timeout=60_000)
         fresh.wait_for_function(
             "window.__console.state.run.agents.size >= 3"
             " && document.querySelectorAll('.node .badge.running').length === 0"
@@ -708,30 +709,30 @@ def test_a_server_with_tokens_asks_for_one_and_keeps_it_out_of_the_url(
         page.on("dialog", lambda dialog: dialogs.append(dialog.message))
         page.goto(srv.url)
         # Asked in the page, with a password field a password manager can fill.
-        page.wait_for_selector("#token-form:not(.hidden)", timeout=10_000)
+        page.wait_for_selector("#token-form:not(.hidden)", timeout=30_000)
         assert page.get_attribute("#token-input", "type") == "password"
         assert page.get_attribute("#token-input", "autocomplete") == "current-password"
         page.fill("#token-input", "wrong")
         page.click("#token-go")
-        page.wait_for_selector("#token-form:not(.hidden)", timeout=10_000)
+        page.wait_for_selector("#token-form:not(.hidden)", timeout=30_000)
         # The form says why it is back (it came back empty, with no word).
-        page.wait_for_selector("#notice.error", timeout=10_000)
+        page.wait_for_selector("#notice.error", timeout=30_000)
         assert "refused that token" in page.inner_text("#notice")
         page.fill("#token-input", "s3cret")
         page.click("#token-go")
-        page.wait_for_selector("#conn.open", timeout=10_000)
+        page.wait_for_selector("#conn.open", timeout=30_000)
         assert dialogs == [] and page.is_hidden("#token-form")
         start_run(page, "critic", "with a token")
-        page.wait_for_selector("#run-status.completed", timeout=20_000)
+        page.wait_for_selector("#run-status.completed", timeout=60_000)
         assert "s3cret" not in page.url
         assert page.evaluate("sessionStorage.getItem('orchestrator.token')") == "s3cret"
         # A viewer's console watches the same run and offers no control at all.
         viewer = browser.new_page(bypass_csp=True)
         viewer.goto(f"{srv.url}?run={page.evaluate('window.__console.state.run.runId')}")
-        viewer.wait_for_selector("#token-form:not(.hidden)", timeout=10_000)
+        viewer.wait_for_selector("#token-form:not(.hidden)", timeout=30_000)
         viewer.fill("#token-input", "v1ewer")
         viewer.click("#token-go")
-        viewer.wait_for_selector("#run-status.completed", timeout=20_000)
+        viewer.wait_for_selector("#run-status.completed", timeout=60_000)
         assert viewer.inner_text("#conn") == "connected · read-only"
         assert viewer.is_hidden("#start") and viewer.is_hidden("#cancel")
         node(viewer, "critic").first.click()
@@ -923,13 +924,13 @@ def test_a_thread_reads_as_a_chat_that_goes_on_from_its_message_box(
     with serving(tmp_path, config()) as srv:
         page, errors = open_page(browser, srv.url)
         first = start_run(page, "echo", "hello there")
-        page.wait_for_selector("#chat .exchange .said.agent .answer", timeout=20_000)
+        page.wait_for_selector("#chat .exchange .said.agent .answer", timeout=60_000)
         assert exchanges(page) == [["hello there", "you said hello there"]]
         page.fill("#chat-input", "and again")
         page.press("#chat-input", "Enter")
         page.wait_for_function(
             "document.querySelectorAll('#chat .exchange .said.agent .answer').length === 2",
-            timeout=20_000,
+            timeout=60_000,
         )
         assert exchanges(page) == [
             ["hello there", "you said hello there"],
@@ -938,7 +939,7 @@ def test_a_thread_reads_as_a_chat_that_goes_on_from_its_message_box(
         second: str = page.evaluate("window.__console.state.run.runId")
         assert second != first
         # The runs list keeps the thread's runs together under it.
-        page.wait_for_selector("#runs-list .thread-head", timeout=10_000)
+        page.wait_for_selector("#runs-list .thread-head", timeout=30_000)
         assert "2 messages" in page.inner_text("#runs-list .thread-head")
         in_thread = page.eval_on_selector_all(
             "#runs-list li.in-thread", "items => items.map(li => li.dataset.run)"
@@ -958,7 +959,7 @@ def test_while_a_run_of_the_thread_runs_the_message_box_offers_the_multitask_cho
     with serving(tmp_path, config()) as srv:
         page, errors = open_page(browser, srv.url)
         start_run(page, "slow", "take your time")
-        page.wait_for_selector("#chat-multitask", timeout=10_000)
+        page.wait_for_selector("#chat-multitask", timeout=30_000)
         page.select_option("#chat-multitask", "enqueue")
         page.fill("#chat-input", "then this")
         page.press("#chat-input", "Enter")
@@ -969,7 +970,7 @@ def test_while_a_run_of_the_thread_runs_the_message_box_offers_the_multitask_cho
         said = exchanges(page)
         assert [user for user, _ in said] == ["take your time", "then this"]
         assert said[1][1] == "thinking it over slowly, then this"
-        page.wait_for_selector("#chat-multitask", state="detached", timeout=10_000)
+        page.wait_for_selector("#chat-multitask", state="detached", timeout=30_000)
         assert errors == []
 
 
