@@ -13,6 +13,7 @@ the takeover were the previous process's to export and are not sent again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections import deque
@@ -89,7 +90,9 @@ class _RunTrace:
     def wake(self) -> None:
         """No longer followed: the run ended (its last batches may still be on their
         way: read them), or another worker took it over (its spans are that one's)."""
-        if not self.dropped and not self.log.fenced and self.hub.nursery is not None:
+        if self.dropped or self.log.fenced:  # (not this process's to finish)
+            self.hub.traces.pop(self.run_id, None)
+        elif self.hub.nursery is not None:
             self.hub.nursery.start_soon(self.hub.catch_up, self)
 
 
@@ -126,6 +129,8 @@ class Telemetry:
         """Events never turned into spans (the event queue was full)."""
         self._space = trio.Event()
         self.nursery: trio.Nursery | None = None
+        self.traces: dict[str, _RunTrace] = {}
+        """The runs traced that have not ended yet (read to their end at a stop)."""
 
     async def catch_up(self, trace: _RunTrace) -> None:
         """The journal stopped offering a run's batches as it ended: read the rest."""
@@ -148,6 +153,7 @@ class Telemetry:
         """Trace the run of `log` from now on (the journal calls it for every run this
         process starts, resumes or takes over)."""
         trace = _RunTrace(self, log)
+        self.traces[trace.run_id] = trace
         self.journal.follow(log, trace)
         if trace.replay_to:
             self.dirty.add(trace)
@@ -163,8 +169,31 @@ class Telemetry:
                 await self._export_forever()
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(FINAL_FLUSH_SECONDS):
+                await self._read_to_the_end()
                 await self._drain()
                 await trio.to_thread.run_sync(self.exporter.shutdown, abandon_on_cancel=True)
+
+    async def _read_to_the_end(self) -> None:
+        """At a stop: what the journal holds of every traced run (its writer flushed
+        first) and was not built into spans yet, built now — a run that ended just
+        before the stop keeps its root span."""
+        with contextlib.suppress(Exception):  # (a failing store: what was read is built)
+            await self.journal.writer.flush()
+        for trace in list(self.traces.values()):
+            if trace.dropped or trace.log.fenced:
+                continue
+            try:
+                entries = await self.journal.read_all(trace.run_id, trace.log.committed)
+            except Exception:  # gone (retention)
+                continue
+            rest = [e for e in entries if e.seq > trace.seen]
+            if rest:
+                trace.seen = rest[-1].seq
+                trace.batches.append(rest)
+                self.queued_events += len(rest)
+                self.dirty.add(trace)
+        while self.dirty:
+            await self._advance(self.dirty.pop())
 
     async def _build(self) -> None:
         while True:
@@ -191,6 +220,8 @@ class Telemetry:
         while trace.batches:
             batch = trace.batches.popleft()
             self.queued_events -= len(batch)
+            if batch and batch[-1].event.type is EventType.RUN_FINISHED:
+                self.traces.pop(trace.run_id, None)  # (read to its end)
             for entry in batch:
                 event = entry.event
                 if event.type is _REASONING and not event.last:

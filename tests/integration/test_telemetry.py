@@ -351,3 +351,36 @@ def started(events: list[dict[str, Any]]) -> str | None:
         if e["type"] == "AGENT_STARTED" and e["source"]["agentId"] == "sleepy":
             return str(e["source"]["agentKey"])
     return None
+
+
+async def test_a_stop_right_after_a_run_ends_exports_its_root_span(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a SIGTERM just after a run completed lost the root's `invoke_agent`
+    span (its RUN_FINISHED was not built into spans yet): a stop reads every traced
+    run to its end before the last export. Here the span builder is behind for the
+    whole run (as on a loaded machine), so every span comes from that last reading."""
+    import orchestrator.telemetry.export as export
+
+    async def behind(self: Any) -> None:
+        await trio.sleep_forever()
+
+    monkeypatch.setattr(export.Telemetry, "_build", behind)
+    config = write_config(tmp_path, AGENTS)
+    settings = ServerConfig.model_validate(
+        {**config.model_dump(), "base_dir": tmp_path, "telemetry": telemetry()}
+    )
+    assert settings.telemetry is not None
+    exporter = InMemorySpanExporter()
+    async with (
+        open_journal(settings) as journal,
+        Orchestrator.open(settings) as orch,
+        open_telemetry(
+            settings.telemetry, journal, model_info(orch.specs, settings.models), exporter
+        ),
+        trio.open_nursery() as nursery,
+    ):
+        host = RunHost(orch, journal, nursery)
+        await run_boss(host, journal)
+        # …and the telemetry stops at once (as a clean stop does)
+    assert by_name(list(exporter.get_finished_spans()), "invoke_agent boss")
