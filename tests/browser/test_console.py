@@ -996,3 +996,26 @@ def test_notices_say_what_worked_and_what_did_not_and_a_task_too_long_is_refused
     page.wait_for_timeout(300)
     assert page.get_attribute("#conn", "class") == "open"  # still connected
     assert errors == []
+
+
+def test_at_1440_px_the_agent_picker_shows_whole_names_and_cards_show_names(
+    browser: Browser, server: Server
+) -> None:
+    """The picker was clipped ("PlannerAgent (plann"), and the root card showed its id
+    where its children showed their names."""
+    page, errors = open_page(browser, server.url, width=1440)
+    page.select_option("#agent", "planner")
+    fits = page.evaluate(
+        """(() => {
+          const select = document.querySelector('#agent');
+          const text = select.options[select.selectedIndex].text;
+          const ctx = document.createElement('canvas').getContext('2d');
+          ctx.font = getComputedStyle(select).font;
+          return ctx.measureText(text).width <= select.clientWidth;
+        })()"""
+    )
+    assert fits
+    start_run(page, "planner", "names please")
+    page.wait_for_selector(".node[data-key='root'] > .row .name")
+    assert page.inner_text(".node[data-key='root'] > .row .name") == "PlannerAgent"
+    assert errors == []

@@ -618,8 +618,10 @@ function updateNode(run, key) {
   let last = "";
   for (let i = agent.turns.length - 1; i >= 0 && !last; i--) if (!agent.turns[i].abandoned) last = agent.turns[i].text;
   // Only what changed reaches the DOM (every write may cost a layout).
-  set(name, "textContent", agent.name + (agent.taskId ? " (background)" : ""));
   const spec = state.specs.find((s) => s.id === agent.agentId);
+  // Every card by its name: the root's comes from the agents list (RUN_STARTED has its id).
+  const shown = key === ROOT && spec && spec.name ? spec.name : agent.name;
+  set(name, "textContent", shown + (agent.taskId ? " (background)" : ""));
   set(name, "title", `${agent.path || agent.name}${spec && spec.model ? ` · model ${spec.model}` : ""}`);
   set(toggle, "disabled", agent.children.length === 0);
   set(badge, "className", `badge ${waiting ? "waiting" : stalled ? "stalled" : agent.status}`);
