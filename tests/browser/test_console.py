@@ -857,6 +857,8 @@ def test_fork_from_here_starts_a_fork_and_shows_its_lineage(
     page, errors = open_page(browser, server.url)
     original = start_run(page, "planner", "fork me")
     page.wait_for_selector("#run-status.completed", timeout=30_000)
+    took = page.evaluate("window.__console.state.run.lastTs - window.__console.state.run.firstTs")
+    page.wait_for_timeout(3000)  # the fork starts well after its original ended
     node(page, "ResearcherAgent").first.click()
     turn = page.locator("#detail .turn").nth(1)
     seq = int(turn.locator(".fork-here").get_attribute("data-seq") or "0")
@@ -877,6 +879,10 @@ def test_fork_from_here_starts_a_fork_and_shows_its_lineage(
         "[...window.__console.state.run.agents.values()].flatMap(a => a.messages.map(m => m.text))"
     )
     assert messages == ["cite one more source"]
+    # Its durations are its own: the 3 s between the original and the fork left out.
+    shift = page.evaluate("window.__console.state.run.shift")
+    span = page.evaluate("window.__console.state.run.lastTs - window.__console.state.run.firstTs")
+    assert shift >= 3 and span < took + shift, (shift, span, took)
     page.wait_for_selector(f"#runs-list li[data-run='{fork_id}'] .badge.fork")
     badge = page.locator(f"#runs-list li[data-run='{fork_id}'] .badge.fork")
     assert badge.inner_text() == f"fork @ {seq}"

@@ -613,7 +613,7 @@ function updateNode(run, key) {
   const status = waiting ? "waiting for approval" : stalled ? "stalled"
     : agent.status === "error" ? agent.errorType || "error" : agent.status;
   const tokens = run.tokens(agent);
-  const end = agent.endTs ?? (run.status === "running" ? Date.now() / 1000 : run.lastTs);
+  const end = agent.endTs ?? (run.status === "running" ? run.now() : run.lastTs);
   const seconds = agent.startTs ? Math.max(0, end - agent.startTs) : 0;
   let last = "";
   for (let i = agent.turns.length - 1; i >= 0 && !last; i--) if (!agent.turns[i].abandoned) last = agent.turns[i].text;
@@ -629,7 +629,7 @@ function updateNode(run, key) {
   set(tokensSpan, "textContent", tokens !== null ? `${tokens} tok` : "");
   set(timeSpan, "textContent", `${seconds.toFixed(1)} s`);
   set(preview, "textContent", tail(last || agent.task || ""));
-  set(activity, "textContent", activityLine(run, agent, Date.now() / 1000));
+  set(activity, "textContent", activityLine(run, agent, run.now()));
   const hidden = Boolean(state.search) && !run.matches(agent, state.search) && !hasMatch(run, agent);
   if (li.classList.contains("hidden") !== hidden) li.classList.toggle("hidden", hidden);
 }
@@ -1096,7 +1096,7 @@ function renderTimeline(run) {
     state.colors = ["--muted", "--bar", "--bar-tool", "--bar-wait"].map((name) => styles.getPropertyValue(name));
   }
   const [muted, bar, toolBar, waitBar] = state.colors;
-  const end = run.status === "running" ? Math.max(run.lastTs, Date.now() / 1000) : run.lastTs;
+  const end = run.status === "running" ? Math.max(run.lastTs, run.now()) : run.lastTs;
   const span = Math.max(end - run.firstTs, 0.001);
   const x = (t) => labelWidth + ((t - run.firstTs) / span) * (width - labelWidth - 4);
   const first = Math.floor(box.scrollTop / lane);

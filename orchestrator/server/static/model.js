@@ -29,6 +29,7 @@ export class RunModel {
     this.result = null;
     this.firstTs = null;
     this.lastTs = null;
+    this.shift = 0;            // a fork: seconds between its copied history and its own start
     this.dirty = new Set();
     this.structure = false;    // agents were added (the tree must place them)
     this.bySession = new Map();
@@ -94,8 +95,17 @@ export class RunModel {
     return found;
   }
 
+  // Now, on the run's clock (a fork's leaves out the time between its original and it).
+  now() { return Date.now() / 1000 - this.shift; }
+
   apply(e) {
     if (e.seq <= this.lastSeq) return;   // never twice (resume overlaps are dropped)
+    // A fork goes on long after the history it copied: its durations and timeline are
+    // its own time, the gap between the copy's last event and its start left out.
+    if (e.type === "RUN_RESUMED" && e.data && e.data.reason === "fork" && this.lastTs !== null) {
+      this.shift = Math.max(0, e.ts - this.lastTs);
+    }
+    if (this.shift) e = { ...e, ts: e.ts - this.shift };
     this.lastSeq = e.seq;
     this.eventCount += 1;
     if (this.firstTs === null) this.firstTs = e.ts;
