@@ -96,7 +96,7 @@ class Worker:
             nursery.start_soon(self._renew_loop)
             nursery.start_soon(self._control_loop)
             nursery.start_soon(self._claim_loop)
-            nursery.start_soon(self._heartbeat_loop)
+            nursery.start_soon(_heartbeats, self)
             nursery.start_soon(self._waiting.run)
             task_status.started()
 
@@ -440,15 +440,21 @@ class Worker:
         waiting: they stay listed, and wait again on the next worker)."""
         return run_id in self.owned and (starts or not self.stopping)
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            try:
-                stalls = self.host.stalls
-                stalled = stalls.stalled if stalls is not None else 0
-                await self.store.heartbeat(
-                    self.name,
-                    {"runs": len(self.owned), "maxRuns": self.config.max_runs, "stalled": stalled},
-                )
-            except Exception as exc:
-                logger.warning("worker %s: heartbeat failed: %s", self.name, exc)
-            await trio.sleep(2.0)
+
+async def _heartbeats(worker: Worker) -> None:
+    """Say every 2 s that `worker` is alive, how many runs it has and how many of their
+    agents are stalled (a gateway's /metrics sums those: `Node.cluster_stalled`)."""
+    while True:
+        try:
+            stalls = worker.host.stalls
+            await worker.store.heartbeat(
+                worker.name,
+                {
+                    "runs": len(worker.owned),
+                    "maxRuns": worker.config.max_runs,
+                    "stalled": stalls.stalled if stalls is not None else 0,
+                },
+            )
+        except Exception as exc:
+            logger.warning("worker %s: heartbeat failed: %s", worker.name, exc)
+        await trio.sleep(2.0)

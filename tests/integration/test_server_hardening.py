@@ -161,7 +161,14 @@ async def test_a_viewer_sees_every_run_and_changes_nothing(tmp_path: Path) -> No
             auth = await http.get(
                 f"http://127.0.0.1:{server.port}/auth", headers=bearer("eve-secret")
             )
-        assert auth.json() == {"authorized": True, "name": "eve", "admin": False, "readOnly": True}
+        said = auth.json()
+        assert {k: said[k] for k in ("authorized", "name", "admin", "readOnly")} == {
+            "authorized": True,
+            "name": "eve",
+            "admin": False,
+            "readOnly": True,
+        }
+        assert said["maxInputBytes"] == 256 * 1024  # (the page checks sizes before sending)
 
 
 async def test_per_token_subscription_limit(tmp_path: Path) -> None:
