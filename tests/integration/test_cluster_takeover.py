@@ -52,7 +52,11 @@ def agents(far_url: str) -> dict[str, dict[str, Any]]:
             ]
         },
     }
-    return {**CHAOS_AGENTS, **BACKGROUND, "far": far, "asker": asker}
+    # The background child digs for 20 s (not 3): it must outlast starting the survivor
+    # on a loaded machine, or its run ends on the first worker before the kill and has
+    # nothing to be taken over (seen: 3 of 4 runs resumed, the 4th completed already).
+    slow = {**BACKGROUND["slow"], "script": {"token_delay": 0.05, "turns": [{"say": "dig " * 400}]}}
+    return {**CHAOS_AGENTS, **BACKGROUND, "slow": slow, "far": far, "asker": asker}
 
 
 KINDS = {"tree": "planner", "approval": "boss", "background": "lead", "remote": "asker"}
