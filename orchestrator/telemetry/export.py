@@ -141,13 +141,17 @@ class Telemetry:
             )
         except Exception:  # gone (retention) meanwhile
             return
+        self._take_rest(trace, entries)
+        self.wake.set()
+
+    def _take_rest(self, trace: _RunTrace, entries: list[Entry]) -> None:
+        """Queue what of `entries` the trace has not seen, to be built into spans."""
         rest = [e for e in entries if e.seq > trace.seen]
         if rest:
             trace.seen = rest[-1].seq
             trace.batches.append(rest)
             self.queued_events += len(rest)
             self.dirty.add(trace)
-            self.wake.set()
 
     def watch(self, log: RunLog) -> None:
         """Trace the run of `log` from now on (the journal calls it for every run this
@@ -186,12 +190,7 @@ class Telemetry:
                 entries = await self.journal.read_all(trace.run_id, trace.log.committed)
             except Exception:  # gone (retention)
                 continue
-            rest = [e for e in entries if e.seq > trace.seen]
-            if rest:
-                trace.seen = rest[-1].seq
-                trace.batches.append(rest)
-                self.queued_events += len(rest)
-                self.dirty.add(trace)
+            self._take_rest(trace, entries)
         while self.dirty:
             await self._advance(self.dirty.pop())
 

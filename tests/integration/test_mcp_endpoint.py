@@ -27,6 +27,19 @@ TOKENS = [
 ]
 
 
+HELLO = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+"""An MCP `initialize` request, as a raw client sends it."""
+
+
 @asynccontextmanager
 async def mcp_client(base: str, token: str | None = None, **headers: str) -> AsyncIterator[Any]:
     import httpx2
@@ -110,16 +123,7 @@ async def test_cancelling_the_mcp_call_cancels_the_run(tmp_path: Path) -> None:
 
 async def test_mcp_over_http_takes_the_same_tokens_and_origins_as_ws(tmp_path: Path) -> None:
     config = demo_config(tmp_path, server={"mcp": True, "tokens": TOKENS})
-    hello = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
+    hello = HELLO
     accept = {"Accept": "application/json, text/event-stream"}
     async with running_server(config) as server, httpx.AsyncClient() as http:
         url = f"{base_url(server)}/mcp"
@@ -211,16 +215,7 @@ async def test_an_mcp_session_is_its_tokens(tmp_path: Path) -> None:
     deleted her session: a session now answers only the token that opened it."""
     tokens = [*TOKENS, {"name": "bob", "token": "b-secret", "role": "user"}]
     config = demo_config(tmp_path, server={"mcp": True, "tokens": tokens})
-    hello = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
+    hello = HELLO
     accept = {"Accept": "application/json, text/event-stream"}
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
     async with running_server(config) as server, httpx.AsyncClient() as http:
@@ -260,16 +255,7 @@ async def test_mcp_names_its_version_and_refuses_arguments_a_tool_does_not_take(
 
     config = demo_config(tmp_path, server={"mcp": True})
     async with running_server(config) as server, httpx.AsyncClient() as http:
-        hello = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        }
+        hello = HELLO
         opened = await http.post(
             f"{base_url(server)}/mcp",
             json=hello,
