@@ -7,13 +7,14 @@ streams) and turns `Message`s back into its request format. Everything between
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 __all__ = [
     "AssistantMessage",
     "Finish",
+    "Inbound",
     "Message",
     "ModelRequest",
     "ServerToolCall",
@@ -52,6 +53,16 @@ class ThinkingBlock(msgspec.Struct, frozen=True, kw_only=True):
     signature: str = ""
     redacted: str | None = None
     """The opaque `data` of a `redacted_thinking` block."""
+
+
+class Inbound(NamedTuple):
+    """A person's message for an agent that goes on from its journal (a fork's, or a
+    cluster `send` that came before the agent was rebuilt)."""
+
+    text: str
+    control: str | None = None
+    """The control request that brought it (USER_MESSAGE's `control`): a run's new
+    owner finds it in the journal and does not deliver it twice."""
 
 
 class UserMessage(msgspec.Struct, frozen=True, kw_only=True, tag="user"):

@@ -159,7 +159,7 @@ class AgentErrorData(TypedDict):
 
 UserMessageData = TypedDict(
     "UserMessageData",
-    {"text": str, "from": str, "continuation": NotRequired[bool]},
+    {"text": str, "from": str, "continuation": NotRequired[bool], "control": NotRequired[str]},
 )
 
 

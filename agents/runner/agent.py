@@ -36,6 +36,7 @@ from agents.core.loop import (
 )
 from agents.core.messages import (
     AssistantMessage,
+    Inbound,
     Message,
     ModelRequest,
     ToolCall,
@@ -48,7 +49,7 @@ from agents.core.usage import UsageNode
 from agents.emitter import NULL_EMITTER, Emitter
 from agents.errors import AgentFailed, ProviderError
 from agents.providers.base import Provider
-from agents.runner.background import Background
+from agents.runner.background import Background, user_message
 from agents.runner.compactor import Compactor, Summarizer
 from agents.runner.ending import AgentOutcome, Cancellation, Ending
 from agents.runner.tools import ToolRoom, is_cancellation
@@ -279,7 +280,7 @@ class AgentRunner:
         done: tuple[ToolResultMessage, ...] = (),
         prior: dict[str, Prior] | None = None,
         background: Sequence[BackgroundAgain] = (),
-        inbox: Sequence[str] = (),
+        inbox: Sequence[Inbound] = (),
     ) -> Coroutine[Any, Any, AgentOutcome]:
         """Go on after a takeover, from a conversation rebuilt into `messages`.
 
@@ -305,7 +306,12 @@ class AgentRunner:
             await self._idle.park()
 
     async def resume(
-        self, message: str, sender: str, *, timeout_scope: trio.CancelScope | None = None
+        self,
+        message: str,
+        sender: str,
+        *,
+        timeout_scope: trio.CancelScope | None = None,
+        control: str | None = None,
     ) -> AgentOutcome:
         """Run an idle instance again on a new message; it keeps its conversation."""
         if self.running:
@@ -316,16 +322,17 @@ class AgentRunner:
             )
         if timeout_scope is not None:
             self._timeout_scope = timeout_scope
-        self.bus.emit_nowait(EventType.USER_MESSAGE, {"text": message, "from": sender})
+        self.bus.emit_nowait(EventType.USER_MESSAGE, user_message(message, sender, control))
         self.messages.append(UserMessage(text=message))
         return await self._run()
 
-    def deliver(self, text: str, sender: str) -> bool:
-        """Queue a message for the agent's next model turn and emit USER_MESSAGE.
+    def deliver(self, text: str, sender: str, control: str | None = None) -> bool:
+        """Queue a message for the agent's next model turn and emit USER_MESSAGE
+        (`control`: the cluster control request that brought it).
 
         Returns False (and does nothing) once the agent no longer takes messages.
         """
-        return self.background.deliver(text, sender)
+        return self.background.deliver(text, sender, control)
 
     async def _run(
         self,
@@ -333,8 +340,10 @@ class AgentRunner:
         done: tuple[ToolResultMessage, ...] = (),
         prior: dict[str, Prior] | None = None,
         again: Sequence[BackgroundAgain] = (),
-        inbox: Sequence[str] = (),
+        inbox: Sequence[Inbound] = (),
     ) -> AgentOutcome:
+        if self.cancelled is not None:  # cancelled while it was made: its end is out already
+            raise AgentFailed(self._cancel_message(False), error_type="cancelled")
         self.phase = Phase.RUNNING
         self._ending.reset()
         scope = self._scope = trio.CancelScope()
@@ -348,8 +357,8 @@ class AgentRunner:
                         self.background.start(
                             label, functools.partial(work, context), call_id=call_id
                         )
-                    for text in inbox:
-                        self.deliver(text, "client")
+                    for text, control in inbox:
+                        self.deliver(text, "client", control)
                     try:
                         outcome = await self._loop(pending, done, prior)
                     except Exception as exc:  # raised bare below, not as a group

@@ -14,10 +14,11 @@ import trio
 
 from agents.core.events import EventType
 from agents.core.messages import Message, UserMessage
+from agents.core.payloads import UserMessageData
 from agents.emitter import Emitter
 from agents.errors import AgentFailed, ToolError
 
-__all__ = ["Background"]
+__all__ = ["Background", "user_message"]
 
 
 class Background:
@@ -89,14 +90,15 @@ class Background:
         if report:
             self.deliver(message, label.split(" ")[0])
 
-    def deliver(self, text: str, sender: str) -> bool:
-        """Queue a message for the next model turn and emit USER_MESSAGE; False (and
-        nothing done) once the agent no longer takes messages."""
+    def deliver(self, text: str, sender: str, control: str | None = None) -> bool:
+        """Queue a message for the next model turn and emit USER_MESSAGE (with the
+        `control` request that brought it, if any); False (and nothing done) once the
+        agent no longer takes messages."""
         if not self._accepting():
             return False
         self.inbox.append((text, sender))
         if not self._bus.closed:
-            self._bus.emit_nowait(EventType.USER_MESSAGE, {"text": text, "from": sender})
+            self._bus.emit_nowait(EventType.USER_MESSAGE, user_message(text, sender, control))
         self._wake.unpark_all()
         return True
 
@@ -111,3 +113,11 @@ class Background:
         while not self.inbox and self.running:
             await self._wake.park()
         return bool(self.inbox)
+
+
+def user_message(text: str, sender: str, control: str | None = None) -> UserMessageData:
+    """USER_MESSAGE's data (`control`: the cluster control request that brought it)."""
+    data: UserMessageData = {"text": text, "from": sender}
+    if control is not None:
+        data["control"] = control
+    return data

@@ -2,9 +2,11 @@
 `approve`, written by any gateway to the run's control stream).
 
 `again`: an earlier owner of the run applied the request already (the worker took
-the run over and reads its control stream from the start). Cancels and answers are
-applied again — both are idempotent, and that owner may have stopped before their
-effect was journaled — messages are not: a message is delivered at most once.
+the run over and reads its control stream from the start). Every request is applied
+again — that owner may have stopped before its effect was journaled: a cancel or an
+answer is idempotent, and a message carries its request's id into its USER_MESSAGE
+(`control`), so one the journal shows is not delivered twice. A request for an agent
+the new owner has not rebuilt yet waits for it (`Continuation.waiting`).
 """
 
 from __future__ import annotations
@@ -25,9 +27,16 @@ logger = logging.getLogger(__name__)
 
 
 async def apply_control(
-    host: RunHost, nursery: trio.Nursery, run_id: str, control: Control, *, again: bool
+    host: RunHost,
+    nursery: trio.Nursery,
+    run_id: str,
+    entry_id: str,
+    control: Control,
+    *,
+    again: bool,
 ) -> None:
-    """Apply one control request to the run here (errors are logged, not raised)."""
+    """Apply one control request (`entry_id` in the run's control stream) to the run
+    here (errors are logged, not raised)."""
     match control:
         case CancelControl(agent_key=agent_key, reason=reason):
             try:
@@ -39,11 +48,12 @@ async def apply_control(
             # One of a remote subtree may take a round trip to its server: it does not
             # hold up the other controls.
             nursery.start_soon(_approve, host, run_id, answer, again)
-        case SendControl(agent_key=agent_key, message=message) if not again:
+        case SendControl(agent_key=agent_key, message=message):
             try:
-                await host.send(run_id, agent_key, message)
+                await host.send(run_id, agent_key, message, control=entry_id)
             except (AgentNotRunning, LookupError) as exc:
-                logger.warning("run %s: message not delivered: %s", run_id, exc)
+                log = logger.debug if again else logger.warning
+                log("run %s: message not delivered: %s", run_id, exc)
 
 
 async def _approve(host: RunHost, run_id: str, answer: Answer, again: bool) -> None:

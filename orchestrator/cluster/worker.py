@@ -430,7 +430,9 @@ class Worker:
                         await self.store.set_control_done(run_id, entry_id)
                 assert self._nursery is not None
                 if control is not None:
-                    await apply_control(self.host, self._nursery, run_id, control, again=again)
+                    await apply_control(
+                        self.host, self._nursery, run_id, entry_id, control, again=again
+                    )
 
     # -- approvals ---------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from agents.core.messages import Message
+from agents.core.messages import Inbound, Message
 from agents.core.payloads import ForkedFromData
 from agents.core.replay import Recorder, Recording, conversation_digest
 from orchestrator.core.events import Event, EventType
@@ -173,4 +173,4 @@ def _deliver(plan: ResumePlan, agent_key: str | None, message: str, at_seq: int)
         raise ForkError(
             f"{who} had ended by seq {at_seq}: fork at a seq before its end to tell it more"
         )
-    agent.inbox.append(message)
+    agent.inbox.append(Inbound(message))

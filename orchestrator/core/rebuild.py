@@ -48,6 +48,7 @@ from agents.approval import Decision, Prior
 from agents.core.compaction import summary_message
 from agents.core.messages import (
     AssistantMessage,
+    Inbound,
     Message,
     ToolCall,
     ToolResultMessage,
@@ -129,8 +130,11 @@ class AgentPlan:
     """Senders of the messages it got (`from`: a background child's taskId, …)."""
     approvals: dict[str, Prior] = field(default_factory=dict)
     """Call id → its approval as journaled, for the calls in `pending` that had one."""
-    inbox: list[str] = field(default_factory=list)
-    """A person's messages to deliver as it goes on (a fork's, `core/fork.py`)."""
+    inbox: list[Inbound] = field(default_factory=list)
+    """A person's messages to deliver as it goes on (a fork's, `core/fork.py`; a
+    cluster `send` that came before it was rebuilt, `Continuation.hold`)."""
+    controls: set[str] = field(default_factory=set)
+    """The control requests whose messages it got (USER_MESSAGE `control`)."""
     # Assembly state: the open turn's calls and the results seen for them.
     _turn_calls: list[ToolCall] = field(default_factory=list)
     _results: dict[str, ToolResultMessage] = field(default_factory=dict)
@@ -348,6 +352,8 @@ def _apply(agent: AgentPlan, event: Event, on_turn: Callable[[AgentPlan], None] 
         message = cast(UserMessageData, data)
         agent._inbox.append(str(message.get("text", "")))
         agent.heard_from.add(str(message.get("from", "")))
+        if "control" in message:
+            agent.controls.add(message["control"])
     elif kind is EventType.COMPACTION_STARTED:
         _flush_turn(agent)  # as the runner: the turn's results and the inbox are in
         agent.messages.extend(UserMessage(text=text) for text in agent._inbox)

@@ -339,8 +339,13 @@ class RunHost:
         except AgentGone as exc:
             raise AgentNotRunning(exc.message) from None
 
-    async def send(self, run_id: str, agent_key: str | None, message: str) -> None:
+    async def send(
+        self, run_id: str, agent_key: str | None, message: str, control: str | None = None
+    ) -> None:
         """Deliver a person's message to a running agent of a run (default: its root).
+        `control`: the cluster control request that brought it — journaled with its
+        USER_MESSAGE, it is delivered once even when a new owner reads it again; an
+        agent of the journal that has not started again yet gets it as it goes on.
 
         Raises:
             UnknownRun: no such run.
@@ -350,6 +355,10 @@ class RunHost:
         run = self.active.get(run_id)
         if run is None:
             raise AgentNotRunning(f"run {run_id!r} is not running")
+        if control is not None and run.context.continuation.delivered(control):
+            return
+        if run.hold(agent_key, message, control):
+            return
         agent = run.agent(agent_key)
         who = "the root agent" if agent_key is None else f"agent {agent_key!r}"
         remote = run.remote_link(agent_key)
@@ -365,14 +374,16 @@ class RunHost:
             raise AgentNotRunning(
                 f"{who} of run {run_id!r} was {agent.cancelled.describe()}: it takes no messages"
             )
-        if agent.deliver(message, "client"):
+        if agent.deliver(message, "client", control):
             return
         root = run.root
         if agent is root or root is None or not root.running:
             raise AgentNotRunning(f"{who} of run {run_id!r} is not running")
         # An idle child runs again on the message; the run waits for it.
         root.background.start(
-            f"send {agent_key}", functools.partial(send_to, agent, message, "client"), report=False
+            f"send {agent_key}",
+            functools.partial(send_to, agent, message, "client", control=control),
+            report=False,
         )
 
     @property

@@ -172,13 +172,24 @@ class Children:
         run = self._run
         plan = start.plan
         assert plan.key is not None and plan.source is not None
+        if isinstance(start, Continue):  # (until it is made, a control for it waits in `plan`)
+            spec = run.catalog.spec(plan.agent_id)
+            try:
+                await run.catalog.prepare(spec)
+            except McpError as exc:
+                run.live.continued.add(plan.key)
+                raise ToolError(f"subagent {spec.id!r} cannot go on: {exc}") from None
         run.live.continued.add(plan.key)
+        if plan.ended and not isinstance(start, Answered):  # a person's cancel ended it meanwhile
+            start = Answered(plan, start.background)
         match start:
             case Answered():
                 if start.result is not None:
                     return start.result
                 if start.background:
                     raise AgentFailed(start.error, error_type=start.error_type)
+                if start.error_type == "cancelled":  # (as a cancel of a running child says)
+                    raise ToolError(start.error)
                 raise ToolError(f"subagent {plan.agent_id!r} failed: {start.error}")
             case Lost():
                 parent_bus = current_bus.get() or _NO_BUS
@@ -204,10 +215,6 @@ class Children:
         background children) goes on from where it was."""
         run, plan = self._run, start.plan
         spec = run.catalog.spec(plan.agent_id)
-        try:
-            await run.catalog.prepare(spec)
-        except McpError as exc:
-            raise ToolError(f"subagent {spec.id!r} cannot go on: {exc}") from None
         bus = (current_bus.get() or _NO_BUS).at(plan.source)
         timeout = 0 if start.background else spec.timeout_seconds
         child = _Child(run, spec, bus, ctx, timeout)

@@ -16,6 +16,9 @@ and a fork are plans rebuilt from the journal (`core/rebuild.py`, `core/fork.py`
 - `background`: the background children to pick up again beside a continued agent.
 - `approvals`: the calls that waited for a person, to wait again.
 - `unresumed`: the ends of rebuilt agents the run ended before it continued them.
+- `waiting`, `cancel_early`, `delivered`: a person's control that comes before its
+  agent is rebuilt (a takeover reads the control stream as soon as the run starts)
+  waits for it, and a message the journal shows is not delivered twice.
 
 `runtime/children.py` carries a start out; `runtime/run.py` emits the opening.
 """
@@ -334,6 +337,87 @@ class Continuation:
                 )
             )
         return ends
+
+    # -- a control that comes before its agent is rebuilt ---------------------------
+
+    def waiting(self, agent_key: str | None, continued: set[str]) -> AgentPlan | None:
+        """The agent `agent_key` (None: the root) if it is a local agent of the journal
+        that the run goes on with but has not started again yet (`continued`: the
+        agentKeys started again): a `cancel` or `send` for it is kept in its plan
+        (`cancel_early`, its `inbox`) rather than refused. None: no such agent."""
+        plan = self.plan
+        if plan is None:
+            return None
+        agent = plan.agents.get(agent_key)
+        if agent is None or agent.ended:
+            return None
+        if agent_key is None:
+            return agent  # (the root: the run knows whether it has made it)
+        if agent_key in continued or agent_key in plan.remote:
+            return None
+        if self.kinds.get(agent.agent_id, "local") != "local":
+            return None  # (a remote child: followed again or lost when its parent goes on)
+        return None if any(a.key == agent_key for a in plan.orphans()) else agent
+
+    def cancel_early(
+        self,
+        agent: AgentPlan,
+        continued: set[str],
+        *,
+        by: str,
+        reason: str | None,
+        itself: bool,
+    ) -> list[Opening]:
+        """A person cancels `agent`: the agents of the journal below it (and, with
+        `itself`, it: one not started again yet) that the run has not started again
+        end now, deepest first, and are marked ended — the spawn call that would
+        continue one answers with its error (`Answered`), and nothing ends twice.
+        Without `itself`, `agent` runs here: its cancel stops it before it could
+        start them again."""
+        plan = self.plan
+        if plan is None:
+            return []
+        how = f"cancelled by {'the user' if by == 'user' else by}" + (
+            f": {reason}" if reason else ""
+        )
+        ends = []
+        for open_agent in [*self._descendants(agent), *([agent] if itself else [])]:
+            if open_agent.ended or open_agent.key in continued or open_agent.key in plan.remote:
+                continue
+            message = f"agent {open_agent.agent_id!r} was {how}"
+            open_agent.ended, open_agent.error_type, open_agent.error = True, "cancelled", message
+            ends.append(_ends(open_agent, agent_error("cancelled", message, by=by, reason=reason)))
+        return ends
+
+    def journaled(self, agent_key: str) -> AgentPlan | None:
+        """The agent `agent_key` as the journal left it (None: it started in this run)."""
+        return self.plan.agents.get(agent_key) if self.plan is not None else None
+
+    def delivered(self, control: str) -> bool:
+        """Whether the journal shows the message of the control request `control` (a
+        run's new owner reads its control stream from the start: a `send` is
+        delivered once)."""
+        if self.plan is None:
+            return False
+        return any(
+            control in agent.controls or any(m.control == control for m in agent.inbox)
+            for agent in self.plan.agents.values()
+        )
+
+    def _descendants(self, top: AgentPlan) -> list[AgentPlan]:
+        """The agents of the journal below `top`, deepest first."""
+        assert self.plan is not None
+        by_parent: dict[str | None, list[AgentPlan]] = {}
+        for agent in self.plan.agents.values():
+            if agent.source is not None:
+                by_parent.setdefault(agent.source.parent_session_id, []).append(agent)
+        found: list[AgentPlan] = []
+        sessions = [top.source.session_id if top.source is not None else None]
+        while sessions:
+            children = by_parent.get(sessions.pop(), [])
+            found += children
+            sessions += [c.source.session_id for c in children if c.source is not None]
+        return sorted(found, key=lambda a: -(a.source.depth if a.source else 0))
 
     # -- one agent -------------------------------------------------------------------
 

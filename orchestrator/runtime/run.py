@@ -18,6 +18,7 @@ import msgspec
 import trio
 
 from agents.approval import ApprovalRequest
+from agents.core.messages import Inbound
 from agents.core.payloads import RunFinishedData
 from agents.core.replay import Recording
 from agents.core.turn import parse_arguments
@@ -46,6 +47,7 @@ from orchestrator.runtime.continuation import (
     Continue,
     Fresh,
     Kind,
+    Opening,
     ThreadStart,
 )
 from orchestrator.runtime.remote import RemoteLink
@@ -213,14 +215,49 @@ class Run:
                 f"agent {agent_key!r} runs on another server: cancel it with the cancel op"
             )
         runner = self.agents.get(agent_key)
-        if runner is None:
-            raise AgentGone(f"no agent {agent_key!r} in run {self.run_id!r}")
+        live, continuation = self.context.live, self.context.continuation
+        if runner is None:  # (one of the journal not started again yet: it ends now)
+            waiting = continuation.waiting(agent_key, live.continued)
+            if waiting is None:
+                raise AgentGone(f"no agent {agent_key!r} in run {self.run_id!r}")
+            self._emit(
+                continuation.cancel_early(
+                    waiting, live.continued, by=by, reason=reason, itself=True
+                )
+            )
+            return
         cancellation = Cancellation(by, reason)
         if not runner.cancel(cancellation):
             raise AgentGone(f"agent {agent_key!r} was already cancelled")
-        for key in self.context.live.descendants(agent_key):
+        for key in live.descendants(agent_key):
             # Running ones are stopped by the cancelled ancestor's scope; idle ones end now.
             self.agents[key].cancel(cancellation, stop=False)
+        rebuilt = continuation.journaled(agent_key)
+        if rebuilt is not None:  # those of its journal it has not started again end too
+            self._emit(
+                continuation.cancel_early(
+                    rebuilt, live.continued, by=by, reason=reason, itself=False
+                )
+            )
+
+    def hold(self, agent_key: str | None, message: str, control: str | None) -> bool:
+        """Keep a person's message for an agent of the journal that has not started
+        again yet (it gets it as it goes on); False: no such agent."""
+        live = self.context.live
+        if agent_key is None and self.root is not None:
+            return False
+        waiting = self.context.continuation.waiting(agent_key, live.continued)
+        if waiting is None:
+            return False
+        waiting.inbox.append(Inbound(message, control))
+        return True
+
+    def _emit(self, openings: list[Opening]) -> None:
+        """Events the run emits from outside any agent (a cancel's, for agents of its
+        journal that have not started again)."""
+        bus = self.sink.bus()
+        for opening in openings:
+            bus.at(opening.source).emit_any(opening.type, opening.data, opening.last)
 
     def remote_link(self, agent_key: str | None) -> RemoteLink | None:
         """The remote child whose run (on another server) `agent_key` belongs to, if

@@ -298,7 +298,12 @@ class AgentSendTool:
 
 
 async def send_to(
-    runner: AgentRunner, message: str, sender: str, *, seconds: float | None = None
+    runner: AgentRunner,
+    message: str,
+    sender: str,
+    *,
+    seconds: float | None = None,
+    control: str | None = None,
 ) -> str:
     """Queue `message` for a running agent, or run an idle one again and return its reply.
 
@@ -308,10 +313,10 @@ async def send_to(
     key = runner.agent_key or runner.spec.id
     if runner.cancelled is not None:
         raise ToolError(f"agent {key!r} was {runner.cancelled.describe()}: it takes no messages")
-    if runner.deliver(message, sender):
+    if runner.deliver(message, sender, control):
         return f"message queued for {key}: it reads it before its next model turn"
     await runner.wait_idle()  # it was just finishing: run it again once it is idle
-    if runner.deliver(message, sender):  # pragma: no cover - it started again meanwhile
+    if runner.deliver(message, sender, control):  # pragma: no cover - it started again meanwhile
         return "message queued"
     scope = trio.CancelScope()
     if seconds:
@@ -319,7 +324,7 @@ async def send_to(
     token = current_bus.set(cast(AnyBus, runner.bus))  # (every runner of a run has one)
     try:
         with scope:
-            outcome = await runner.resume(message, sender, timeout_scope=scope)
+            outcome = await runner.resume(message, sender, timeout_scope=scope, control=control)
     except AgentFailed as exc:
         raise ToolError(failure_text(runner.spec.id, exc)) from None
     finally:

@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
+from agents.errors import AgentFailed
 from agents.runner import AgentRunner
 from orchestrator.core.events import Event, EventType
 from orchestrator.runtime.context import RunContext
@@ -391,3 +393,27 @@ async def test_spawn_schema_offers_background_spawns(tmp_path: Path) -> None:
         schema = tool.parameters()["properties"]["timeout_seconds"]
     assert schema["minimum"] == 0 and "exclusiveMinimum" not in schema
     assert "background" in schema["description"]
+
+
+async def test_an_instance_cancelled_before_it_starts_never_runs(tmp_path: Path) -> None:
+    """A background child is known to the run (`agent_send`, `cancel`) a moment before
+    its task starts; a cancel in that moment ends it once, and it does not run after."""
+    from agents.runner import Cancellation
+    from orchestrator.core.bus import Bus, RunSink
+    from orchestrator.runtime.queue import EventQueue
+
+    config = write_config(tmp_path, {"echo": agent([{"say": "ran anyway"}], tools=[])})
+    async with Orchestrator.open(config) as orch:
+        queue = EventQueue(capacity=64)
+        bus = Bus(RunSink("run-x", "sess-x", queue)).child(agent_id="echo", agent_name="echo")
+        spec = orch.specs["echo"]
+        runner = AgentRunner(spec, orch.providers.for_agent(spec), orch.tools, bus, depth=1)
+        assert runner.cancel(Cancellation("user", "not needed"))
+        with pytest.raises(AgentFailed) as failed:
+            await runner.run("hi")
+        assert failed.value.error_type == "cancelled"
+        queue.close()
+        events = [e for batch in [await queue.get_batch()] for e in batch]
+    assert [(e.type, e.data.get("errorType")) for e in events] == [
+        (EventType.AGENT_ERROR, "cancelled")
+    ]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agents.core.messages import Inbound
 from orchestrator.core.events import EventType, RemoteRef, Source
 from orchestrator.core.fork import fork_run
 from orchestrator.core.rebuild import rebuild
@@ -187,6 +188,75 @@ def test_a_run_that_ends_before_continuing_its_children_ends_them() -> None:
     assert kinds_of(ends) == [(R.AGENT_ERROR, "b#1")]
     assert ends[0].data["errorType"] == "cancelled" and ends[0].last
     assert plan.unresumed(set(), "interrupted")[0].data["errorType"] == "worker_lost"
+
+
+def planner_a_with_child_b() -> Journal:
+    """A root that spawned a#1, which spawned b#1; both still running."""
+    j = planner_with_children(("a#1", "c1"))
+    a = child("a#1", "s-a", ROOT_SESSION, 1, "c1")
+    b = below(a, "b#1", "s-b", "cb")
+    j.add(R.AGENT_STARTED, a, agentId="a", task="task a#1")
+    j.add(R.REASONING, a, last=True, text="", toolCalls=[spawn_call("cb", "b", "task b")])
+    j.add(R.AGENT_STARTED, b, agentId="b", task="task b")
+    sent: dict[str, Any] = {"text": "earlier", "from": "client", "control": "1-0"}
+    j.add(R.USER_MESSAGE, b, False, **sent)
+    return j
+
+
+def test_a_cancel_before_its_agent_is_rebuilt_ends_it_and_its_subtree_once() -> None:
+    plan = continuation(planner_a_with_child_b())
+    assert plan.waiting("a#1", set()) is not None and plan.waiting("b#1", set()) is not None
+    assert plan.waiting("a#1", {"a#1"}) is None  # started again: the runner takes it
+    assert plan.waiting("zz#9", set()) is None
+    agent = plan.waiting("a#1", set())
+    assert agent is not None
+    ends = plan.cancel_early(agent, set(), by="user", reason="enough", itself=True)
+    assert kinds_of(ends) == [(R.AGENT_ERROR, "b#1"), (R.AGENT_ERROR, "a#1")]  # deepest first
+    assert ends[1].data == {
+        "errorType": "cancelled",
+        "message": "agent 'a' was cancelled by the user: enough",
+        "by": "user",
+        "reason": "enough",
+    }
+    start = plan.start(None, "c1")  # its parent reaches its spawn call: the cancel's error
+    assert isinstance(start, Answered) and start.error_type == "cancelled"
+    assert plan.waiting("a#1", set()) is None  # ended: a second cancel is refused
+    assert plan.cancel_early(agent, set(), by="user", reason=None, itself=True) == []
+    assert plan.unresumed(set(), "completed") == []  # nothing ends twice
+
+
+def test_a_cancel_of_a_rebuilt_agent_ends_what_it_had_not_started_again() -> None:
+    plan = continuation(planner_a_with_child_b())
+    a = plan.journaled("a#1")
+    assert a is not None and plan.journaled("nobody") is None
+    ends = plan.cancel_early(a, {"a#1"}, by="user", reason=None, itself=False)
+    assert kinds_of(ends) == [(R.AGENT_ERROR, "b#1")]
+    assert ends[0].data["message"] == "agent 'b' was cancelled by the user"
+    fresh = continuation(planner_a_with_child_b())  # b started again: its runner ends it
+    a2 = fresh.journaled("a#1")
+    assert a2 is not None
+    assert fresh.cancel_early(a2, {"a#1", "b#1"}, by="user", reason=None, itself=False) == []
+
+
+def test_a_message_is_kept_for_an_agent_not_rebuilt_and_delivered_once() -> None:
+    plan = continuation(planner_a_with_child_b())
+    assert plan.delivered("1-0") and not plan.delivered("2-0")  # the journal shows 1-0
+    b = plan.waiting("b#1", set())
+    assert b is not None
+    b.inbox.append(Inbound("later", "2-0"))
+    assert plan.delivered("2-0")  # kept for it: not kept twice
+    assert not Continuation().delivered("1-0")
+    assert Continuation().waiting(None, set()) is None
+
+
+def test_controls_for_remote_lost_or_orphaned_agents_are_not_kept() -> None:
+    j = planner_with_children(("r#1", "c1"))
+    j.add(R.AGENT_STARTED, child("r#1", "s-r", ROOT_SESSION, 1, "c1"), agentId="r", task="t")
+    assert continuation(j, {"r": "remote"}).waiting("r#1", set()) is None
+    orphan = Journal()  # a child whose spawn call is not pending: nobody waits for it
+    orphan.add(R.RUN_STARTED, None, agentId="planner", input="x")
+    orphan.add(R.AGENT_STARTED, child("o#1", "s-o", ROOT_SESSION, 1, "c9"), agentId="o", task="t")
+    assert continuation(orphan).waiting("o#1", set()) is None
 
 
 def test_waiting_approvals_are_adopted_and_decided_ones_are_not() -> None:
