@@ -9,7 +9,9 @@ Two shapes (issue 31):
 
 A steady load of runs: streaming trees (`planner`), a root with a background child
 (`bg`), and a call that waits for approval (`boss` → `writer`, which appends its
-task to `effects.txt` once approved). Each run has a watcher that drops its
+task to `effects.txt` once approved), and a steered run (`steer`: a streamer and a
+`victim` whose call waits for an approval nobody gives; the driver sends the
+streamer a message, then cancels the victim). Each run has a watcher that drops its
 connection now and then (no close handshake) and resumes by seq through a random
 gateway; approvals are answered (some denied) through a random gateway. Meanwhile a
 seeded driver SIGKILLs workers and starts new ones, SIGTERMs workers (a deploy:
@@ -22,7 +24,8 @@ When it stops, every process is brought back and every run is awaited; then
 every watcher saw every seq exactly once, in order, and the same events as a final
 replay; each agent started and ended once and no tool call has two results; each
 approved write ran at most once, and exactly once when its result says it ran, and
-a denied one never; `runs` agrees with each RUN_FINISHED; and (cluster) no lease,
+a denied one never; a steered run's acked message was delivered once and its
+victim ended by the cancel; `runs` agrees with each RUN_FINISHED; and (cluster) no lease,
 waiting call or worker heartbeat is left for a run that ended.
 
     .venv/bin/python -m tests.chaos                          # cluster, 600 s, seed 1
@@ -111,8 +114,35 @@ AGENTS = {
         approval=["write_file"],
     ),
     "streamer": _agent([{"say": " ".join(f"w{i}" for i in range(60))}], [], 0.04),
+    "steer": _agent(
+        [{"calls": [_spawn("streamer"), _spawn("victim")]}, {"say": "steered: {results}"}],
+        ["agent_spawn"],
+        0.02,
+    ),
+    "victim": _agent(  # waits for an approval nobody gives: only a cancel ends it
+        [
+            {
+                "calls": [
+                    {
+                        "name": "write_file",
+                        "args": {
+                            "path": "effects.txt",
+                            "content": "{input} victim\n",
+                            "append": True,
+                        },
+                    }
+                ]
+            },
+            {"say": "unreachable"},
+        ],
+        ["write_file"],
+        0.02,
+        approval=["write_file"],
+    ),
 }
-KINDS = ["planner", "bg", "boss"]
+KINDS = ["planner", "bg", "boss", "steer"]
+NOTE = "a note from a person"
+"""What the driver sends to a `steer` run's streamer (before it cancels its victim)."""
 
 
 def write_configs(root: Path, mode: str, redis_url: str | None) -> dict[str, Path]:
@@ -167,6 +197,10 @@ class Watched:
     lost: int = 0
     reconnects: int = 0
     answered: set[str] = field(default_factory=set)
+    steered: bool = False
+    """(`steer`) The driver acked a `send` to its streamer, then a `cancel` of its victim."""
+    unsure_sends: int = 0
+    """(`steer`) `send`s whose ack was lost: each may have been delivered."""
 
     @property
     def last_seq(self) -> int:
@@ -431,7 +465,8 @@ class Chaos:
                     call = event["data"]["toolCallId"]
                     if call not in watched.answered and self._nursery is not None:
                         watched.answered.add(call)
-                        self._nursery.start_soon(self.answer, watched, call)
+                        answer = self.steer if watched.kind == "steer" else self.answer
+                        self._nursery.start_soon(answer, watched, call)
         elif op == "end":
             watched.status = frame["status"]
         elif op == "error":
@@ -465,6 +500,44 @@ class Chaos:
                 return
             await trio.sleep(0.3)  # not yet published (or the run is over): try again
 
+    async def steer(self, watched: Watched, _call_id: str) -> None:
+        """A `steer` run's victim waits: send its streamer a message, then cancel the
+        victim, each through a random gateway until acked (takeovers may come between:
+        neither may be lost, and the message is delivered once)."""
+        keys = {
+            e["source"]["agentId"]: e["source"]["agentKey"]
+            for e in watched.events
+            if e["type"] == "AGENT_STARTED"
+        }
+        await trio.sleep(self.rng.uniform(0, 1.5))
+        await self._control(
+            watched, op="send", agentKey=keys["streamer"], message=NOTE, unsure="unsure_sends"
+        )
+        await trio.sleep(self.rng.uniform(0, 1.0))
+        await self._control(watched, op="cancel", agentKey=keys["victim"], reason="chaos")
+        watched.steered = True
+
+    async def _control(self, watched: Watched, *, unsure: str | None = None, **op: Any) -> None:
+        """One control op through random gateways until acked (`unsure`: the field of
+        `watched` that counts tries whose ack was lost after the op went out)."""
+        while True:
+            sent = False
+            try:
+                with trio.fail_after(10):
+                    async with connect(await self.url(), max_size=None) as ws:
+                        await ws.send(json.dumps({**op, "id": "c", "runId": watched.run_id}))
+                        sent = True
+                        reply = await _request(ws)
+            except _DROPPED:
+                if sent and unsure is not None:
+                    setattr(watched, unsure, getattr(watched, unsure) + 1)
+                await trio.sleep(0.3)
+                continue
+            if reply.get("op") == "ack":
+                return
+            self.report.problems.append(f"{watched.run_id}: {op['op']} refused: {reply}")
+            return
+
     # -- the whole run -------------------------------------------------------------
 
     async def run(self, drain: float) -> Report:
@@ -489,6 +562,8 @@ class Chaos:
             if open_runs:
                 self.report.problems.append(f"runs not ended {drain:.0f} s after: {open_runs}")
                 self.report.problems.extend(self._said_of(open_runs))
+                if self.mode == "cluster":
+                    self.report.problems.extend(await self._redis_state(open_runs))
             nursery.cancel_scope.cancel()
         await self.verify()
         return self.report
@@ -505,6 +580,32 @@ class Chaos:
             if any(run_id in line for run_id in run_ids)
         ]
         return said[-most:]
+
+    async def _redis_state(self, run_ids: list[str]) -> list[str]:
+        """What Redis holds of these runs (record, lease, journal, control stream) and
+        of the workers, to tell why one did not end."""
+        import coredis
+
+        assert self.redis_url is not None
+        prefix = self.redis_url.split("prefix=", 1)[1]
+        lines = []
+        async with coredis.Redis.from_url(self.redis_url.split("?", 1)[0]) as client:
+            for run_id in run_ids:
+                key = f"{prefix}run:{{{run_id}}}"
+                record = await client.hget(f"{prefix}runs", run_id)
+                lease = await client.get(f"{key}:lease")
+                ttl = await client.pttl(f"{key}:lease")
+                last = await client.xrevrange(f"{key}:ev", count=1)
+                control = await client.xlen(f"{key}:ctl")
+                done = await client.get(f"{key}:ctldone")
+                lines.append(
+                    f"  redis {run_id}: record {record!r}; lease {lease!r} ({ttl} ms); "
+                    f"last event {last!r}; {control} control requests, done {done!r}"
+                )
+            pending = await client.xpending(f"{prefix}cluster:chaos:queue", "workers")
+            beats = await client.hgetall(f"{prefix}cluster:chaos:workers")
+        lines.append(f"  redis queue pending: {pending!r}; workers: {beats!r}")
+        return lines
 
     async def verify(self) -> None:
         report = self.report
@@ -623,6 +724,37 @@ def check_run(
             )
     if watched.kind == "boss":
         problems += _effect_problems(watched, final, written)
+    if watched.kind == "steer":
+        problems += _steer_problems(watched, final, written)
+    return problems
+
+
+def _steer_problems(
+    watched: Watched, events: list[dict[str, Any]], written: collections.Counter[str]
+) -> list[str]:
+    """An acked message reached the streamer once (or once per try whose ack was
+    lost); an acked cancel ended the victim, whose call never ran."""
+    problems = []
+    if written[f"{watched.input} victim"]:
+        problems.append("the victim's write ran")
+    if events[-1]["data"]["status"] != "completed":
+        return problems  # (failed as documented: the run ended before it was steered)
+    notes = [e for e in events if e["type"] == "USER_MESSAGE" and e["data"]["text"] == NOTE]
+    if not watched.steered:
+        problems.append("completed before the driver steered it")
+    elif not 1 <= len(notes) <= 1 + watched.unsure_sends:
+        problems.append(
+            f"the message was delivered {len(notes)}x ({watched.unsure_sends} unsure tries)"
+        )
+    ends = [
+        e
+        for e in events
+        if e["source"]
+        and e["source"]["agentId"] == "victim"
+        and e["type"] in ("AGENT_RESULT", "AGENT_ERROR")
+    ]
+    if [(e["data"].get("errorType"), e["data"].get("by")) for e in ends] != [("cancelled", "user")]:
+        problems.append(f"the victim ended {[e['data'] for e in ends]}, not by the cancel")
     return problems
 
 
@@ -696,7 +828,9 @@ def _free_port() -> int:
 
 
 async def _request(ws: ClientConnection, **message: Any) -> dict[str, Any]:
-    await ws.send(json.dumps(message))
+    """Send `message` (if any) and return the next reply that is not a feed's frame."""
+    if message:
+        await ws.send(json.dumps(message))
     while True:
         frame: dict[str, Any] = json.loads(await ws.recv())
         if frame.get("op") not in ("events", "end", "gap"):

@@ -504,6 +504,9 @@ def test_an_approval_deep_in_the_tree_is_answered_from_the_console(
         form = page.locator("form.approval")
         form.wait_for()
         assert "write_file" in form.inner_text().lower()
+        header = form.locator(".label").first.inner_text().lower()
+        assert "answer within" in header and "(unanswered, it is refused)" in header, header
+        assert "denied" not in header  # a deadline, not a decision
         shot(page, "console-approval.png")
         args = form.locator("textarea")
         assert json.loads(args.input_value()) == {"path": "p.txt", "content": "old"}
@@ -879,6 +882,11 @@ def test_fork_from_here_starts_a_fork_and_shows_its_lineage(
         "[...window.__console.state.run.agents.values()].flatMap(a => a.messages.map(m => m.text))"
     )
     assert messages == ["cite one more source"]
+    # The turn it was forked at is asked again: its copied start says so.
+    node(page, "ResearcherAgent").first.click()
+    labels = [t.lower() for t in page.locator("#detail .turn .label").all_inner_texts()]
+    assert any("abandoned (the fork goes on from before it)" in t for t in labels), labels
+    assert not any("worker lost" in t for t in labels), labels
     # Its durations are its own: the 3 s between the original and the fork left out.
     shift = page.evaluate("window.__console.state.run.shift")
     span = page.evaluate("window.__console.state.run.lastTs - window.__console.state.run.firstTs")

@@ -76,3 +76,39 @@ async def test_a_task_from_stdin_and_one_wording_for_a_wrong_token(tmp_path: Pat
             line = wrong.stderr.decode().strip().splitlines()[-1]
             said.add(line.replace(server.url, "URL"))
         assert said == {"error: HTTP 401 from URL: a valid --token is needed"}, said
+
+
+async def test_model_requests_are_logged_only_with_access_log(tmp_path: Path) -> None:
+    """`serve` logs no `httpx: HTTP Request: POST …` line per model turn unless asked
+    for an access log (`--access-log`)."""
+    from websockets.trio.client import connect
+
+    from tests.fakes.provider_server import Reply, serve_fake_openai
+    from tests.helpers import write_config
+    from tests.integration.test_server_lifecycle import serve_process
+    from tests.server_helpers import read_until_end, request
+
+    async with trio.open_nursery() as nursery:
+        fake = await serve_fake_openai(nursery, lambda role, messages, body: Reply("hello"))
+        model = {"provider": "openai", "base_url": fake.base_url, "model": "m"}
+        agents = {"greeter": {"description": "d", "instructions": "i", "tools": []}}
+        write_config(tmp_path, agents, models={"default": model})
+        logged = {}
+        for flags in ((), ("--access-log",)):
+            proc, line = await serve_process(nursery, tmp_path / "server.yaml", 0, *flags)
+            url = line.split("listening on ")[1].split()[0]
+            async with connect(url, max_size=None) as ws:
+                ack = await request(ws, op="run", id=1, agent="greeter", input="hi")
+                _, end = await read_until_end(ws, ack["sub"])
+                assert end["status"] == "completed"
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+            assert proc.stderr is not None
+            err = b""
+            while chunk := await proc.stderr.receive_some(65536):
+                err += chunk
+            logged[flags] = err.decode()
+        nursery.cancel_scope.cancel()
+    assert len(fake.requests) == 2
+    assert "HTTP Request: POST" not in logged[()], logged[()]
+    assert "HTTP Request: POST" in logged[("--access-log",)]

@@ -210,16 +210,16 @@ async def start_serve_process(
 
 
 async def serve_process(
-    nursery: trio.Nursery, config_path: Path, port: int = 0
+    nursery: trio.Nursery, config_path: Path, port: int = 0, *flags: str
 ) -> tuple[trio.Process, str]:
-    """`python -m orchestrator serve` on `port`: the process and the line it printed
-    once it listened."""
+    """`python -m orchestrator serve` on `port` (with `flags`): the process and the line
+    it printed once it listened."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "orchestrator", "serve", "--config", str(config_path)]
     proc: trio.Process = await nursery.start(
         functools.partial(
             trio.run_process,
-            [*command, "--port", str(port)],
+            [*command, "--port", str(port), *flags],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
