@@ -85,6 +85,7 @@ HEAVY = {
     "servers": (
         "tests/browser/",
         "tests/integration/test_official_clients.py",  # Node clients, Arize Phoenix's start
+        "tests/integration/test_js_package.py",  # its Node tests start servers
         "tests/integration/test_remote",
         "tests/integration/test_restart_resume.py",
         "tests/integration/test_serve_start.py",

@@ -2,12 +2,14 @@
 that editing a doc changes what the tests run (tests/unit/test_doc_examples.py,
 tests/integration/test_doc_examples_run.py).
 
-A fence names its language: `sh`, `yaml`, `json`, `python`, or `text` (output, a
-diagram, a wire transcript: read, not copied). A marker on the line above a fence
-says what else it is:
+A fence names its language: `sh`, `yaml`, `json`, `python`, `js`, `ts`, `tsx`, or
+`text` (output, a diagram, a wire transcript: read, not copied). A marker on the line
+above a fence says what else it is:
 
 - `<!-- excerpt -->`: part of a file (a YAML block is checked with the rest filled in);
-- `<!-- file: PATH -->`: the whole of the repository's file PATH, character for character.
+- `<!-- file: PATH -->`: the whole of the repository's file PATH, character for character;
+- `<!-- run: node -->`, `<!-- run: browser -->`: a program the tests run as written
+  (docs/js.md: with Node 22, or bundled into a page in Chromium).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from pathlib import Path
 
 from tests.helpers import REPO
 
-LANGUAGES = ("sh", "yaml", "json", "python", "text")
+LANGUAGES = ("sh", "yaml", "json", "python", "js", "ts", "tsx", "text")
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
-_MARKER = re.compile(r"<!--\s*(excerpt|file:\s*(\S+))\s*-->\s*\n$")
+_MARKER = re.compile(r"<!--\s*(excerpt|file:\s*(\S+)|run:\s*(\S+))\s*-->\s*\n$")
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Example:
     text: str
     excerpt: bool = False
     file: str | None = None
+    run: str | None = None
 
     @property
     def where(self) -> str:
@@ -60,6 +63,7 @@ def examples(language: str | None = None) -> list[Example]:
                     text=match.group(2),
                     excerpt=marker is not None and marker.group(1) == "excerpt",
                     file=marker.group(2) if marker is not None else None,
+                    run=marker.group(3) if marker is not None else None,
                 )
             )
     return [e for e in found if language is None or e.language == language]

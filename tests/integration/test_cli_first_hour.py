@@ -36,14 +36,13 @@ async def test_ctrl_c_while_following_is_one_line_and_the_run_goes_on(tmp_path: 
             process.send_signal(signal.SIGINT)
             err = b""
 
-            async def drain_stdout() -> None:  # (a full pipe would hold its writes up)
-                assert process.stdout is not None
-                while await process.stdout.receive_some():
+            async def drain_stdout(out: trio.abc.ReceiveStream) -> None:
+                while await out.receive_some():  # (a full pipe would hold its writes up)
                     pass
 
             with trio.fail_after(30):
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(drain_stdout)
+                    nursery.start_soon(drain_stdout, process.stdout)
                     while chunk := await process.stderr.receive_some():
                         err += chunk
                     await process.wait()

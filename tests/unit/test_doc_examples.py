@@ -232,6 +232,17 @@ def check_module(words: list[str], where: str) -> None:
             pytest.fail(f"{where}: `python -m {module} {' '.join(argv)}` does not parse")
 
 
+def check_npm(words: list[str], where: str) -> None:
+    """`npm ci|run SCRIPT|test --prefix DIR`, `npm pack DIR`: that package and script."""
+    assert words[0] in ("ci", "install", "pack", "run", "test"), f"{where}: npm {words[0]}?"
+    prefix = words[words.index("--prefix") + 1] if "--prefix" in words else None
+    package = prefix or next((w for w in words[1:] if w.startswith("./")), ".")
+    manifest = REPO / package / "package.json"
+    assert manifest.is_file(), f"{where}: no {package}/package.json"
+    if words[0] == "run":
+        assert words[1] in json.loads(manifest.read_text())["scripts"], f"{where}: {words[1]}?"
+
+
 def command_words(line: str) -> list[str]:
     """The words of a command after `NAME=value` settings and a wrapping `valgrind …`."""
     words = shlex.split(line)
@@ -253,6 +264,8 @@ def test_every_shell_command_parses(example: Example) -> None:
             check_pip(words[2:], example.where)
         elif program in ("python", "python3") and words[1] == "-m":
             check_module(words, example.where)
+        elif program == "npm":
+            check_npm(words[1:], example.where)
         else:
             pytest.fail(f"{example.where}: `{line}`: teach this test the command, or mark it text")
 
