@@ -298,9 +298,13 @@ export class Client {
     const again = this.#options.reconnect ?? true;
     if (again === false || (neverOpened && again !== "always")) {
       this.#setState("closed");
-      for (const handle of this.#handles.values()) handle._fail(lost);
-      this.#handles.clear();
-      this.#failWaiting(lost, true);
+      const give = (error: OrchestratorError): void => {
+        for (const handle of this.#handles.values()) handle._fail(error);
+        this.#handles.clear();
+        this.#failWaiting(error, true);
+      };
+      if (neverOpened) this.#refusal().then((refused) => give(refused ?? lost), () => give(lost));
+      else give(lost);
       return;
     }
     if (this.state !== "closed") this.#setState("reconnecting");
@@ -314,6 +318,23 @@ export class Client {
 
   // Requests that went out on a dropped socket fail (they may have been applied);
   // with `all`, those still waiting to go out fail too.
+  // Why a first connection failed, when the server says it is the token (`/auth`:
+  // a WebSocket does not show the HTTP status of a refused handshake).
+  async #refusal(): Promise<OrchestratorError | null> {
+    if (typeof fetch !== "function") return null;
+    const u = new URL(this.#url);
+    const token = u.searchParams.get("token");
+    u.protocol = u.protocol === "wss:" ? "https:" : "http:";
+    u.pathname = "/auth";
+    u.search = "";
+    const headers: Record<string, string> = token ? { Authorization: `Bearer ${token}` } : {};
+    const response = await fetch(u, { headers });
+    const body = (await response.json()) as { authorized?: boolean };
+    if (body.authorized !== false) return null;
+    const message = token ? "the server refused this token" : "the server needs a token";
+    return new OrchestratorError("unauthorized", message);
+  }
+
   #failWaiting(error: OrchestratorError, all: boolean): void {
     for (const [id, waiter] of this.#waiting) {
       if (waiter.sent || all) {

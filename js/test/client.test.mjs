@@ -271,3 +271,44 @@ async function tcpProxy(target) {
     },
   };
 }
+
+test("a fork through the handle, and a thread's runs through the client", async () => {
+  const client = connect(server.url);
+  try {
+    const first = await client.run("critic", "the first draft", { threadId: "t-js", events: false });
+    assert.equal(first.threadId, "t-js");
+    await first.done;
+    const second = await client.run("critic", "the second draft", { threadId: "t-js", events: false });
+    await second.done;
+    const [thread] = await client.threads({ threadId: "t-js" });
+    assert.deepEqual(thread.runs, [first.runId, second.runId]);
+    assert.equal(thread.firstInput, "the first draft");
+    const at = Math.floor(second.lastSeq / 2);
+    const fork = await second.fork({ atSeq: at, replay: true, events: false });
+    assert.notEqual(fork.runId, second.runId);
+    const end = await fork.done;
+    assert.equal(end.status, "completed");
+    assert.deepEqual(fork.tree.forkedFrom, { runId: second.runId, seq: at });
+    assert.equal(fork.tree.root.text, second.tree.root.text);
+  } finally {
+    client.close();
+  }
+});
+
+test("a client that never connected fails at once; a wrong token is refused", async () => {
+  const nowhere = connect(`ws://127.0.0.1:${await freePort()}/ws`);
+  await assert.rejects(nowhere.agents(), (e) => e.code === "disconnected" && /could not connect/.test(e.message));
+  assert.equal(nowhere.state, "closed");
+  const guarded = await serve(writeConfig({ server: { tokens: [{ name: "ann", token: "ann-1" }] } }));
+  try {
+    const wrong = connect(guarded.url, { token: "nope" });
+    await assert.rejects(wrong.agents(), (e) => e.code === "unauthorized" && /refused this token/.test(e.message));
+    const none = connect(guarded.url);
+    await assert.rejects(none.agents(), (e) => e.code === "unauthorized" && /needs a token/.test(e.message));
+    const right = connect(guarded.url, { token: "ann-1" });
+    assert.ok((await right.agents()).length > 0);
+    right.close();
+  } finally {
+    await guarded.stop();
+  }
+});
