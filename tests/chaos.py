@@ -197,6 +197,8 @@ class Watched:
     lost: int = 0
     reconnects: int = 0
     answered: set[str] = field(default_factory=set)
+    gateway: str = ""
+    """The URL its watcher last subscribed through."""
     steered: bool = False
     """(`steer`) The driver acked a `send` to its streamer, then a `cancel` of its victim."""
     unsure_sends: int = 0
@@ -427,7 +429,8 @@ class Chaos:
         while watched.status is None:
             drop_after = self.rng.randint(1, 40) if self.rng.random() < 0.5 else 1 << 30
             try:
-                async with connect(await self.url(), max_size=None, open_timeout=5) as ws:
+                watched.gateway = await self.url()
+                async with connect(watched.gateway, max_size=None, open_timeout=5) as ws:
                     await ws.send(
                         json.dumps(
                             {
@@ -561,6 +564,12 @@ class Chaos:
             open_runs = [w.run_id for w in self.watched if w.status is None]
             if open_runs:
                 self.report.problems.append(f"runs not ended {drain:.0f} s after: {open_runs}")
+                self.report.problems.extend(
+                    f"  watcher of {w.run_id}: last seq {w.last_seq}, {w.reconnects} reconnects,"
+                    f" last gateway {w.gateway}"
+                    for w in self.watched
+                    if w.status is None
+                )
                 self.report.problems.extend(self._said_of(open_runs))
                 if self.mode == "cluster":
                     self.report.problems.extend(await self._redis_state(open_runs))

@@ -18,7 +18,7 @@ import type {
   ServerFrame,
   ThreadInfo,
 } from "./schema.js";
-import { AgentTree } from "./tree.js";
+import { AgentTree, type RunStatus } from "./tree.js";
 
 /** An error the server answered (`code` as it says), or `disconnected`/`closed` here. */
 export class OrchestratorError extends Error {
@@ -53,6 +53,8 @@ export interface FeedOptions {
   /** Keep the events for iterating the handle (default true; false: the tree, `done`
    * and `onEvents` only, so a long run costs no memory for events nobody reads). */
   events?: boolean;
+  /** Hear each batch of events from the first (as `handle.onEvents`, set before any came). */
+  onEvents?: (events: readonly AgentEvent[]) => void;
 }
 
 export interface RunOptions extends FeedOptions {
@@ -155,20 +157,24 @@ export class Client {
     return () => this.#stateListeners.delete(listener);
   }
 
-  /** Start a run of `agent` on `input` and follow it from its first event. */
-  async run(agent: string, input: string, options: RunOptions = {}): Promise<RunHandle> {
+  /** Start a run of `agent` on `input` and follow it from its first event (`agent`
+   * null: a thread's next run, of its thread's agent). */
+  async run(agent: string | null, input: string, options: RunOptions = {}): Promise<RunHandle> {
     const { filter, detail, threadId, multitask, agentKey, fromRun } = options;
-    const handle = new RunHandle(this, "", { filter, detail }, 0, options.events !== false);
+    const { onEvents } = options;
+    const handle = new RunHandle(this, "", { filter, detail, onEvents }, 0, options.events !== false);
     await this.request({
-      op: "run", agent, input, stream: true, filter, detail, threadId, multitask, agentKey, fromRun,
+      op: "run", agent: agent ?? undefined, input, stream: true, filter, detail, threadId, multitask,
+      agentKey, fromRun,
     }, handle);
     return handle;
   }
 
   /** Follow a run (from its start, or after `afterSeq`): its past events, then live. */
   async subscribe(runId: string, options: SubscribeOptions = {}): Promise<RunHandle> {
-    const { filter, detail, afterSeq } = options;
-    const handle = new RunHandle(this, runId, { filter, detail }, afterSeq ?? 0, options.events !== false);
+    const { filter, detail, afterSeq, onEvents } = options;
+    const feed = { filter, detail, onEvents };
+    const handle = new RunHandle(this, runId, feed, afterSeq ?? 0, options.events !== false);
     await this.request(
       { op: "subscribe", runId, afterSeq: afterSeq ?? 0, filter, detail }, handle,
     );
@@ -177,8 +183,8 @@ export class Client {
 
   /** Start a fork of a run at `atSeq` (docs/fork.md) and follow it. */
   async fork(runId: string, options: ForkOptions): Promise<RunHandle> {
-    const { filter, detail, atSeq, agentKey, message, replay } = options;
-    const handle = new RunHandle(this, "", { filter, detail }, 0, options.events !== false);
+    const { filter, detail, atSeq, agentKey, message, replay, onEvents } = options;
+    const handle = new RunHandle(this, "", { filter, detail, onEvents }, 0, options.events !== false);
     await this.request(
       { op: "fork", runId, atSeq, agentKey, message, replay, stream: true, filter, detail },
       handle,
@@ -429,6 +435,7 @@ export class RunHandle implements AsyncIterable<AgentEvent> {
   #iterating = false;
   readonly #wakers = new Set<() => void>();
   readonly #listeners = new Set<(events: readonly AgentEvent[]) => void>();
+  readonly #gapListeners = new Set<(gap: { fromSeq: number; toSeq: number }) => void>();
   #finished: { result?: string; error?: string } = {};
 
   constructor(client: Client, runId: string, feed: FeedOptions, afterSeq = 0, keep = true) {
@@ -437,6 +444,7 @@ export class RunHandle implements AsyncIterable<AgentEvent> {
     this.feed = feed;
     this.lastSeq = afterSeq;
     this.#queue = keep ? [] : null;
+    if (feed.onEvents) this.#listeners.add(feed.onEvents);
     this.tree = new AgentTree(runId || null);
     this.done = new Promise<RunEnd>((resolve, reject) => {
       this.#resolve = resolve;
@@ -454,6 +462,12 @@ export class RunHandle implements AsyncIterable<AgentEvent> {
   onEvents(listener: (events: readonly AgentEvent[]) => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
+  }
+
+  /** Hear each seq range the server could no longer replay. Returns the unsubscribe. */
+  onGap(listener: (gap: { fromSeq: number; toSeq: number }) => void): () => void {
+    this.#gapListeners.add(listener);
+    return () => this.#gapListeners.delete(listener);
   }
 
   /** Answer a call that waits for a person; rejects with the server's code when it
@@ -530,10 +544,13 @@ export class RunHandle implements AsyncIterable<AgentEvent> {
       for (const listener of this.#listeners) listener(fresh);
       this.#wakeAll();
     } else if (frame.op === "gap") {
-      this.gaps.push({ fromSeq: frame.fromSeq, toSeq: frame.toSeq });
+      const gap = { fromSeq: frame.fromSeq, toSeq: frame.toSeq };
+      this.gaps.push(gap);
       this.lastSeq = Math.max(this.lastSeq, frame.toSeq);
+      for (const listener of this.#gapListeners) listener(gap);
     } else if (frame.op === "end") {
       if (this.ended) return;
+      this.tree.end(frame.status as RunStatus); // (a filter may have left RUN_FINISHED out)
       this.#ended = { runId: frame.runId, status: frame.status, ...this.#finished };
       this.#client._forget(this);
       this.#resolve(this.#ended);

@@ -2,7 +2,8 @@
 //
 // `apply(event)` updates the agents the event touches and notes them as changed; a
 // listener (`subscribe`) hears once per batch which agents changed. Each node has a
-// `version` that grows when it changes, so a view can redraw only what changed.
+// `version` that grows when it changes, and `dirty` keeps the keys changed until a
+// view that draws them clears it, so a view can redraw only what changed.
 // Statuses are final only from the events: an agent without a terminal event when
 // RUN_FINISHED arrives takes the run's status (interrupted, cancelled, …), so no node
 // says "running" for ever. No I/O: tested with plain event lists.
@@ -168,7 +169,8 @@ function newTurn(seq: number | null = null): Turn {
   return { text: "", thinking: "", calls: [], finished: false, abandoned: false, seq };
 }
 
-export type TreeListener = (changed: ReadonlySet<string>) => void;
+/** Hears a batch's changed agents, and whether agents were added (to place). */
+export type TreeListener = (changed: ReadonlySet<string>, added: boolean) => void;
 
 /** A run's live agent tree (`apply` its events, in seq order; repeats are ignored). */
 export class AgentTree {
@@ -182,9 +184,10 @@ export class AgentTree {
   lastTs: number | null = null;
   /** A fork: seconds between its copied history and its own start (left out of its times). */
   shift = 0;
-  /** Agents changed since the last `takeChanged()`. */
+  /** Agents changed and not drawn yet: a view that draws per frame deletes what it
+   * drew (at most one key per agent). */
   dirty = new Set<string>();
-  /** Agents were added since the last `takeChanged()` (the view must place them). */
+  /** Agents were added and not placed yet (a view sets it back to false). */
   structure = false;
   eventCount = 0;
   /** Calls waiting for a person in the whole run. */
@@ -195,6 +198,8 @@ export class AgentTree {
   forkedFrom: { runId: string; seq: number } | null = null;
   readonly #bySession = new Map<string, string>();
   readonly #listeners = new Set<TreeListener>();
+  #changed = new Set<string>();
+  #added = false;
 
   constructor(runId: string | null = null) {
     this.runId = runId;
@@ -224,11 +229,26 @@ export class AgentTree {
 
   /** Tell the listeners which agents changed since the last call (if any did). */
   notify(): void {
-    if (this.dirty.size === 0 && !this.structure) return;
-    const changed = this.dirty;
-    this.dirty = new Set();
-    this.structure = false;
-    for (const listener of this.#listeners) listener(changed);
+    if (this.#changed.size === 0 && !this.#added) return;
+    const changed = this.#changed;
+    const added = this.#added;
+    this.#changed = new Set();
+    this.#added = false;
+    for (const listener of this.#listeners) listener(changed, added);
+  }
+
+  /** The run ended (`status`) without its RUN_FINISHED here (a filter left it out):
+   * what RUN_FINISHED does to the agents still running. */
+  end(status: RunStatus): void {
+    if (this.status !== "running") return;
+    this.#finish(status, null, null, this.lastTs ?? Date.now() / 1000);
+    this.notify();
+  }
+
+  #touch(node: AgentNode): void {
+    node.version += 1;
+    this.dirty.add(node.key);
+    this.#changed.add(node.key);
   }
 
   /** The node of `source` (made, with its parents placed, on its first event). */
@@ -247,10 +267,10 @@ export class AgentTree {
     const above = parent ? this.nodes.get(parent) : undefined;
     if (above) {  // (its parent's view lists it: the parent changed too)
       above.children.push(key);
-      above.version += 1;
-      this.dirty.add(above.key);
+      this.#touch(above);
     }
     this.structure = true;
+    this.#added = true;
     return node;
   }
 
@@ -279,8 +299,7 @@ export class AgentTree {
     if (event.type !== "AGENT_STALLED") node.lastTs = ts;
     node.events += 1;
     node.marks.push(event.seq, ts);
-    node.version += 1;
-    this.dirty.add(node.key);
+    this.#touch(node);
     this.#read(node, event, ts);
   }
 
@@ -444,7 +463,7 @@ export class AgentTree {
     this.error = error;
     this.result = result;
     const root = this.root;
-    if (root) root.text = result;
+    if (root && result !== null) root.text = result;
     for (const node of this.nodes.values()) {
       for (const approval of node.approvals.values()) {
         if (approval.decision === null) {
@@ -461,8 +480,7 @@ export class AgentTree {
         node.errorType = node.errorType || "failed";
       } else node.status = this.status;
       node.endTs = node.endTs ?? ts;
-      node.version += 1;
-      this.dirty.add(node.key);
+      this.#touch(node);
     }
   }
 

@@ -165,7 +165,7 @@ def select_a_streaming_researcher(page: Page) -> str:
     """Start the planner's run, wait for both researchers, select the first; its key."""
     start_run(page, "planner", "one thread is enough")
     page.wait_for_function(
-        "[...window.__console.state.run.agents.values()]"
+        "[...window.__console.state.run.nodes.values()]"
         ".filter(a => a.agentId === 'researcher').length === 2",
         timeout=60_000,
     )
@@ -388,12 +388,12 @@ def test_cancel_and_send_reach_the_run(browser: Browser, tmp_path: Path) -> None
     try:
         page, errors = open_page(browser, srv.url)
         start_run(page, "planner", "slow and steady")
-        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=60_000)
+        page.wait_for_function("window.__console.state.run.nodes.size >= 3", timeout=60_000)
         node(page, "planner").first.click()
         page.fill("#send-box input", "please hurry")
         page.press("#send-box input", "Enter")
         page.wait_for_function(
-            "window.__console.state.run.agents.get('root').messages"
+            "window.__console.state.run.nodes.get('root').messages"
             ".some(m => m.text === 'please hurry')"
         )
         # Text selected in the detail pane stays selected while the agent streams on.
@@ -432,11 +432,11 @@ def test_stop_on_an_agent_cancels_its_subtree_and_the_run_goes_on(
         page.fill("#stop-box input", "enough")
         page.click("#stop-box button")
         page.wait_for_function(
-            f"window.__console.state.run.agents.get({key!r}).status === 'cancelled'",
+            f"window.__console.state.run.nodes.get({key!r}).status === 'cancelled'",
             timeout=60_000,
         )
         page.wait_for_selector("#run-status.completed", timeout=30_000)
-        agent = page.evaluate(f"window.__console.state.run.agents.get({key!r}).errorMessage")
+        agent = page.evaluate(f"window.__console.state.run.nodes.get({key!r}).errorMessage")
         assert "cancelled by the user: enough" in agent
         assert page.locator("#stop-box").count() == 0  # nothing left to stop
         assert errors == []
@@ -626,7 +626,7 @@ def test_a_depth_filter_is_applied_by_the_server(browser: Browser, server: Serve
         timeout=30_000,
     )
     assert page.locator(".node").count() == 1
-    depths = page.evaluate("[...window.__console.state.run.agents.values()].map(a => a.depth)")
+    depths = page.evaluate("[...window.__console.state.run.nodes.values()].map(a => a.depth)")
     assert depths == [0]
     assert errors == []
 
@@ -640,7 +640,7 @@ def test_after_a_server_restart_the_page_resumes_without_loss_or_duplicates(
     try:
         page, _ = open_page(browser, srv.url)
         run_id = start_run(page, "planner", "restart me")
-        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=60_000)
+        page.wait_for_function("window.__console.state.run.nodes.size >= 3", timeout=60_000)
         srv.stop(signal.SIGTERM)  # graceful: the run stops, its journal kept as it was
         page.wait_for_selector("#conn.disconnected", timeout=30_000)
         srv.start()  # same port, same journal: the run goes on where it stopped
@@ -649,7 +649,7 @@ def test_after_a_server_restart_the_page_resumes_without_loss_or_duplicates(
         seen = model_events(page)
         assert seen["count"] == seen["last"]  # every seq once, none missing
         statuses = page.evaluate(
-            "[...window.__console.state.run.agents.values()].map(a => a.status)"
+            "[...window.__console.state.run.nodes.values()].map(a => a.status)"
         )
         assert "running" not in statuses
         assert page.evaluate("window.__console.state.run.runId") == run_id
@@ -666,13 +666,13 @@ def test_after_kill_9_and_a_restart_every_card_says_interrupted(
     try:
         page, _ = open_page(browser, srv.url)
         run_id = start_run(page, "planner", "crash me")
-        page.wait_for_function("window.__console.state.run.agents.size >= 3", timeout=60_000)
+        page.wait_for_function("window.__console.state.run.nodes.size >= 3", timeout=60_000)
         srv.stop(signal.SIGKILL)
         srv.start()  # marks the run interrupted at start
         fresh, errors = open_page(browser, f"{srv.url}?run={run_id}")
         fresh.wait_for_selector("#run-status.interrupted", timeout=60_000)
         fresh.wait_for_function(
-            "window.__console.state.run.agents.size >= 3"
+            "window.__console.state.run.nodes.size >= 3"
             " && document.querySelectorAll('.node .badge.running').length === 0"
             " && document.querySelectorAll('.node .badge.interrupted').length >= 2"
         )
@@ -807,7 +807,7 @@ def test_500_agents_stream_without_long_frames(browser: Browser, tmp_path: Path)
             }).observe({type: "longtask", buffered: false});"""
         )
         page.wait_for_selector("#run-status.completed", timeout=120_000)
-        agents = page.evaluate("window.__console.state.run.agents.size")
+        agents = page.evaluate("window.__console.state.run.nodes.size")
         assert agents == 585
         assert page.evaluate("window.__console.state.run.eventCount") >= 100_000
         long_tasks = page.evaluate("window.__long")
@@ -819,7 +819,7 @@ def test_500_agents_stream_without_long_frames(browser: Browser, tmp_path: Path)
         # loaded machine is slower.
         assert max(timings.values()) <= 1000, timings
         assert max(long_tasks, default=0) <= 1000, (long_tasks, timings)
-        assert page.evaluate("window.__console.state.run.agents.size") == 585
+        assert page.evaluate("window.__console.state.run.nodes.size") == 585
         shot(page, "console-585-agents.png")
         assert errors == []
     finally:
@@ -879,7 +879,7 @@ def test_fork_from_here_starts_a_fork_and_shows_its_lineage(
     assert page.inner_text("#run-fork") == f"fork of {original} @ seq {seq}"
     assert f"?run={fork_id}" in page.url
     messages = page.evaluate(
-        "[...window.__console.state.run.agents.values()].flatMap(a => a.messages.map(m => m.text))"
+        "[...window.__console.state.run.nodes.values()].flatMap(a => a.messages.map(m => m.text))"
     )
     assert messages == ["cite one more source"]
     # The turn it was forked at is asked again: its copied start says so.

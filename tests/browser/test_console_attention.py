@@ -284,7 +284,7 @@ def test_the_inbox_lists_two_waiting_runs_and_answers_from_there(
             "window.__console.state.selected && window.__console.state.selected !== 'root'"
         )
         selected = page.evaluate(
-            "window.__console.state.run.agents.get(window.__console.state.selected).name"
+            "window.__console.state.run.nodes.get(window.__console.state.selected).name"
         )
         assert selected == "fixer"
         # Approve one with its button; deny the other with the keyboard.
@@ -306,7 +306,7 @@ def test_the_inbox_lists_two_waiting_runs_and_answers_from_there(
             page.goto(f"{srv.url}?run={run_id}")
             page.wait_for_selector("#run-status.completed", timeout=60_000)
             decisions[run_id] = page.evaluate(
-                "[...window.__console.state.run.agents.values()]"
+                "[...window.__console.state.run.nodes.values()]"
                 ".flatMap((a) => [...a.approvals.values()]).map((a) => a.decision)"
             )
         assert sorted(d for ds in decisions.values() for d in ds) == ["approve", "deny"]
@@ -324,11 +324,11 @@ def test_a_waiting_call_is_approved_with_the_keyboard_in_the_tree(
         page.keyboard.press("ArrowDown")  # lead
         page.keyboard.press("ArrowDown")  # fixer
         focused = page.evaluate("document.activeElement.closest('.node').dataset.key")
-        assert page.evaluate(f"window.__console.state.run.agents.get('{focused}').name") == "fixer"
+        assert page.evaluate(f"window.__console.state.run.nodes.get('{focused}').name") == "fixer"
         page.keyboard.press("a")
         page.wait_for_selector("#run-status.completed", timeout=60_000)
         decisions = page.evaluate(
-            "[...window.__console.state.run.agents.values()]"
+            "[...window.__console.state.run.nodes.values()]"
             ".flatMap((a) => [...a.approvals.values()]).map((a) => a.decision)"
         )
         assert decisions == ["approve"]
@@ -389,7 +389,7 @@ def test_a_press_in_the_detail_pane_is_not_lost_to_a_redraw(
         page.wait_for_timeout(600)  # the agent streams meanwhile; the field lost focus
         page.mouse.up()
         page.wait_for_function(
-            f"window.__console.state.run.agents.get({key!r}).status === 'cancelled'",
+            f"window.__console.state.run.nodes.get({key!r}).status === 'cancelled'",
             timeout=60_000,
         )
         assert errors == []

@@ -20,41 +20,61 @@ from tests.server_helpers import demo_config, replay, running_server
 pytestmark = pytest.mark.trio
 
 
+WAITER = {  # its call waits for a person: the run cannot end before Ctrl-C, however slow
+    "waiter": {
+        "description": "writes once approved",
+        "instructions": "i",
+        "tools": ["write_file"],
+        "approval": ["write_file"],
+        "script": {
+            "turns": [
+                {"calls": [{"name": "write_file", "args": {"path": "w.txt", "content": "x"}}]},
+                {"say": "written"},
+            ]
+        },
+    }
+}
+
+
 async def test_ctrl_c_while_following_is_one_line_and_the_run_goes_on(tmp_path: Path) -> None:
-    async with running_server(demo_config(tmp_path, token_delay=0.05)) as server:
-        for argv in (["start", "planner", "slowly", "--follow", "--json"],):
-            process = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "orchestrator", *argv, "--url", server.url],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=REPO,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
-            )
-            assert process.stdout is not None and process.stderr is not None
-            first = await process.stdout.receive_some()  # following: events came
-            assert b'"RUN_STARTED"' in first
-            process.send_signal(signal.SIGINT)
-            err = b""
+    config = demo_config(tmp_path, extra_agents=WAITER)
+    async with running_server(config) as server:
+        start = ["start", "waiter", "go", "--follow", "--json", "--url", server.url]
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "orchestrator", *start],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert process.stdout is not None and process.stderr is not None
+        seen = b""
+        while b'"APPROVAL_REQUESTED"' not in seen:  # following, and the run waits
+            seen += await process.stdout.receive_some()
+        process.send_signal(signal.SIGINT)
+        err = b""
 
-            async def drain_stdout(out: trio.abc.ReceiveStream) -> None:
-                while await out.receive_some():  # (a full pipe would hold its writes up)
-                    pass
+        async def drain_stdout(out: trio.abc.ReceiveStream) -> None:
+            while await out.receive_some():  # (a full pipe would hold its writes up)
+                pass
 
-            with trio.fail_after(30):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(drain_stdout, process.stdout)
-                    while chunk := await process.stderr.receive_some():
-                        err += chunk
-                    await process.wait()
-            assert process.returncode == 130
-            lines = err.decode().strip().splitlines()
-            assert lines[-1] == (
-                "stopped following; the run goes on (`orchestrator cancel RUN_ID` stops it)"
-            )
-            assert len(lines) <= 2 and "Traceback" not in err.decode(), lines  # (`started …`)
-            await process.stdout.aclose()
-            await process.stderr.aclose()
-        run_id = first.split(b'"runId":"')[1].split(b'"')[0].decode()
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(drain_stdout, process.stdout)
+                while chunk := await process.stderr.receive_some():
+                    err += chunk
+                await process.wait()
+        assert process.returncode == 130, err.decode()
+        lines = err.decode().strip().splitlines()
+        assert lines[-1] == (
+            "stopped following; the run goes on (`orchestrator cancel RUN_ID` stops it)"
+        )
+        assert len(lines) <= 2 and "Traceback" not in err.decode(), lines  # (`started …`)
+        await process.stdout.aclose()
+        await process.stderr.aclose()
+        run_id = seen.split(b'"runId":"')[1].split(b'"')[0].decode()
+        approved = await cli("approve", run_id, "call_0", "--url", server.url)
+        assert approved.returncode == 0, approved.stderr
         events = await replay(server.url, run_id)  # it went on to its end
         assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["data"]["status"] == "completed"
 

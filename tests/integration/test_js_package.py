@@ -102,3 +102,15 @@ async def test_the_docs_node_examples_run_as_written(tmp_path: Path) -> None:
     assert "\ncompleted Here is what the research team found" in "\n".join(plain)
     assert agui[0] == "0 root done" and len(agui) == 5
     assert sorted(agui[1:]) == ["1 ResearcherAgent done"] * 2 + ["2 CriticAgent done"] * 2
+
+
+async def test_the_console_serves_the_packages_build() -> None:
+    """The console's `static/client/` is the package's build (`npm run console`)."""
+    need_package()
+    await npm("run", "build")
+    static = REPO / "orchestrator" / "server" / "static" / "client"
+    for name in ("index.js", "client.js", "tree.js"):
+        built = (JS / "dist" / name).read_text(encoding="utf-8")
+        assert (static / name).read_text(encoding="utf-8") == built, (
+            f"static/client/{name} is stale: npm run console --prefix js"
+        )

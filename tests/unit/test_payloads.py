@@ -41,7 +41,7 @@ CONSUMERS: list[ModuleType] = [
     gateway,
     agui_http,
 ]
-"""Every Python module that reads runs' events by type (the console's model.js below)."""
+"""Every Python module that reads runs' events by type (the console's, js/src/tree.ts: below)."""
 LIFECYCLE = {
     "orchestrator/storage/journal.py": {"RunFinishedData"},
     "orchestrator/storage/runlog.py": {"RunFinishedData"},
@@ -145,7 +145,7 @@ def js_list(source: str, name: str) -> set[str]:
     return set(re.findall(r'"([A-Z_]+)"', match.group(1)))
 
 
-@pytest.mark.parametrize("path", ["orchestrator/server/static/model.js", "js/src/tree.ts"])
+@pytest.mark.parametrize("path", ["js/src/tree.ts"])
 def test_the_js_tree_models_name_every_type_and_handle_what_they_say(path: str) -> None:
     source = (REPO / path).read_text(encoding="utf-8")
     handles, ignores = js_list(source, "HANDLES"), js_list(source, "IGNORES")

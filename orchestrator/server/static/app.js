@@ -1,10 +1,15 @@
 // The live tree console: runs list, agent tree, detail pane, timeline.
-// Speaks only the public WebSocket protocol (docs/server.md).
+// Built on the package `@agent-orchestrator/client` (./client/, from js/: docs/js.md):
+// its handles follow runs and resume them, its AgentTree is the model drawn here.
 import { Chat } from "./chat.js";
+import { AgentTree, ROOT } from "./client/index.js";
 import { Connection } from "./conn.js";
 import { Inbox } from "./inbox.js";
 import { renderMarkdown } from "./markdown.js";
-import { ROOT, RunModel } from "./model.js";
+
+const RAW_KEPT = 3000;   // the run's latest events kept whole for the JSON view
+// (keeping every parsed event of a 100k-event run made the browser's garbage
+// collector pause the page for over 50 ms)
 
 const $ = (id) => document.getElementById(id);
 const el = (tag, cls, text) => {
@@ -15,8 +20,9 @@ const el = (tag, cls, text) => {
 };
 
 const state = {
-  run: null,          // RunModel of the selected run
-  sub: null,          // its subscription id
+  run: null,          // the AgentTree of the selected run
+  handle: null,       // the RunHandle that follows it
+  recent: [],         // its latest RAW_KEPT events, whole
   selected: null,     // selected agent key
   nodes: new Map(),   // agent key -> tree <li>
   onScreen: new Set(), // keys of the rows in (or near) the view
@@ -35,7 +41,7 @@ const state = {
   pressing: false,    // a pointer is down in the detail pane: it is not redrawn
 };
 
-const conn = new Connection({ onFrame: timed("frame", onFrame), onState });
+const conn = new Connection({ onState });
 const inbox = new Inbox(conn, () => {
   if (!state.inboxFrame) state.inboxFrame = requestAnimationFrame(() => { state.inboxFrame = 0; renderInbox(); });
 });
@@ -88,36 +94,18 @@ $("token-form").onsubmit = (event) => {
   conn.connect();
 };
 
+// After every (re)connect: the lists again (the run followed resumes by itself).
 conn.onOpen = async () => {
-  inbox.reset();   // its subscriptions went with the old connection
   try {
     const [agents] = await Promise.all([conn.request("agents"), refreshRuns()]);
     state.specs = agents.agents;
     fillAgents();
   } catch (error) { notice(error); }
-  if (state.run) subscribe(state.run.runId, state.run);   // resume after a reconnect
-  else {
+  if (!state.run) {
     const linked = new URLSearchParams(location.search).get("run");
     if (linked) select(linked);
   }
 };
-
-function onFrame(frame) {
-  if (frame.sub && inbox.onFrame(frame)) return;
-  if (frame.op === "events" && frame.sub === state.sub && state.run) {
-    for (const e of frame.events) state.run.apply(e);
-    schedule();
-  } else if (frame.op === "end" && frame.sub === state.sub && state.run) {
-    state.run.status = frame.status;
-    schedule();
-    refreshRuns();
-    chat.refresh();
-  } else if (frame.op === "gap" && frame.sub === state.sub) {
-    notice(`events ${frame.fromSeq}–${frame.toSeq} were removed by the retention policy`, "error");
-  } else if (frame.op === "error") {
-    notice(frame);
-  }
-}
 
 // One line next to the connection badge: what a control did (green) or why it did not
 // (red: an error frame, or `kind` "error"); each replaces the last.
@@ -243,7 +231,7 @@ function showPendingSelect() {
   const run = state.run;
   if (!key || !run || !state.nodes.has(key)) return;
   state.pendingSelect = null;
-  for (let a = run.agents.get(key); a && a.parent; a = run.agents.get(a.parent)) {
+  for (let a = run.nodes.get(key); a && a.parent; a = run.nodes.get(a.parent)) {
     if (state.collapsed.has(a.parent)) collapse(a.parent);
   }
   selectAgent(key);
@@ -328,19 +316,19 @@ function renderRuns() {
 
 function select(runId) {
   if (state.run && state.run.runId === runId) return;
-  if (state.sub) conn.request("unsubscribe", { sub: state.sub }).catch(() => {});
   const url = new URL(location.href);
   url.searchParams.set("run", runId);
   history.replaceState(null, "", url);
-  resetRun(new RunModel(runId));
-  subscribe(runId, state.run);
+  follow(runId);
   renderRuns();
   chat.show(state.runs.find((r) => r.runId === runId) || null);
 }
 
 function resetRun(model) {
+  if (state.handle) state.handle.close();   // (the run goes on; this page stops following it)
+  state.handle = null;
   state.run = model;
-  state.sub = null;
+  state.recent = [];
   state.selected = null;
   state.nodes.clear();
   state.onScreen.clear();
@@ -367,25 +355,58 @@ function showLineage(run) {
   button.onclick = () => select(from.runId);
 }
 
-// A run this page started (`run`, `fork`): shown at once, its events on the ack's subscription.
-function showStarted(ack) {
-  if (state.sub) conn.request("unsubscribe", { sub: state.sub }).catch(() => {});
+// A run this page started (`run`, `fork`, the chat): shown at once, from its first event.
+function showStarted(handle, recent = []) {
   const url = new URL(location.href);
-  url.searchParams.set("run", ack.runId);
+  url.searchParams.set("run", handle.runId);
   history.replaceState(null, "", url);
-  resetRun(new RunModel(ack.runId));
-  state.sub = ack.sub;   // the run's events come on this subscription from seq 1
-  chat.show({ runId: ack.runId, threadId: ack.threadId });
+  resetRun(handle.tree);
+  attach(handle, recent);
+  chat.show({ runId: handle.runId, threadId: handle.threadId });
   refreshRuns();
 }
 
-async function subscribe(runId, model) {
-  const fields = { runId, afterSeq: model.lastSeq, detail: state.detail };
-  if (Object.keys(state.filter).length) fields.filter = state.filter;
+// The options of a feed of the selected run: the filters, and `recent`, where its events
+// are kept for the JSON view from the first batch (the latest RAW_KEPT).
+function feed() {
+  const recent = [];
+  const options = {
+    detail: state.detail,
+    recent,
+    onEvents: (batch) => {
+      recent.push(...batch);
+      if (recent.length > RAW_KEPT * 1.5) recent.splice(0, recent.length - RAW_KEPT);
+    },
+  };
+  if (Object.keys(state.filter).length) options.filter = state.filter;
+  return options;
+}
+
+// Follow a run from its start (a new tree: the filters may have changed).
+async function follow(runId) {
+  const model = new AgentTree(runId);
+  resetRun(model);
+  const options = feed();
   try {
-    const ack = await conn.request("subscribe", fields);
-    if (state.run === model) state.sub = ack.sub;
-  } catch (error) { notice(error); }
+    const handle = await conn.subscribe(runId, options);
+    if (state.run !== model) { handle.close(); return; }   // another run was picked meanwhile
+    attach(handle, options.recent);
+  } catch (error) { if (state.run === model) notice(error); }
+}
+
+function attach(handle, recent) {
+  state.handle = handle;
+  state.run = handle.tree;
+  state.recent = recent;
+  handle.tree.subscribe(() => schedule());
+  handle.onGap((gap) => notice(`events ${gap.fromSeq}–${gap.toSeq} were removed by the retention policy`, "error"));
+  handle.done.then(() => {
+    if (state.handle !== handle) return;
+    schedule();
+    refreshRuns();
+    chat.refresh();
+  }, (error) => { if (state.handle === handle && error.code !== "closed") notice(error); });
+  schedule();
 }
 
 // -- starting and controlling runs -----------------------------------------------------
@@ -427,10 +448,8 @@ $("start").onsubmit = async (event) => {
   state.starting = true;
   $("go").disabled = true;
   try {
-    const fields = { agent: $("agent").value, input, detail: state.detail };
-    if (Object.keys(state.filter).length) fields.filter = state.filter;
-    const ack = await conn.request("run", fields);
-    showStarted(ack);
+    const options = feed();
+    showStarted(await conn.run($("agent").value, input, options), options.recent);
     $("input").value = "";
   } catch (error) {
     notice(error);
@@ -463,8 +482,8 @@ $("f-search").oninput = () => {
   // Every row at once (hidden rows are never on screen, so the frame loop would not
   // reach them): only a class changes.
   for (const [key, li] of state.nodes) {
-    const agent = run.agents.get(key);
-    const hidden = Boolean(state.search) && !run.matches(agent, state.search) && !hasMatch(run, agent);
+    const agent = run.nodes.get(key);
+    const hidden = Boolean(state.search) && !matches(agent, state.search) && !hasMatch(run, agent);
     li.classList.toggle("hidden", hidden);
   }
 };
@@ -481,18 +500,30 @@ function applyFilters() {
   if (types.length) filter.types = types;
   state.filter = filter;
   state.detail = $("f-status").checked ? "status" : "full";
-  if (state.run) {
-    const runId = state.run.runId;
-    if (state.sub) conn.request("unsubscribe", { sub: state.sub }).catch(() => {});
-    resetRun(new RunModel(runId));
-    subscribe(runId, state.run);
+  if (state.run) follow(state.run.runId);
+}
+
+// Whether `agent` mentions `needle` (its name, task, answer, streamed text, tool calls).
+function matches(agent, needle) {
+  if (!needle) return true;
+  const n = needle.toLowerCase();
+  if ((agent.name + " " + agent.task + " " + (agent.text || "")).toLowerCase().includes(n)) return true;
+  if (agent.streamed.toLowerCase().includes(n)) return true;
+  for (const call of agent.tools.values()) {
+    if ((call.name + JSON.stringify(call.args ?? call.argsText) + (call.result || "")).toLowerCase().includes(n)) return true;
   }
+  return false;
+}
+
+// The agent's events among the run's latest ones (the JSON view).
+function rawEvents(agent) {
+  return state.recent.filter((e) => (e.source ? e.source.agentKey : ROOT) === agent.key);
 }
 
 // -- rendering (once per animation frame, only what changed) ------------------------------
 
 function schedule(all = false) {
-  if (all && state.run) for (const key of state.run.agents.keys()) state.run.dirty.add(key);
+  if (all && state.run) for (const key of state.run.nodes.keys()) state.run.dirty.add(key);
   if (!state.frame) state.frame = requestAnimationFrame(render);
 }
 
@@ -568,7 +599,7 @@ const rowWatcher = new IntersectionObserver((entries) => {
 // Places new agents in the tree, parents first (the model's order); returns false when
 // the frame's budget ran out first (the rest goes in the next frame).
 function placeNodes(run, started) {
-  for (const agent of run.agents.values()) {
+  for (const agent of run.nodes.values()) {
     if (state.nodes.has(agent.key)) continue;
     if (performance.now() - started > FRAME_BUDGET_MS) return false;
     const li = el("li", "node");
@@ -598,12 +629,12 @@ function placeNodes(run, started) {
     run.dirty.add(agent.key);
     if (agent.parent) run.dirty.add(agent.parent);
   }
-  if (!state.selected && run.agents.has(ROOT)) selectAgent(ROOT, false);
+  if (!state.selected && run.nodes.has(ROOT)) selectAgent(ROOT, false);
   return true;
 }
 
 function updateNode(run, key) {
-  const agent = run.agents.get(key);
+  const agent = run.nodes.get(key);
   const li = state.nodes.get(key);
   if (!agent || !li) return;
   const [toggle, name, stats, preview, activity] = li.firstChild.children;
@@ -630,7 +661,7 @@ function updateNode(run, key) {
   set(timeSpan, "textContent", `${seconds.toFixed(1)} s`);
   set(preview, "textContent", tail(last || agent.task || ""));
   set(activity, "textContent", activityLine(run, agent, run.now()));
-  const hidden = Boolean(state.search) && !run.matches(agent, state.search) && !hasMatch(run, agent);
+  const hidden = Boolean(state.search) && !matches(agent, state.search) && !hasMatch(run, agent);
   if (li.classList.contains("hidden") !== hidden) li.classList.toggle("hidden", hidden);
 }
 
@@ -655,7 +686,7 @@ function activityLine(run, agent, now) {
 setInterval(() => {
   const run = state.run;
   if (!run || run.status !== "running") return;
-  for (const agent of run.agents.values()) {
+  for (const agent of run.nodes.values()) {
     if (agent.status === "running") state.ticked.add(agent.key);
   }
   for (const key of state.collapsed) state.ticked.add(key);
@@ -676,7 +707,7 @@ function tail(text, size = 160) {
 }
 
 function hasMatch(run, agent) {
-  return agent.children.some((k) => { const c = run.agents.get(k); return c && (run.matches(c, state.search) || hasMatch(run, c)); });
+  return agent.children.some((k) => { const c = run.nodes.get(k); return c && (matches(c, state.search) || hasMatch(run, c)); });
 }
 
 function collapse(key) {
@@ -703,7 +734,7 @@ function keyNav(event, key) {
   const visible = [...$("tree").querySelectorAll(".node")].filter((n) => n.offsetParent !== null);
   const at = visible.findIndex((n) => n.dataset.key === key);
   const go = (i) => { const n = visible[i]; if (n) selectAgent(n.dataset.key); };
-  const agent = state.run && state.run.agents.get(key);
+  const agent = state.run && state.run.nodes.get(key);
   const open = agent ? [...agent.approvals.values()].find((a) => a.decision === null) : null;
   if (event.key === "ArrowDown") go(at + 1);
   else if (event.key === "ArrowUp") go(at - 1);
@@ -722,7 +753,7 @@ function keyNav(event, key) {
 // -- the detail pane --------------------------------------------------------------------
 
 function renderDetail(run, key) {
-  const agent = run && run.agents.get(key);
+  const agent = run && run.nodes.get(key);
   const pane = $("detail");
   if (!agent) return;
   // Someone typing a message here: redraw once they leave the field.
@@ -755,7 +786,7 @@ function renderDetail(run, key) {
   parts.push(head);
   if (state.forking && state.forking.runId === run.runId && state.forking.key === key) parts.push(forkBox(run, key, agent));
   parts.push(section("Task", agent.task, "prose"));
-  if (agent.result) parts.push(section("Answer", agent.result, "prose answer", true));
+  if (agent.text) parts.push(section("Answer", agent.text, "prose answer", true));
   agent.turns.forEach((turn, i) => {
     for (const c of agent.compactions) if (c.before === i) parts.push(compactionBox(c, i, run, agent));
     if (!turn.text && !turn.thinking && turn.calls.length === 0) return;
@@ -817,7 +848,7 @@ function renderDetail(run, key) {
   const raw = el("details");
   raw.append(el("summary", "", `raw events (${agent.events}; the run's latest 3000 are kept)`));
   raw.addEventListener("toggle", () => {
-    if (raw.open && raw.childElementCount === 1) raw.append(el("pre", "", run.raw(agent).map((e) => JSON.stringify(e)).join("\n")));
+    if (raw.open && raw.childElementCount === 1) raw.append(el("pre", "", rawEvents(agent).map((e) => JSON.stringify(e)).join("\n")));
   });
   parts.push(raw);
   pane.replaceChildren(...parts);
@@ -869,12 +900,12 @@ function forkBox(run, key, agent) {
   form.append(message, row);
   form.onsubmit = async (e) => {
     e.preventDefault();
-    const fields = { runId: run.runId, atSeq: at.seq, replay: replay.checked, detail: state.detail };
+    const options = { ...feed(), atSeq: at.seq, replay: replay.checked };
     const text = message.value.trim();
-    if (text) { fields.message = text; if (key !== ROOT) fields.agentKey = key; }
+    if (text) { options.message = text; if (key !== ROOT) options.agentKey = key; }
     go.disabled = true;
     try {
-      showStarted(await conn.request("fork", fields));
+      showStarted(await conn.fork(run.runId, options), options.recent);
       notice(`forked at seq ${at.seq}`);
     } catch (error) { notice(error); go.disabled = false; }
   };
@@ -1075,7 +1106,7 @@ function renderTimeline(run) {
     });
   }
   if (run.firstTs === null) return;
-  const agents = [...run.agents.values()];
+  const agents = [...run.nodes.values()];
   const lane = 14, labelWidth = 150;
   const width = box.clientWidth - 24 || 600;
   const view = Math.min(agents.length * lane + 4, box.clientHeight || 300);
@@ -1149,7 +1180,7 @@ function timelineLabel(run, event) {
 setInterval(() => {
   const run = state.run;
   if (!run || run.status !== "running") return;
-  for (const agent of run.agents.values()) if (agent.status === "running") run.dirty.add(agent.key);
+  for (const agent of run.nodes.values()) if (agent.status === "running") run.dirty.add(agent.key);
   schedule();
 }, 1000);
 

@@ -16,7 +16,7 @@ export class Chat {
     this.conn = conn;
     this.root = root;          // the <section> the chat is drawn in
     this.open = open;          // open(runId): show that run's tree
-    this.started = started;    // started(ack): a run this chat started
+    this.started = started;    // started(handle): a run this chat started
     this.notice = notice;
     this.render = render;      // render(text, element): an answer, as the detail pane shows it
     this.threadId = null;
@@ -126,14 +126,14 @@ export class Chat {
     if (!text || this.sending || !this.threadId) return;
     const tooLong = this.conn.tooLong(text, "the message");
     if (tooLong) { this.notice(tooLong, "error"); return; }
-    const fields = { threadId: this.threadId, input: text };
+    const options = { threadId: this.threadId };
     const choice = this.root.querySelector("#chat-multitask");
-    if (choice) fields.multitask = choice.value;
+    if (choice) options.multitask = choice.value;
     this.sending = true;
     try {
-      const ack = await this.conn.request("run", fields);
+      const handle = await this.conn.run(null, text, options);   // (the thread's agent)
       input.value = "";
-      this.started(ack);
+      this.started(handle);
     } catch (error) {
       this.notice(error);
     } finally {

@@ -1,21 +1,20 @@
-// The WebSocket connection: requests with ids, reconnect with backoff, resume by afterSeq.
+// The console's connection: the package's client (`./client/`, built from js/: docs/js.md)
+// with what only a page needs — the token, kept in sessionStorage, asked for when the
+// server's `/auth` refuses it; a viewer token's read-only mode; the input size limit.
 //
-// The token (asked for when the server answers 401) lives in sessionStorage only:
-// it goes on the WebSocket URL's query (the server redacts it from its logs), never
-// in the page's URL or history.
+// The token goes on the WebSocket URL's query (the server redacts it from its logs),
+// never in the page's URL or history. Runs are followed through the package's handles,
+// which resume by seq after a dropped socket or a server restart.
+
+import { connect } from "./client/index.js";
 
 const TOKEN_KEY = "orchestrator.token";
 
 export class Connection {
-  constructor({ onFrame, onState }) {
-    this.onFrame = onFrame;     // every server frame that is not a reply to a request
+  constructor({ onState }) {
     this.onState = onState;     // "connecting" | "open" | "disconnected" | "unauthorized"
-    this.pending = new Map();   // request id -> {resolve, reject}
-    this.nextId = 1;
-    this.ws = null;
-    this.backoff = 500;
-    this.onOpen = null;         // called after every (re)connect, before requests flow
-    this.closedByUs = false;
+    this.onOpen = null;         // called after every (re)connect
+    this.client = null;
     this.readOnly = false;      // `/auth` says: a viewer token (no control may be used)
     this.maxInputBytes = 256 * 1024;   // `/auth` says: the longest task or message the server takes
   }
@@ -24,12 +23,6 @@ export class Connection {
   set token(value) {
     if (value) sessionStorage.setItem(TOKEN_KEY, value);
     else sessionStorage.removeItem(TOKEN_KEY);
-  }
-
-  url() {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const query = this.token ? `?token=${encodeURIComponent(this.token)}` : "";
-    return `${scheme}://${location.host}/ws${query}`;
   }
 
   // Why `text` is too long to send as a task or message (null: it is not), with the limit.
@@ -50,7 +43,7 @@ export class Connection {
       if (body.maxInputBytes) this.maxInputBytes = body.maxInputBytes;
       return !body.authorized;
     } catch {
-      return false;   // the server is down: the WebSocket attempt will say so
+      return false;   // the server is down: the client's attempts will say so
     }
   }
 
@@ -60,46 +53,38 @@ export class Connection {
       this.onState("unauthorized");
       return;
     }
-    const ws = new WebSocket(this.url());
-    this.ws = ws;
-    ws.onopen = () => {
-      this.backoff = 500;
-      this.onState("open");
-      if (this.onOpen) this.onOpen();
-    };
-    ws.onmessage = (message) => {
-      const frame = JSON.parse(message.data);
-      const waiter = frame.id !== undefined && frame.op !== "events" ? this.pending.get(frame.id) : null;
-      if (waiter && (frame.op !== "result")) {
-        this.pending.delete(frame.id);
-        if (frame.op === "error") waiter.reject(frame);
-        else waiter.resolve(frame);
-        return;
+    if (this.client) this.client.close();
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const client = connect(`${scheme}://${location.host}/ws`, { token: this.token || undefined, reconnect: "always" });
+    this.client = client;
+    client.onState((state) => {
+      if (this.client !== client) return;
+      if (state === "open") {
+        this.onState("open");
+        if (this.onOpen) this.onOpen();
+      } else if (state === "reconnecting") {
+        this.onState("disconnected");
+        // A server started again with other tokens: ask for one instead of retrying.
+        this.unauthorized().then((refused) => {
+          if (refused && this.client === client) {
+            client.close();
+            this.onState("unauthorized");
+          }
+        });
       }
-      this.onFrame(frame);
-    };
-    ws.onclose = () => {
-      if (this.ws !== ws) return;
-      for (const waiter of this.pending.values()) waiter.reject({ code: "disconnected", message: "connection lost" });
-      this.pending.clear();
-      this.ws = null;
-      if (this.closedByUs) return;
-      this.onState("disconnected");
-      const delay = this.backoff;
-      this.backoff = Math.min(this.backoff * 2, 8000);
-      setTimeout(() => this.connect(), delay);
-    };
-  }
-
-  get open() { return this.ws !== null && this.ws.readyState === WebSocket.OPEN; }
-
-  // Send an op and wait for its reply (ack, runs, agents, pong, or an error frame).
-  request(op, fields = {}) {
-    if (!this.open) return Promise.reject({ code: "disconnected", message: "not connected" });
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      this.ws.send(JSON.stringify({ op, id, ...fields }));
     });
   }
+
+  get open() { return this.client !== null && this.client.state === "open"; }
+
+  // Send an op and wait for its reply (an error rejects with the server's code and message).
+  request(op, fields = {}) {
+    if (!this.client) return Promise.reject({ code: "disconnected", message: "not connected" });
+    return this.client.request({ op, ...fields });
+  }
+
+  // A run's handle: started, followed, or forked (the package's `RunHandle`).
+  run(agent, input, options) { return this.client.run(agent, input, { ...options, events: false }); }
+  subscribe(runId, options) { return this.client.subscribe(runId, { ...options, events: false }); }
+  fork(runId, options) { return this.client.fork(runId, { ...options, events: false }); }
 }

@@ -22,18 +22,11 @@ export class Inbox {
   constructor(conn, onChange) {
     this.conn = conn;
     this.onChange = onChange;
-    this.runs = new Map();      // runId -> watched run {sub, agentId, input, approvals, stalled, failed}
-    this.subs = new Map();      // sub -> runId
+    this.runs = new Map();      // runId -> watched run {handle, agentId, input, approvals, stalled, failed}
     this.pending = [];          // approvals of runs not watched (the `pending` op)
     this.failedRuns = [];       // runs that ended failed
     this.dismissed = new Set(JSON.parse(localStorage.getItem("inbox-dismissed") || "[]"));
     this.covered = 0;           // running runs, watched or not
-  }
-
-  // The connection is new: every subscription is gone, the state is rebuilt.
-  reset() {
-    this.runs.clear();
-    this.subs.clear();
   }
 
   // After each refresh of `runs` and `pending` (every 3 s).
@@ -52,39 +45,31 @@ export class Inbox {
     this.onChange();
   }
 
+  // Follow a running run for the few events the inbox reads (resumed by the package
+  // after a dropped connection).
   watch(r) {
-    const run = { sub: null, agentId: r.agentId, input: r.input || "", approvals: new Map(), stalled: new Map(), failed: new Map() };
+    const run = { handle: null, agentId: r.agentId, input: r.input || "", approvals: new Map(), stalled: new Map(), failed: new Map() };
     this.runs.set(r.runId, run);
-    this.conn.request("subscribe", { runId: r.runId, afterSeq: 0, detail: "status", filter: { types: TYPES } })
-      .then((ack) => {
-        if (this.runs.get(r.runId) === run) { run.sub = ack.sub; this.subs.set(ack.sub, r.runId); }
-        else this.conn.request("unsubscribe", { sub: ack.sub }).catch(() => {});
+    const onEvents = (batch) => {
+      if (this.runs.get(r.runId) !== run) return;
+      for (const e of batch) this.apply(r.runId, run, e);
+      this.onChange();
+    };
+    this.conn.subscribe(r.runId, { detail: "status", filter: { types: TYPES }, onEvents })
+      .then((handle) => {
+        if (this.runs.get(r.runId) !== run) { handle.close(); return; }
+        run.handle = handle;
+        handle.done.then(() => {   // the next `runs` says how it ended
+          if (this.runs.get(r.runId) === run) this.runs.delete(r.runId);
+          this.onChange();
+        }, () => {});
       })
       .catch(() => { if (this.runs.get(r.runId) === run) this.runs.delete(r.runId); });
   }
 
   drop(runId, run) {
     this.runs.delete(runId);
-    if (run.sub) {
-      this.subs.delete(run.sub);
-      this.conn.request("unsubscribe", { sub: run.sub }).catch(() => {});
-    }
-  }
-
-  // A frame for one of the inbox's subscriptions: true when it was.
-  onFrame(frame) {
-    const runId = this.subs.get(frame.sub);
-    if (runId === undefined) return false;
-    const run = this.runs.get(runId);
-    if (frame.op === "events" && run) {
-      for (const e of frame.events) this.apply(runId, run, e);
-      this.onChange();
-    } else if (frame.op === "end") {
-      this.subs.delete(frame.sub);
-      if (run) this.runs.delete(runId);   // the next `runs` says how it ended
-      this.onChange();
-    }
-    return true;
+    if (run.handle) run.handle.close();
   }
 
   apply(runId, run, e) {
