@@ -114,3 +114,43 @@ async def test_the_console_serves_the_packages_build() -> None:
         assert (static / name).read_text(encoding="utf-8") == built, (
             f"static/client/{name} is stale: npm run console --prefix js"
         )
+
+
+async def test_the_packed_tarball_installs_and_its_three_entry_points_load(tmp_path: Path) -> None:
+    """`npm pack` gives a working tarball: installed into an empty project (no
+    network: the package has no runtime dependency), `.`, `/react` and `/agui` load."""
+    need_package()
+    await npm("run", "build")
+    await npm("pack", "--pack-destination", str(tmp_path))
+    version = json.loads((JS / "package.json").read_text())["version"]
+    tarball = tmp_path / f"agent-orchestrator-client-{version}.tgz"
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}')
+    env = {**os.environ, "PATH": f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    installed = await trio.run_process(
+        ["npm", "install", "--no-audit", "--no-fund", "--offline", str(tarball)],
+        cwd=app,
+        env=env,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr.decode()
+    (app / "node_modules" / "react").symlink_to(JS / "node_modules" / "react")  # (its peer)
+    probe = (
+        'import * as core from "@agent-orchestrator/client";'
+        'import * as react from "@agent-orchestrator/client/react";'
+        'import * as agui from "@agent-orchestrator/client/agui";'
+        "console.log(JSON.stringify([typeof core.connect, typeof core.AgentTree,"
+        " typeof react.useAgentTree, typeof agui.treeFromAgui]));"
+    )
+    loaded = await trio.run_process(
+        [str(NODE_BIN / "node"), "--input-type=module", "-e", probe],
+        cwd=app,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert loaded.returncode == 0, loaded.stderr.decode()
+    assert json.loads(loaded.stdout) == ["function"] * 4
