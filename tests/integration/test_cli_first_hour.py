@@ -46,6 +46,9 @@ async def test_ctrl_c_while_following_is_one_line_and_the_run_goes_on(tmp_path: 
             stderr=subprocess.PIPE,
             cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO)},
+            # As from a terminal: a suite started in the background (`cmd &` in a script)
+            # hands its children SIGINT ignored, and Python then leaves it ignored.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         assert process.stdout is not None and process.stderr is not None
         seen = b""
