@@ -1,8 +1,8 @@
-// The page of the React hook's browser test (tests/browser/test_react.py): a whole tree
+// The page of the React hook's browser tests (tests/browser/test_react.py): a whole tree
 // of cards, one per agent, each re-rendered only when its agent changed; counts of
 // renders and the longest gap between two animation frames go in `window.__perf`.
 
-import { memo } from "react";
+import { StrictMode, memo } from "react";
 import { createRoot } from "react-dom/client";
 
 import { connect, type AgentTree } from "@agent-orchestrator/client";
@@ -79,4 +79,12 @@ function App() {
   );
 }
 
-createRoot(document.getElementById("app") as HTMLElement).render(<App />);
+// `?strict=1`: under StrictMode, which mounts every component twice in development.
+const app = query.get("strict") ? (
+  <StrictMode>
+    <App />
+  </StrictMode>
+) : (
+  <App />
+);
+createRoot(document.getElementById("app") as HTMLElement).render(app);

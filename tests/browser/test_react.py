@@ -30,7 +30,7 @@ JS = REPO / "js"
 PAGE = '<!doctype html><meta charset="utf-8"><div id="app"></div><script src="/app.js"></script>'
 
 
-def bundle(entry: Path) -> str:
+def bundle(entry: Path, mode: str = "production") -> str:
     """`entry` and what it imports (React, the package's sources) as one script."""
     need_package()
     done = subprocess.run(
@@ -40,7 +40,7 @@ def bundle(entry: Path) -> str:
             "--bundle",
             "--format=iife",
             "--jsx=automatic",
-            "--define:process.env.NODE_ENV='production'",
+            f"--define:process.env.NODE_ENV='{mode}'",
             "--alias:@agent-orchestrator/client=./src",
             "--log-level=error",
         ],
@@ -202,3 +202,34 @@ def test_use_agent_tree_renders_once_a_frame_and_a_card_only_when_its_agent_chan
     if os.environ.get("ORCHESTRATOR_FIGURES"):
         Path(os.environ["ORCHESTRATOR_FIGURES"]).write_text(json.dumps(figures))
     assert errors == []
+
+
+def test_under_strict_mode_a_run_is_started_once(browser: Browser, tmp_path: Path) -> None:
+    """React's StrictMode mounts every component twice (development build): the hook
+    still starts one run, and follows it to its end."""
+    script = bundle(JS / "test" / "react-perf.tsx", mode="development")
+    write_agents(tmp_path, token_delay=0.0)
+    port = free_port()
+    with app_and_server(tmp_path, script, config(), port) as (url, server):
+        page, errors = open_app(
+            browser, f"{url}?agent=planner&strict=1&ws=ws://127.0.0.1:{port}/ws"
+        )
+        page.wait_for_function("window.__perf && window.__perf.ended !== null")
+        perf = page.evaluate("window.__perf")
+        runs = runs_of(server)
+    assert perf["status"] == "completed" and len(perf["versions"]) == 5
+    assert len(runs) == 1, runs
+    assert [e for e in errors if "Warning" not in e] == []
+
+
+def runs_of(server: Server) -> list[dict[str, Any]]:
+    """The server's runs (the `runs` op)."""
+    from websockets.sync.client import connect
+
+    with connect(f"ws://127.0.0.1:{server.port}/ws") as ws:
+        ws.send(json.dumps({"op": "runs", "id": 1}))
+        while True:
+            frame = json.loads(ws.recv())
+            if frame.get("op") == "runs":
+                found: list[dict[str, Any]] = frame["runs"]
+                return found
