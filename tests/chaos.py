@@ -656,6 +656,10 @@ class Chaos:
                 report.problems.append(
                     f"{instance.kind} {instance.name or instance.url}: {tracebacks} traceback(s)"
                 )
+                first = next(i for i, line in enumerate(instance.lines) if "Traceback" in line)
+                report.problems.extend(  # the line before it says what was being done
+                    f"    {line}" for line in instance.lines[max(0, first - 1) : first + 40]
+                )
 
     async def _verify_cluster(self, ws: ClientConnection) -> None:
         """No lease, waiting call or busy heartbeat left once every run ended."""
