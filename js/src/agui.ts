@@ -57,7 +57,7 @@ export class AguiTree {
     for (const ours of this.#translate(event)) this.tree.apply(ours);
   }
 
-  #event<T extends EventType>(type: T, source: Source | null, data: unknown, last = false): AgentEvent {
+  #event(type: EventType, source: Source | null, data: unknown, last = false): AgentEvent {
     this.#seq += 1;
     return { runId: this.#runId, seq: this.#seq, ts: Date.now() / 1000, type, source, last, data } as AgentEvent;
   }

@@ -140,7 +140,6 @@ export class Client {
   readonly #handles = new Map<string, RunHandle>();
   readonly #stateListeners = new Set<(state: ConnectionState) => void>();
   #timer: ReturnType<typeof setTimeout> | null = null;
-  #lastError: OrchestratorError | null = null;
 
   constructor(url: string, options: ConnectOptions = {}) {
     this.#url = wsUrl(url, options.token);
@@ -383,10 +382,7 @@ export class Client {
     }
     const id = typeof frame.id === "number" ? frame.id : null;
     const waiter = id === null ? undefined : this.#waiting.get(id);
-    if (id === null || !waiter) {
-      if (frame.op === "error") this.#lastError = new OrchestratorError(frame.code, frame.message);
-      return;
-    }
+    if (id === null || !waiter) return; // (an error frame that answers no request of ours)
     this.#waiting.delete(id);
     if (frame.op === "error") {
       waiter.reject(new OrchestratorError(frame.code, frame.message));
@@ -400,11 +396,6 @@ export class Client {
     if (this.state === state) return;
     this.state = state;
     for (const listener of this.#stateListeners) listener(state);
-  }
-
-  /** The last error frame that answered no request (a protocol problem), if any. */
-  get lastError(): OrchestratorError | null {
-    return this.#lastError;
   }
 }
 

@@ -95,6 +95,28 @@ def telemetry(endpoint: str = "http://127.0.0.1:9", **extra: Any) -> dict[str, A
     return {"otlp_endpoint": endpoint, "service_name": "orchestrator-tests", **extra}
 
 
+@asynccontextmanager
+async def traced(
+    tmp_path: Path, exporter: InMemorySpanExporter
+) -> AsyncIterator[tuple[RunHost, Any, Any]]:
+    """A run host on AGENTS whose telemetry exports to `exporter`: (host, journal, hub);
+    the telemetry stops (its last export) when the block ends."""
+    config = write_config(tmp_path, AGENTS)
+    settings = ServerConfig.model_validate(
+        {**config.model_dump(), "base_dir": tmp_path, "telemetry": telemetry()}
+    )
+    assert settings.telemetry is not None
+    async with (
+        open_journal(settings) as journal,
+        Orchestrator.open(settings) as orch,
+        open_telemetry(
+            settings.telemetry, journal, model_info(orch.specs, settings.models), exporter
+        ) as hub,
+        trio.open_nursery() as nursery,
+    ):
+        yield RunHost(orch, journal, nursery), journal, hub
+
+
 async def run_boss(host: RunHost, journal: Any) -> str:
     """Start `boss`, cancel `sleepy` once it started, wait for the end; the run id."""
     started = await host.start("boss", "go")
@@ -120,21 +142,8 @@ def by_name(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
 
 
 async def test_the_span_tree_is_the_agent_tree(tmp_path: Path) -> None:
-    config = write_config(tmp_path, AGENTS)
-    settings = ServerConfig.model_validate(
-        {**config.model_dump(), "base_dir": tmp_path, "telemetry": telemetry()}
-    )
-    assert settings.telemetry is not None
     exporter = InMemorySpanExporter()
-    async with (
-        open_journal(settings) as journal,
-        Orchestrator.open(settings) as orch,
-        open_telemetry(
-            settings.telemetry, journal, model_info(orch.specs, settings.models), exporter
-        ) as hub,
-        trio.open_nursery() as nursery,
-    ):
-        host = RunHost(orch, journal, nursery)
+    async with traced(tmp_path, exporter) as (host, journal, hub):
         run_id = await run_boss(host, journal)
         with trio.fail_after(10):
             while not by_name(list(exporter.get_finished_spans()), "invoke_agent boss"):  # noqa: ASYNC110
@@ -366,21 +375,8 @@ async def test_a_stop_right_after_a_run_ends_exports_its_root_span(
         await trio.sleep_forever()
 
     monkeypatch.setattr(export.Telemetry, "_build", behind)
-    config = write_config(tmp_path, AGENTS)
-    settings = ServerConfig.model_validate(
-        {**config.model_dump(), "base_dir": tmp_path, "telemetry": telemetry()}
-    )
-    assert settings.telemetry is not None
     exporter = InMemorySpanExporter()
-    async with (
-        open_journal(settings) as journal,
-        Orchestrator.open(settings) as orch,
-        open_telemetry(
-            settings.telemetry, journal, model_info(orch.specs, settings.models), exporter
-        ),
-        trio.open_nursery() as nursery,
-    ):
-        host = RunHost(orch, journal, nursery)
+    async with traced(tmp_path, exporter) as (host, journal, _):
         await run_boss(host, journal)
         # …and the telemetry stops at once (as a clean stop does)
     assert by_name(list(exporter.get_finished_spans()), "invoke_agent boss")

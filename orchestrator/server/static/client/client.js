@@ -44,7 +44,6 @@ export class Client {
     #handles = new Map();
     #stateListeners = new Set();
     #timer = null;
-    #lastError = null;
     constructor(url, options = {}) {
         this.#url = wsUrl(url, options.token);
         this.#options = options;
@@ -284,11 +283,8 @@ export class Client {
         }
         const id = typeof frame.id === "number" ? frame.id : null;
         const waiter = id === null ? undefined : this.#waiting.get(id);
-        if (id === null || !waiter) {
-            if (frame.op === "error")
-                this.#lastError = new OrchestratorError(frame.code, frame.message);
-            return;
-        }
+        if (id === null || !waiter)
+            return; // (an error frame that answers no request of ours)
         this.#waiting.delete(id);
         if (frame.op === "error") {
             waiter.reject(new OrchestratorError(frame.code, frame.message));
@@ -304,10 +300,6 @@ export class Client {
         this.state = state;
         for (const listener of this.#stateListeners)
             listener(state);
-    }
-    /** The last error frame that answered no request (a protocol problem), if any. */
-    get lastError() {
-        return this.#lastError;
     }
 }
 /** A run being followed: its events (iterate the handle), its live `tree`, its end
