@@ -20,6 +20,7 @@ from agents.core.payloads import (
     ApprovalResolvedData,
     CompactionFinishedData,
     CompactionStartedData,
+    ModelFallbackData,
     ReasoningData,
     RunFinishedData,
     RunResumedData,
@@ -132,6 +133,10 @@ class Emitter(Protocol):
     ) -> None: ...
     @overload
     async def emit(
+        self, type: Literal[EventType.MODEL_FALLBACK], data: ModelFallbackData, last: bool = False
+    ) -> None: ...
+    @overload
+    async def emit(
         self, type: Literal[EventType.RUN_FINISHED], data: RunFinishedData, last: bool = False
     ) -> None: ...
     async def emit(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
@@ -216,6 +221,10 @@ class Emitter(Protocol):
     ) -> None: ...
     @overload
     def emit_nowait(
+        self, type: Literal[EventType.MODEL_FALLBACK], data: ModelFallbackData, last: bool = False
+    ) -> None: ...
+    @overload
+    def emit_nowait(
         self, type: Literal[EventType.RUN_FINISHED], data: RunFinishedData, last: bool = False
     ) -> None: ...
     def emit_nowait(self, type: EventType, data: Mapping[str, Any], last: bool = False) -> None:
@@ -262,6 +271,8 @@ class Emitter(Protocol):
     def offer(
         self, type: Literal[EventType.COMPACTION_FINISHED], data: CompactionFinishedData
     ) -> bool: ...
+    @overload
+    def offer(self, type: Literal[EventType.MODEL_FALLBACK], data: ModelFallbackData) -> bool: ...
     @overload
     def offer(self, type: Literal[EventType.RUN_FINISHED], data: RunFinishedData) -> bool: ...
     def offer(self, type: EventType, data: Mapping[str, Any]) -> bool:

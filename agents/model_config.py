@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agents.core.structured import OutputMode
 
 __all__ = ["ModelConfig", "TlsConfig"]
 
@@ -56,6 +58,28 @@ class ModelConfig(BaseModel):
     tls: TlsConfig | None = None
     """Certificates to trust (and to present) for this model's endpoint; None: the
     system's trust store."""
+    structured_output: OutputMode | None = None
+    """How an agent with an `output_schema` asks this model for it (docs/structured.md):
+    `native` (OpenAI's `response_format`/`text.format` JSON schema), `tool` (a forced
+    `final_answer` tool), `instruction` (said in the system prompt). Default: `native`
+    for the OpenAI kinds, `tool` for Anthropic, `instruction` for `scripted`."""
+
+    @model_validator(mode="after")
+    def _output_mode_offered(self) -> ModelConfig:
+        if self.structured_output == "native" and self.provider in ("anthropic", "scripted"):
+            raise ValueError(
+                f"structured_output: 'native' is offered for the OpenAI kinds only; "
+                f"{self.provider} takes 'tool' or 'instruction'"
+            )
+        return self
+
+    def output_mode(self) -> OutputMode:
+        """`structured_output`, or the provider's default."""
+        if self.structured_output is not None:
+            return self.structured_output
+        if self.provider == "anthropic":
+            return "tool"
+        return "instruction" if self.provider == "scripted" else "native"
 
     def endpoint_root(self) -> str:
         """`base_url`, or the provider's public API root."""

@@ -11,14 +11,24 @@ import importlib.util
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from agents.core.structured import SchemaError, check_schema
 from agents.errors import SpecError
+from agents.schema_files import inline_file_refs
 from agents.yaml_loader import load_yaml_model
 
 __all__ = [
+    "FALLBACK_REASONS",
     "AgentSpec",
     "CompactionSpec",
     "RemoteSpec",
@@ -30,6 +40,15 @@ __all__ = [
 ]
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+FallbackReason = Literal["overloaded", "rate_limit", "context_length", "unavailable"]
+FALLBACK_REASONS: tuple[FallbackReason, ...] = (
+    "overloaded",
+    "rate_limit",
+    "context_length",
+    "unavailable",
+)
+_DEFAULT_FALLBACK_ON: tuple[FallbackReason, ...] = ("overloaded", "rate_limit", "unavailable")
 
 
 class ScriptedCall(BaseModel):
@@ -194,6 +213,38 @@ class AgentSpec(BaseModel):
     parts join into one answer); cut once more, the agent fails `output_limit`. 0: a cut
     answer is taken as it is."""
 
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema (draft 2020-12) the final answer must match: the agent answers
+    with a JSON value, validated, given to its parent as compact JSON and in
+    AGENT_RESULT's `structured` (docs/structured.md). `$ref` may name a file beside
+    this one."""
+    output_retries: int = Field(default=2, ge=0, le=10)
+    """Times an answer that does not match `output_schema` is refused and asked for
+    again (at most 1 + this many answers), before the agent fails `output_invalid`."""
+    fallback_models: list[str] = Field(default_factory=list, max_length=8)
+    """Model keys of the server config tried in order when the model fails for one of
+    `fallback_on` (docs/structured.md#fallback-models)."""
+    fallback_on: list[FallbackReason] = Field(
+        default_factory=lambda: list(_DEFAULT_FALLBACK_ON), min_length=1
+    )
+    """Which failures move to the next model: `overloaded` (529), `rate_limit` (429
+    after the model's retries), `context_length` (the prompt is too long for it),
+    `unavailable` (5xx, a refused connection, a timeout, a cut stream)."""
+
+    @field_validator("output_schema", mode="before")
+    @classmethod
+    def _schema_usable(cls, value: object, info: ValidationInfo) -> object:
+        """File `$ref`s inlined (relative to the YAML file), then checked as a schema."""
+        if value is None:
+            return None
+        where = info.context.get("file") if isinstance(info.context, dict) else None
+        if isinstance(where, Path):
+            value = inline_file_refs(value, where.parent, where.parent)
+        try:
+            return check_schema(value, where="output_schema")
+        except SchemaError as exc:
+            raise ValueError(str(exc).removeprefix("output_schema: ")) from None
+
     @model_validator(mode="after")
     def _instructions_unless_remote(self) -> AgentSpec:
         if self.remote is None and not self.instructions:
@@ -219,7 +270,12 @@ def load_spec(path: Path) -> AgentSpec:
             "(letters, digits, '_', '-', '.'; at most 64)"
         )
     try:
-        spec = load_yaml_model(path, AgentSpec, reserved={"id": " (the agentId is the file name)"})
+        spec = load_yaml_model(
+            path,
+            AgentSpec,
+            reserved={"id": " (the agentId is the file name)"},
+            context={"file": path},
+        )
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     return spec.model_copy(update={"id": agent_id})
@@ -257,6 +313,13 @@ def load_specs(
                 f"{path}: model: {spec.model!r} is not a key of the server config's models "
                 f"(known: {', '.join(sorted(known_models)) or 'none'})"
             )
+        if known_models is not None:
+            for i, key in enumerate(spec.fallback_models):
+                if key not in known_models:
+                    raise SpecError(
+                        f"{path}: fallback_models[{i}]: {key!r} is not a key of the server "
+                        f"config's models (known: {', '.join(sorted(known_models))})"
+                    )
         if known_tools is not None:
             for key, names in (("tools", spec.tools), ("approval", spec.approval or [])):
                 for i, tool in enumerate(names):

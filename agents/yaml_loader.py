@@ -18,13 +18,21 @@ __all__ = ["describe_validation_error", "load_yaml_model", "read_yaml_mapping"]
 M = TypeVar("M", bound=pydantic.BaseModel)
 
 
-def load_yaml_model(path: Path, model: type[M], *, reserved: dict[str, str] | None = None) -> M:
+def load_yaml_model(
+    path: Path,
+    model: type[M],
+    *,
+    reserved: dict[str, str] | None = None,
+    context: dict[str, Any] | None = None,
+) -> M:
     """Read `path` and validate it as `model`.
 
     Args:
         path: the YAML file.
         model: the pydantic model of its content.
         reserved: keys the file may not set, with why (the loader sets them).
+        context: pydantic's validation context (validators that read files beside
+            this one find it there).
 
     Raises:
         ValueError: one line naming the file and what is wrong.
@@ -34,7 +42,7 @@ def load_yaml_model(path: Path, model: type[M], *, reserved: dict[str, str] | No
         if key in data:
             raise ValueError(f"{path}: {key}: unknown key{why}")
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except pydantic.ValidationError as exc:
         raise ValueError(describe_validation_error(path, exc)) from None
 

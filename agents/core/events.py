@@ -45,6 +45,9 @@ class EventType(enum.StrEnum):
     """A running agent (not waiting for a person or for its children) produced no event
     for `limits.stall_seconds`; written by the server, not the agent. The mark holds
     until the agent's next event of any other type."""
+    MODEL_FALLBACK = "MODEL_FALLBACK"
+    """The agent's model failed a turn for one of its `fallback_on` reasons; the turn
+    (and the agent's later ones) go to its next `fallback_models` entry."""
     RUN_FINISHED = "RUN_FINISHED"
 
 

@@ -162,6 +162,12 @@ class AgentLoop:
         self.answer = text
         return _WAIT
 
+    def refused(self) -> Step:
+        """The final answer was refused (it does not match the agent's output schema) and
+        the model was told why: it answers again (the try counts against `max_turns`)."""
+        self.answer = None
+        return _NEXT
+
     def quiet(self, inbox: bool) -> Step:
         """No background work runs (or a message came): a message means another turn;
         else the answer is final."""

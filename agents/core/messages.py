@@ -17,6 +17,7 @@ __all__ = [
     "Inbound",
     "Message",
     "ModelRequest",
+    "OutputFormat",
     "ServerToolCall",
     "ServerToolResult",
     "StreamPart",
@@ -106,12 +107,27 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     parameters: dict[str, Any]
 
 
+class OutputFormat(msgspec.Struct, frozen=True, kw_only=True):
+    """The JSON Schema an agent's final answer must match, asked for the provider's way
+    (agents/core/structured.py)."""
+
+    schema: dict[str, Any]
+    name: str = "final_answer"
+    strict: bool = False
+    """OpenAI's strict mode (the schema is `strict_compatible`)."""
+    tool: str | None = None
+    """Set: the model answers by calling this tool (one of the request's tools), which
+    the request forces (`tool_choice`); None: the provider's native structured output."""
+
+
 class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Everything one model turn needs."""
 
     system: str
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
+    output: OutputFormat | None = None
+    """The schema the final answer must match (None: any text)."""
     purpose: str = "turn"
     """`turn`: a model turn of the agent; `summary`: a compaction asks for a summary
     (real providers ignore it; the scripted one answers its `summary`)."""

@@ -28,6 +28,7 @@ __all__ = [
     "CompactionStartedData",
     "ContinuesData",
     "ForkedFromData",
+    "ModelFallbackData",
     "ReasoningData",
     "ReasoningDeltaData",
     "RunFinishedData",
@@ -64,6 +65,8 @@ class ContinuesData(TypedDict):
 class RunStartedData(TypedDict):
     agentId: str
     input: str
+    outputSchema: NotRequired[dict[str, Any]]
+    """The schema the run's root answers with (the `run` op's `outputSchema`)."""
     forkedFrom: NotRequired[ForkedFromData]
     threadId: NotRequired[str]
     previousRunId: NotRequired[str]
@@ -112,6 +115,8 @@ class TurnEndData(TypedDict):
     """The fingerprint of the agent's model, prompt and tools (agents/core/replay.py)."""
     replayed: NotRequired[bool]
     """Answered from the forked run's recording, with no provider call."""
+    model: NotRequired[str]
+    """The model key of the server config that answered the turn."""
 
 
 ReasoningData = ReasoningDeltaData | ThinkingDeltaData | TurnEndData
@@ -143,6 +148,8 @@ class AgentResultData(TypedDict):
     text: str
     usage: UsageData
     subtreeUsage: UsageData
+    structured: NotRequired[Any]
+    """An agent with an output schema: its validated answer (`text` is its JSON)."""
 
 
 class AgentErrorData(TypedDict):
@@ -159,7 +166,13 @@ class AgentErrorData(TypedDict):
 
 UserMessageData = TypedDict(
     "UserMessageData",
-    {"text": str, "from": str, "continuation": NotRequired[bool], "control": NotRequired[str]},
+    {
+        "text": str,
+        "from": str,
+        "continuation": NotRequired[bool],
+        "control": NotRequired[str],
+        "outputInvalid": NotRequired[bool],
+    },
 )
 
 
@@ -219,9 +232,19 @@ class AgentStalledData(TypedDict):
     tool: NotRequired[str]
 
 
+ModelFallbackData = TypedDict(
+    "ModelFallbackData",
+    {"from": str, "to": str, "reason": str, "error": str},
+)
+"""`from`, `to`: model keys of the server config; `reason`: overloaded, rate_limit,
+context_length or unavailable; `error`: what the model that failed said."""
+
+
 class RunFinishedData(TypedDict):
     status: Literal["completed", "failed", "cancelled", "interrupted"]
     result: NotRequired[str]
+    structured: NotRequired[Any]
+    """A root with an output schema: its validated answer (`result` is its JSON)."""
     error: NotRequired[str]
     errorType: NotRequired[str]
     by: NotRequired[str]
@@ -273,6 +296,7 @@ PAYLOADS: dict[EventType, tuple[type, ...]] = {
     EventType.COMPACTION_STARTED: (CompactionStartedData,),
     EventType.COMPACTION_FINISHED: (CompactionFinishedData,),
     EventType.AGENT_STALLED: (AgentStalledData,),
+    EventType.MODEL_FALLBACK: (ModelFallbackData,),
     EventType.RUN_FINISHED: (RunFinishedData,),
 }
 """Each event type's payload (its shapes, for REASONING: a delta, a thinking delta, or

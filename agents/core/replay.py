@@ -127,6 +127,7 @@ IGNORES = frozenset(
         EventType.COMPACTION_STARTED,
         EventType.COMPACTION_FINISHED,
         EventType.AGENT_STALLED,
+        EventType.MODEL_FALLBACK,
         EventType.RUN_FINISHED,
     }
 )

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import trio
+from msgspec import UNSET
 
 from agents.approval import ApprovalGate, ApprovalPolicy, Prior
 from agents.core.compaction import ContextMeter, estimate_request
@@ -45,10 +46,12 @@ from agents.core.messages import (
     UserMessage,
 )
 from agents.core.replay import Recording
+from agents.core.structured import OutputMode
 from agents.core.usage import UsageNode
 from agents.emitter import NULL_EMITTER, Emitter
 from agents.errors import AgentFailed, ProviderError
 from agents.providers.base import Provider
+from agents.runner.answer import Accepted, Refused, answer_check, ask_again
 from agents.runner.background import Background, user_message
 from agents.runner.compactor import Compactor, Summarizer
 from agents.runner.ending import AgentOutcome, Cancellation, Ending
@@ -106,6 +109,8 @@ class AgentRunner:
             subagent as a child.
         recording: a forked run's recorded turns (`replay`): a model turn asked the
             same as one of them is answered from it (agents/core/replay.py).
+        output_mode: how its model is asked for the spec's `output_schema`
+            (`ModelConfig.output_mode`; docs/structured.md).
     """
 
     def __init__(
@@ -124,6 +129,7 @@ class AgentRunner:
         compaction: CompactionSpec | None = None,
         summarize_with: Summarizer | None = None,
         recording: Recording | None = None,
+        output_mode: OutputMode = "instruction",
     ) -> None:
         self.spec = spec
         self.turn_limits = turn_limits or TurnLimits()
@@ -142,13 +148,8 @@ class AgentRunner:
         self._scope: trio.CancelScope | None = None
         self._idle = trio.lowlevel.ParkingLot()
         own = {name: tools[name] for name in spec.tools if name in tools}
-        tool_specs = tuple(
-            ToolSpec(name=t.name, description=t.description_for(spec.id), parameters=t.parameters())
-            for t in own.values()
-        )
-        self._meter = meter = ContextMeter(
-            estimate_request(ModelRequest(system=spec.instructions, messages=(), tools=tool_specs))
-        )
+        self.answers, instructions = answer_check(spec, output_mode, own)  # (None: any text)
+        tool_specs, self._meter = _offered(spec.id, instructions, own)
         self.background = Background(bus, self._accepts)
         self._ending = Ending(bus, self.usage_node, lambda: self.turns.usage_estimated)
         self.tools = ToolRoom(
@@ -165,16 +166,17 @@ class AgentRunner:
         )
         self.turns = TurnReader(
             agent_id=spec.id,
-            instructions=spec.instructions,
+            instructions=instructions,
             provider=provider,
             bus=bus,
             tools=self.tools,
             tool_specs=tool_specs,
             limits=self.turn_limits,
-            meter=meter,
+            meter=self._meter,
             usage=self.usage_node,
             model=spec.model,
             recording=recording,
+            output=self.answers.format if self.answers is not None else None,
         )
         self.compactor = Compactor(
             agent_id=spec.id,
@@ -183,7 +185,7 @@ class AgentRunner:
             limits=self.turn_limits,
             usage=self.usage_node,
             bus=bus,
-            meter=meter,
+            meter=self._meter,
             summarize_with=summarize_with,
             context=self.tools.context,
             protected=self.background.calls,
@@ -285,14 +287,13 @@ class AgentRunner:
         """Go on after a takeover, from a conversation rebuilt into `messages`.
 
         When `messages` ends with a turn's tool calls, `done` holds the results the
-        journal has and `pending` the calls without one: those run again when the
-        tool is `idempotent` (an `agent_spawn` continues its child), else their
-        result is an error saying so. `prior` holds what the journal says of their
-        approvals (call id →): `(requestedAt, timeoutAt)` for a call that was
-        waiting for a decision — it waits again, for the rest of its timeout, with
-        no second APPROVAL_REQUESTED — or the `Decision` it got (a refused call gets
-        its refusal; an approved idempotent one runs again without asking twice). All results then
-        follow the turn in call order, and model turns go on as usual. `background`:
+        journal has, `pending` the calls without one: run again when the tool is
+        `idempotent` (an `agent_spawn` continues its child), else an error result.
+        `prior`: what the journal says of their approvals (call id →): `(requestedAt,
+        timeoutAt)` for a call that waited for a decision — it waits again, for the
+        rest of its timeout, with no second APPROVAL_REQUESTED — or its `Decision` (a
+        refused call gets its refusal; an approved idempotent one runs again without
+        asking twice). All results follow the turn in call order; turns go on. `background`:
         its background work to pick up again (children still running, or whose report
         had not reached it), each reporting to it as before. An agent whose last turn
         was its final answer (it waited for background work) does not answer again.
@@ -440,6 +441,8 @@ class AgentRunner:
                 if message.tool_calls:
                     self.messages.extend(results)
                 step = loop.turn_ended(message.text, bool(message.tool_calls), reason)
+                if self.answers is not None:
+                    step = self.answers.after_turn(loop, step)
             elif isinstance(step, Compact):
                 await self.compactor.compact(self.messages, step.reason)
                 step = loop.compacted()
@@ -455,8 +458,14 @@ class AgentRunner:
                 # background children still running wake it for another turn.
                 step = loop.quiet(await self.background.wait_quiet())
             elif isinstance(step, Finish):
+                final = (
+                    self.answers.judge(step.text) if self.answers else Accepted(UNSET, step.text)
+                )
+                if isinstance(final, Refused):  # told why, the model answers again (or fails)
+                    step = ask_again(loop, final, self.bus, self.messages)
+                    continue
                 self.phase = Phase.FINISHING
-                return await self._ending.finish(step.text)
+                return await self._ending.finish(final.text, final.value)
             else:
                 assert isinstance(step, Fail)
                 self.phase = Phase.FINISHING
@@ -474,3 +483,16 @@ class AgentRunner:
 
     def _error(self, error_type: str, message: str) -> None:
         self._ending.error(error_type, message, self.cancelled)
+
+
+def _offered(
+    agent_id: str, instructions: str, tools: dict[str, Tool]
+) -> tuple[tuple[ToolSpec, ...], ContextMeter]:
+    """The tools as the model of `agent_id` is offered them, and a meter of the
+    conversation's size that starts with them and the system prompt."""
+    specs = tuple(
+        ToolSpec(name=t.name, description=t.description_for(agent_id), parameters=t.parameters())
+        for t in tools.values()
+    )
+    request = ModelRequest(system=instructions, messages=(), tools=specs)
+    return specs, ContextMeter(estimate_request(request))

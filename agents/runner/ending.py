@@ -8,12 +8,13 @@ that arrives while the answer is being published finds it out and adds nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import trio
 
 from agents.core.events import EventType, Usage
-from agents.core.payloads import agent_error
+from agents.core.payloads import AgentResultData, agent_error
 from agents.core.usage import UsageNode
 from agents.emitter import Emitter
 
@@ -39,6 +40,9 @@ class AgentOutcome(msgspec.Struct, frozen=True):
     text: str
     usage: Usage
     subtree_usage: Usage
+    structured: Any = msgspec.UNSET
+    """An agent with an `output_schema`: its validated answer (`text` is its compact
+    JSON); UNSET for any other."""
 
 
 class Ending:
@@ -82,21 +86,21 @@ class Ending:
         )
         self._bus.emit_nowait(EventType.AGENT_ERROR, data, last=True)
 
-    async def finish(self, text: str) -> AgentOutcome:
-        """AGENT_RESULT with the final answer `text`."""
+    async def finish(self, text: str, structured: Any = msgspec.UNSET) -> AgentOutcome:
+        """AGENT_RESULT with the final answer `text` (and `structured`, the value of an
+        answer an output schema accepted)."""
         # A budget tripped by the last turn's usage cancels us here, before the result.
         await trio.lowlevel.checkpoint_if_cancelled()
-        outcome = AgentOutcome(text, self._usage.own.copy(), self._usage.subtree.copy())
+        outcome = AgentOutcome(text, self._usage.own.copy(), self._usage.subtree.copy(), structured)
         # Published before the first checkpoint of `emit`: a cancel arriving while it
         # waits for room finds the answer out, and adds no second terminal event.
         self.ended, self.outcome = True, outcome
-        await self._bus.emit(
-            EventType.AGENT_RESULT,
-            {
-                "text": text,
-                "usage": outcome.usage.to_dict(),
-                "subtreeUsage": outcome.subtree_usage.to_dict(),
-            },
-            last=True,
-        )
+        data: AgentResultData = {
+            "text": text,
+            "usage": outcome.usage.to_dict(),
+            "subtreeUsage": outcome.subtree_usage.to_dict(),
+        }
+        if structured is not msgspec.UNSET:
+            data["structured"] = structured
+        await self._bus.emit(EventType.AGENT_RESULT, data, last=True)
         return outcome

@@ -9,6 +9,7 @@ size.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -23,6 +24,7 @@ from agents.core.messages import (
     AssistantMessage,
     Message,
     ModelRequest,
+    OutputFormat,
     ServerToolCall,
     ServerToolResult,
     StreamPart,
@@ -49,9 +51,12 @@ from agents.core.usage import UsageNode
 from agents.emitter import Emitter
 from agents.errors import AgentFailed
 from agents.providers.base import Provider
+from agents.providers.fallback import ModelChain
 from agents.runner.tools import ToolRoom
 
 __all__ = ["TurnLimits", "TurnOutcome", "TurnReader"]
+
+logger = logging.getLogger("agents.runner")
 
 _REASONING: Final = EventType.REASONING
 _CHECK_EVERY = 256
@@ -88,6 +93,7 @@ class TurnReader:
         model: the model entry's name (part of the agent's spec key).
         recording: a forked run's recorded turns (replay): a request found there
             is answered from it, with no provider call.
+        output: the schema its final answer must match, as each request asks for it.
     """
 
     __slots__ = (
@@ -95,6 +101,8 @@ class TurnReader:
         "_bus",
         "_instructions",
         "_meter",
+        "_model",
+        "_output",
         "_provider",
         "_recording",
         "_tool_specs",
@@ -119,8 +127,11 @@ class TurnReader:
         usage: UsageNode,
         model: str = "",
         recording: Recording | None = None,
+        output: OutputFormat | None = None,
     ) -> None:
         self._agent_id = agent_id
+        self._model = model
+        self._output = output
         self._recording = recording
         self.spec_key = spec_key(model, instructions, tool_specs)
         """What this agent is (its turns say it: a fork's replay keys them with it)."""
@@ -132,6 +143,8 @@ class TurnReader:
         self.limits = limits
         self._meter = meter
         self._usage = usage
+        if isinstance(provider, ModelChain):
+            provider.on_switch = self._fell_back
         self.usage_estimated = False
         """A turn was cut off before its usage was reported: an estimate of it was
         charged (said in the agent's AGENT_ERROR as `usageEstimated`)."""
@@ -212,7 +225,10 @@ class TurnReader:
         """
         limits = self.limits
         request = ModelRequest(
-            system=self._instructions, messages=tuple(messages), tools=self._tool_specs
+            system=self._instructions,
+            messages=tuple(messages),
+            tools=self._tool_specs,
+            output=self._output,
         )
         recorded = None
         if self._recording is not None:  # a replaying fork: only it hashes conversations
@@ -314,10 +330,30 @@ class TurnReader:
                 "outputTokens": turn.usage.output_tokens,
             }
         data["spec"] = self.spec_key
+        data["model"] = self._model_now()
         if turn.replayed:
             data["replayed"] = True
         await self._bus.emit(_REASONING, data, last=True)
         return message
+
+    async def _fell_back(self, old: str, new: str, reason: str, error: str) -> None:
+        """MODEL_FALLBACK: the model failed a turn; the turn goes to the next one."""
+        logger.warning(
+            "run %s: agent %s: model %s failed (%s), falling back to %s",
+            self._bus.run_id or "-",
+            self._bus.agent_key or f"{self._agent_id} (root)",
+            old,
+            reason,
+            new,
+        )
+        await self._bus.emit(
+            EventType.MODEL_FALLBACK, {"from": old, "to": new, "reason": reason, "error": error}
+        )
+
+    def _model_now(self) -> str:
+        """The model key that answers now (a `ModelChain` may have fallen over)."""
+        provider = self._provider
+        return provider.model if isinstance(provider, ModelChain) else self._model
 
     def _check_turn_size(self, assembler: TurnAssembler, parts: int) -> None:
         limits = self.limits

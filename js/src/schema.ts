@@ -30,6 +30,7 @@ export interface AgentInfo {
 }
 
 export interface AgentResultData {
+  structured?: unknown;
   subtreeUsage: UsageData;
   text: string;
   usage: UsageData;
@@ -155,7 +156,7 @@ export interface ErrorFrame {
 export type Event = AgentEvent;
 
 /** Every event type a run can carry (contract §2). */
-export type EventType = "AGENT_ERROR" | "AGENT_RESULT" | "AGENT_STALLED" | "AGENT_STARTED" | "APPROVAL_REQUESTED" | "APPROVAL_RESOLVED" | "COMPACTION_FINISHED" | "COMPACTION_STARTED" | "REASONING" | "RUN_FINISHED" | "RUN_RESUMED" | "RUN_STARTED" | "TOOL_CALL" | "TOOL_CALL_DELTA" | "TOOL_PROGRESS" | "TOOL_RESULT" | "TURN_ABANDONED" | "USER_MESSAGE";
+export type EventType = "AGENT_ERROR" | "AGENT_RESULT" | "AGENT_STALLED" | "AGENT_STARTED" | "APPROVAL_REQUESTED" | "APPROVAL_RESOLVED" | "COMPACTION_FINISHED" | "COMPACTION_STARTED" | "MODEL_FALLBACK" | "REASONING" | "RUN_FINISHED" | "RUN_RESUMED" | "RUN_STARTED" | "TOOL_CALL" | "TOOL_CALL_DELTA" | "TOOL_PROGRESS" | "TOOL_RESULT" | "TURN_ABANDONED" | "USER_MESSAGE";
 
 /** One or more events of a subscription, in seq order (sent by `events_frame`). */
 export interface Events {
@@ -206,6 +207,13 @@ export interface Gap {
   sub: string;
   fromSeq: number;
   toSeq: number;
+}
+
+export interface ModelFallbackData {
+  error: string;
+  from: string;
+  reason: string;
+  to: string;
 }
 
 /** List the tool calls waiting for approval, of one run or of every visible run. */
@@ -264,6 +272,7 @@ export interface RunFinishedData {
   reason?: string;
   result?: string;
   status: "cancelled" | "completed" | "failed" | "interrupted";
+  structured?: unknown;
   usage?: UsageData;
 }
 
@@ -296,6 +305,7 @@ export interface RunStartedData {
   continues?: ContinuesData;
   forkedFrom?: ForkedFromData;
   input: string;
+  outputSchema?: Record<string, unknown>;
   previousRunId?: string;
   threadId?: string;
 }
@@ -442,6 +452,7 @@ export interface TurnCallData {
 /** The end of a model turn (`last: true`): its text, calls and finish reason. */
 export interface TurnEndData {
   finishReason: string;
+  model?: string;
   replayed?: boolean;
   spec?: string;
   text: string;
@@ -466,6 +477,7 @@ export interface UserMessageData {
   continuation?: boolean;
   control?: string;
   from: string;
+  outputInvalid?: boolean;
   text: string;
 }
 
@@ -488,6 +500,7 @@ export interface EventPayloads {
   COMPACTION_STARTED: CompactionStartedData;
   COMPACTION_FINISHED: CompactionFinishedData;
   AGENT_STALLED: AgentStalledData;
+  MODEL_FALLBACK: ModelFallbackData;
   RUN_FINISHED: RunFinishedData;
 }
 

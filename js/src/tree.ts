@@ -26,7 +26,7 @@ export const HANDLES: readonly EventType[] = [
   "RUN_STARTED", "AGENT_STARTED", "REASONING", "TURN_ABANDONED", "TOOL_CALL_DELTA",
   "TOOL_CALL", "TOOL_RESULT", "USER_MESSAGE", "COMPACTION_STARTED", "COMPACTION_FINISHED",
   "APPROVAL_REQUESTED", "APPROVAL_RESOLVED", "AGENT_RESULT", "AGENT_ERROR", "AGENT_STALLED",
-  "RUN_FINISHED",
+  "MODEL_FALLBACK", "RUN_FINISHED",
 ];
 export const IGNORES: readonly EventType[] = ["TOOL_PROGRESS", "RUN_RESUMED"];
 
@@ -110,6 +110,15 @@ export class AgentNode {
   errorMessage: string | null = null;
   /** Its final answer (AGENT_RESULT; the root's: RUN_FINISHED's result). */
   text: string | null = null;
+  /** The validated JSON value of its answer, when it has an output schema (AGENT_RESULT's
+   * `structured`; `text` is then that value as JSON); undefined for any other. */
+  structured: unknown = undefined;
+  /** The model key that answered its last turn (another than its own after a fallback). */
+  model: string | null = null;
+  /** Its model switches (MODEL_FALLBACK), in order. */
+  fallbacks: { from: string; to: string; reason: string; error: string; ts: number }[] = [];
+  /** Tokens its finished turns reported, per model key. */
+  tokensByModel: Record<string, number> = {};
   turns: Turn[] = [newTurn()];
   tools = new Map<string, ToolCall>();
   messages: { text: string; from: string; ts: number }[] = [];
@@ -324,7 +333,12 @@ export class AgentTree {
           turn.text = d.text;
           turn.finished = true;
           turn.finishReason = d.finishReason;
-          if (d.usage) node.tokens += d.usage.inputTokens + d.usage.outputTokens;
+          if (d.model) node.model = d.model;
+          if (d.usage) {
+            const used = d.usage.inputTokens + d.usage.outputTokens;
+            node.tokens += used;
+            if (d.model) node.tokensByModel[d.model] = (node.tokensByModel[d.model] ?? 0) + used;
+          }
         } else if (e.last) turn.finished = true;
         break;
       }
@@ -333,6 +347,10 @@ export class AgentTree {
           node.stalled = { seconds: e.data.silentSeconds, tool: e.data.tool ?? null, ts };
           this.stalled += 1;
         }
+        break;
+      case "MODEL_FALLBACK":
+        node.fallbacks.push({ ...e.data, ts });
+        node.model = e.data.to;
         break;
       case "TURN_ABANDONED":
         this.#turn(node).abandoned = e.data.reason || "worker_lost";
@@ -396,6 +414,7 @@ export class AgentTree {
       case "AGENT_RESULT":
         node.status = "done";
         node.text = e.data.text;
+        if ("structured" in e.data) node.structured = e.data.structured;
         node.usage = e.data.usage;
         node.subtreeUsage = e.data.subtreeUsage;
         node.endTs = ts;
@@ -411,6 +430,7 @@ export class AgentTree {
       case "RUN_FINISHED":
         this.#finish(e.data.status, e.data.error ?? null, e.data.result ?? null, ts);
         if (e.data.usage) node.subtreeUsage = e.data.usage;
+        if ("structured" in e.data) node.structured = e.data.structured;
         break;
       default:
         break;

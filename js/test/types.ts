@@ -42,6 +42,8 @@ export function describe(e: AgentEvent): string {
       return `${e.data.summary} (${e.data.afterTokens})`;
     case "AGENT_STALLED":
       return `${e.data.silentSeconds} s`;
+    case "MODEL_FALLBACK":
+      return `${e.data.from} -> ${e.data.to} (${e.data.reason})`;
     case "RUN_FINISHED":
       return `${e.data.status}: ${e.data.result ?? e.data.error ?? ""}`;
     default: {

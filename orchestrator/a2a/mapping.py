@@ -75,6 +75,7 @@ IGNORES = frozenset(
         EventType.TURN_ABANDONED,
         EventType.COMPACTION_STARTED,
         EventType.COMPACTION_FINISHED,
+        EventType.MODEL_FALLBACK,
     }
 )
 """Event types an A2A task does not show (it has a status, a message and the answer);

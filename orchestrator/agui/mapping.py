@@ -124,6 +124,7 @@ IGNORES = frozenset(
         EventType.TURN_ABANDONED,
         EventType.COMPACTION_STARTED,
         EventType.COMPACTION_FINISHED,
+        EventType.MODEL_FALLBACK,
     }
 )
 """Event types with no AG-UI event of their own: they pass as CUSTOM

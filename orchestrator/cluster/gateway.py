@@ -67,6 +67,7 @@ IGNORES = frozenset(
         EventType.COMPACTION_STARTED,
         EventType.COMPACTION_FINISHED,
         EventType.AGENT_STALLED,
+        EventType.MODEL_FALLBACK,
     }
 )
 """Event types it leaves to the consumers of the feeds, doors and traces it serves;

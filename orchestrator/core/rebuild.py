@@ -97,10 +97,12 @@ IGNORES = frozenset(
         EventType.AGENT_STALLED,
         EventType.RUN_RESUMED,
         EventType.TURN_ABANDONED,
+        EventType.MODEL_FALLBACK,
     }
 )
 """Event types a rebuild leaves aside: a turn's calls are in its `last` REASONING, a
-cut-off turn is known by its missing `last`; tests/unit/test_payloads.py checks that
+cut-off turn is known by its missing `last`, a continued agent starts again from its
+own model (not the one it fell back to); tests/unit/test_payloads.py checks that
 every type is in one of the two."""
 
 

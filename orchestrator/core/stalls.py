@@ -51,6 +51,7 @@ IGNORES = frozenset(
         EventType.TURN_ABANDONED,
         EventType.COMPACTION_STARTED,
         EventType.COMPACTION_FINISHED,
+        EventType.MODEL_FALLBACK,
     }
 )
 """Event types that only say the agent is active."""

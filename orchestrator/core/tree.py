@@ -17,6 +17,7 @@ from agents.core.payloads import (
     AgentStartedData,
     ApprovalRequestedData,
     ApprovalResolvedData,
+    ModelFallbackData,
     ReasoningData,
     RunFinishedData,
     RunStartedData,
@@ -46,6 +47,7 @@ HANDLES = frozenset(
         EventType.COMPACTION_STARTED,
         EventType.COMPACTION_FINISHED,
         EventType.AGENT_STALLED,
+        EventType.MODEL_FALLBACK,
         EventType.RUN_FINISHED,
     }
 )
@@ -75,11 +77,13 @@ class AgentNode:
         "depth",
         "error",
         "key",
+        "model",
         "name",
         "pending",
         "result",
         "stalled",
         "status",
+        "structured",
         "task",
         "text",
         "thinking",
@@ -102,6 +106,10 @@ class AgentNode:
         """The current turn's streamed text (its tail)."""
         self.thinking = False
         self.result: str | None = None
+        self.structured: Any = None
+        """An output schema's validated answer (AGENT_RESULT `structured`)."""
+        self.model: str | None = None
+        """The model key that answers it now, once a MODEL_FALLBACK moved it."""
         self.error: str | None = None
         self.tools_running: list[str] = []
         self.pending: dict[str, dict[str, Any]] = {}
@@ -216,6 +224,11 @@ class TreeView:
         elif kind is EventType.COMPACTION_FINISHED:
             node.compacting = False
             node.compactions += 1
+        elif kind is EventType.MODEL_FALLBACK:
+            fell = cast(ModelFallbackData, data)
+            node.model = fell["to"]
+            node.text = f"⇄ model {fell['from']} → {fell['to']} ({fell['reason']})"
+            node.turn_done = True
         elif kind is EventType.USER_MESSAGE:
             node.status = "running"  # an idle agent that gets a message runs again
             node.error = None
@@ -225,6 +238,7 @@ class TreeView:
             node.status = "done"
             result = cast(AgentResultData, data)
             node.result = str(result.get("text", ""))
+            node.structured = result.get("structured")
             node.usage = dict(result.get("subtreeUsage") or result.get("usage") or {}) or None
             node.tools_running.clear()
             node.waiting.clear()

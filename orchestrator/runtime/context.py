@@ -10,7 +10,7 @@ names.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple, final
+from typing import Any, NamedTuple, final
 
 import msgspec
 import trio
@@ -180,15 +180,19 @@ class AgentCatalog:
         depth: int,
         timeout_scope: trio.CancelScope,
         usage: UsageNode,
+        output_schema: dict[str, Any] | None = None,
     ) -> AgentRunner:
         """An `AgentRunner` for one instance of `spec` in `run` (with the run's tools;
-        MCP tools as the last `prepare` of `spec` resolved them)."""
+        MCP tools as the last `prepare` of `spec` resolved them). `output_schema`: the
+        one its answer must match instead of the spec's (a run's root, asked for one)."""
         tools = run.tools
         if spec.id in self._mcp_users:
             resolved = self._resolved.get(spec.id)
             if resolved is not None:
                 spec, mcp_tools = resolved
                 tools = {**tools, **mcp_tools}
+        if output_schema is not None:
+            spec = spec.model_copy(update={"output_schema": output_schema})
         policy = self.approval_policy(spec)
         gate: ApprovalGate | None = None
         if policy is not None:
@@ -211,6 +215,7 @@ class AgentCatalog:
             compaction=spec.compaction or self.compaction,
             summarize_with=run.summarizer,
             recording=run.recording,
+            output_mode=self.providers.output_mode(spec),
         )
 
 

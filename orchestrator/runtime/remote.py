@@ -97,6 +97,7 @@ IGNORES = frozenset(
         EventType.COMPACTION_STARTED,
         EventType.COMPACTION_FINISHED,
         EventType.AGENT_STALLED,
+        EventType.MODEL_FALLBACK,
     }
 )
 """Event types forwarded as they are, retagged; tests/unit/test_payloads.py checks that

@@ -27,7 +27,7 @@ async def traced(
     if config.telemetry is None:
         yield None
         return
-    from orchestrator.telemetry.export import model_info, open_telemetry
+    from orchestrator.telemetry.export import model_info, model_key_info, open_telemetry
 
     models = model_info(specs, config.models)
 
@@ -35,5 +35,8 @@ async def traced(
         spec = specs.get(agent_id)
         return spec.display_name if spec is not None else agent_id
 
-    async with open_telemetry(config.telemetry, journal, models, names=name) as hub:
+    keys = model_key_info(config.models)
+    async with open_telemetry(
+        config.telemetry, journal, models, names=name, model_keys=keys
+    ) as hub:
         yield hub

@@ -65,6 +65,7 @@ class _RunTrace:
         self.builder = TraceBuilder(
             self.run_id,
             hub.models,
+            model_keys=hub.model_keys,
             capture_content=hub.capture,
             names=hub.names,
             root_session=log.record.root_session_id,
@@ -106,9 +107,12 @@ class Telemetry:
         models: ModelInfo,
         exporter: SpanExporter | None = None,
         names: Callable[[str], str] | None = None,
+        model_keys: ModelInfo | None = None,
     ) -> None:
         self.journal = journal
         self.models = models
+        self.model_keys = model_keys
+        """Model key → (provider, model), for an agent's fallback model."""
         self.names = names
         """agentId → display name, for the root's span (children's sources carry theirs)."""
         self.capture = config.capture_content
@@ -333,6 +337,18 @@ def model_info(specs: Any, models: Any) -> ModelInfo:
     return info
 
 
+def model_key_info(models: Any) -> ModelInfo:
+    """Model key of the config's `models` → (provider, model): an agent's fallback."""
+
+    def info(key: str) -> tuple[str, str]:
+        model = models.get(key)
+        if model is None:
+            return "unknown", key
+        return model.provider, model.model or model.provider
+
+    return info
+
+
 @asynccontextmanager
 async def open_telemetry(
     config: TelemetryConfig,
@@ -340,9 +356,11 @@ async def open_telemetry(
     models: ModelInfo,
     exporter: SpanExporter | None = None,
     names: Callable[[str], str] | None = None,
+    model_keys: ModelInfo | None = None,
 ) -> AsyncIterator[Telemetry]:
-    """Trace the runs `journal` gets from now on, for the block."""
-    hub = Telemetry(config, journal, models, exporter, names)
+    """Trace the runs `journal` gets from now on, for the block (`model_keys`: the
+    provider and model of a fallback model's key)."""
+    hub = Telemetry(config, journal, models, exporter, names, model_keys)
     async with trio.open_nursery() as nursery:
         await nursery.start(hub.run)
         unsubscribe = journal.started.subscribe(hub.watch)

@@ -31,6 +31,7 @@ from agents.core.payloads import (
     AgentErrorData,
     AgentResultData,
     AgentStartedData,
+    ModelFallbackData,
     RunFinishedData,
     RunStartedData,
     ToolCallData,
@@ -63,6 +64,7 @@ HANDLES = frozenset(
         EventType.TURN_ABANDONED,
         EventType.APPROVAL_RESOLVED,
         EventType.COMPACTION_FINISHED,
+        EventType.MODEL_FALLBACK,
         EventType.RUN_FINISHED,
     }
 )
@@ -92,6 +94,8 @@ _PROVIDERS = {"openai": "openai", "openai-responses": "openai", "anthropic": "an
 _CONTENT_CHARS = 16_000
 """Captured content (`capture_content`) is cut to this many characters per attribute."""
 _MAX_OPEN = 100_000
+_FALLBACKS = "orchestrator.model_fallbacks"
+"""An agent span's model switches (`from -> to (reason)`), in order."""
 """Open spans one run may hold (tool calls that never end): past it, new ones are not traced."""
 
 
@@ -152,10 +156,14 @@ class TraceBuilder:
         capture_content: bool = False,
         names: Callable[[str], str] | None = None,
         root_session: str | None = None,
+        model_keys: ModelInfo | None = None,
     ) -> None:
         self.run_id = run_id
         self.trace_id = trace_id_of(run_id)
         self.models = models
+        self.model_keys = model_keys
+        """Model key → (provider, model): an agent's chat spans after a MODEL_FALLBACK
+        name its new model (None: they keep naming the first)."""
         self.names = names or (lambda agent_id: agent_id)
         """agentId → display name (the root's span is named as its children's are)."""
         self.root_path = root_session or run_id
@@ -214,6 +222,8 @@ class TraceBuilder:
             EventType.TURN_ABANDONED,
         ):
             agent.step_ts = event.ts
+        elif kind is EventType.MODEL_FALLBACK:
+            self._fell_back(agent, cast(ModelFallbackData, data))
         elif kind in (EventType.AGENT_RESULT, EventType.AGENT_ERROR):
             return self._end_agent(key, agent, event)
         elif kind is EventType.RUN_FINISHED:
@@ -321,6 +331,17 @@ class TraceBuilder:
         return done
 
     # -- model turns -----------------------------------------------------------------
+
+    def _fell_back(self, agent: _Agent, fell: ModelFallbackData) -> None:
+        """The agent's model failed over: its span lists the switch, and its later chat
+        spans name the new model."""
+        attrs = agent.span.attributes
+        attrs[_FALLBACKS] = (
+            *attrs.get(_FALLBACKS, ()),
+            f"{fell['from']} -> {fell['to']} ({fell['reason']})",
+        )
+        if self.model_keys is not None:
+            agent.provider, agent.model = self.model_keys(fell["to"])
 
     def _chat(self, event: Event) -> None:
         key = event.source.agent_key if event.source is not None else None

@@ -113,6 +113,14 @@ def encode_request(
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in request.tools
         ]
+    output = request.output
+    if output is not None and output.tool is not None and "thinking" not in (params or {}):
+        # The answer is a call of `output.tool`: forced, alone or among the agent's
+        # tools. (With extended thinking Anthropic takes no forced tool choice: the
+        # model is told to call it, and a text answer is validated just the same.)
+        body["tool_choice"] = (
+            {"type": "tool", "name": output.tool} if len(request.tools) == 1 else {"type": "any"}
+        )
     if params:
         body.update(params)
     return body

@@ -85,6 +85,19 @@ def encode_request(
             }
             for t in request.tools
         ]
+    output = request.output
+    if output is not None:
+        if output.tool is not None:
+            body["tool_choice"] = "required"  # its answer is a call of `output.tool`
+        else:
+            body["text"] = {
+                "format": {
+                    "type": "json_schema",
+                    "name": output.name,
+                    "schema": output.schema,
+                    "strict": output.strict,
+                }
+            }
     if params:
         body.update(params)
     return body

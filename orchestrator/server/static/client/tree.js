@@ -16,7 +16,7 @@ export const HANDLES = [
     "RUN_STARTED", "AGENT_STARTED", "REASONING", "TURN_ABANDONED", "TOOL_CALL_DELTA",
     "TOOL_CALL", "TOOL_RESULT", "USER_MESSAGE", "COMPACTION_STARTED", "COMPACTION_FINISHED",
     "APPROVAL_REQUESTED", "APPROVAL_RESOLVED", "AGENT_RESULT", "AGENT_ERROR", "AGENT_STALLED",
-    "RUN_FINISHED",
+    "MODEL_FALLBACK", "RUN_FINISHED",
 ];
 export const IGNORES = ["TOOL_PROGRESS", "RUN_RESUMED"];
 /** One agent instance of the tree (the root included). */
@@ -35,6 +35,15 @@ export class AgentNode {
     errorMessage = null;
     /** Its final answer (AGENT_RESULT; the root's: RUN_FINISHED's result). */
     text = null;
+    /** The validated JSON value of its answer, when it has an output schema (AGENT_RESULT's
+     * `structured`; `text` is then that value as JSON); undefined for any other. */
+    structured = undefined;
+    /** The model key that answered its last turn (another than its own after a fallback). */
+    model = null;
+    /** Its model switches (MODEL_FALLBACK), in order. */
+    fallbacks = [];
+    /** Tokens its finished turns reported, per model key. */
+    tokensByModel = {};
     turns = [newTurn()];
     tools = new Map();
     messages = [];
@@ -241,8 +250,14 @@ export class AgentTree {
                     turn.text = d.text;
                     turn.finished = true;
                     turn.finishReason = d.finishReason;
-                    if (d.usage)
-                        node.tokens += d.usage.inputTokens + d.usage.outputTokens;
+                    if (d.model)
+                        node.model = d.model;
+                    if (d.usage) {
+                        const used = d.usage.inputTokens + d.usage.outputTokens;
+                        node.tokens += used;
+                        if (d.model)
+                            node.tokensByModel[d.model] = (node.tokensByModel[d.model] ?? 0) + used;
+                    }
                 }
                 else if (e.last)
                     turn.finished = true;
@@ -253,6 +268,10 @@ export class AgentTree {
                     node.stalled = { seconds: e.data.silentSeconds, tool: e.data.tool ?? null, ts };
                     this.stalled += 1;
                 }
+                break;
+            case "MODEL_FALLBACK":
+                node.fallbacks.push({ ...e.data, ts });
+                node.model = e.data.to;
                 break;
             case "TURN_ABANDONED":
                 this.#turn(node).abandoned = e.data.reason || "worker_lost";
@@ -316,6 +335,8 @@ export class AgentTree {
             case "AGENT_RESULT":
                 node.status = "done";
                 node.text = e.data.text;
+                if ("structured" in e.data)
+                    node.structured = e.data.structured;
                 node.usage = e.data.usage;
                 node.subtreeUsage = e.data.subtreeUsage;
                 node.endTs = ts;
@@ -332,6 +353,8 @@ export class AgentTree {
                 this.#finish(e.data.status, e.data.error ?? null, e.data.result ?? null, ts);
                 if (e.data.usage)
                     node.subtreeUsage = e.data.usage;
+                if ("structured" in e.data)
+                    node.structured = e.data.structured;
                 break;
             default:
                 break;
