@@ -21,8 +21,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
-from agents.core.structured import SchemaError, check_schema
+from agents.core.structured import check_schema
 from agents.errors import SpecError
 from agents.schema_files import inline_file_refs
 from agents.yaml_loader import load_yaml_model
@@ -238,12 +239,12 @@ class AgentSpec(BaseModel):
         if value is None:
             return None
         where = info.context.get("file") if isinstance(info.context, dict) else None
-        if isinstance(where, Path):
-            value = inline_file_refs(value, where.parent, where.parent)
         try:
-            return check_schema(value, where="output_schema")
-        except SchemaError as exc:
-            raise ValueError(str(exc).removeprefix("output_schema: ")) from None
+            if isinstance(where, Path):
+                value = inline_file_refs(value, where.parent, where.parent)
+            return check_schema(value, where="")
+        except ValueError as exc:  # (SchemaError too; said after `output_schema: `)
+            raise PydanticCustomError("output_schema", str(exc).lstrip(".: ")) from None
 
     @model_validator(mode="after")
     def _instructions_unless_remote(self) -> AgentSpec:

@@ -165,6 +165,7 @@ class Client:
         thread_id: str | None = None,
         agent_key: str | None = None,
         multitask: Multitask = "reject",
+        output_schema: dict[str, Any] | None = None,
     ) -> str:
         """Start a run of `agent` on `input`; its runId (follow it with `follow`).
 
@@ -172,7 +173,8 @@ class Client:
         id, so a client may name its own), the run goes on from the thread's
         conversation, or with `agent_key` from that agent's; `agent` may then be None.
         `multitask`: what the input does while a run of the thread runs (`steer`: the
-        runId is the running run's)."""
+        runId is the running run's). `output_schema`: the JSON Schema the root's answer
+        must match (RUN_FINISHED's `structured` holds it; docs/structured.md)."""
         request = StartRun(
             op="run",
             agent=agent,
@@ -181,6 +183,7 @@ class Client:
             thread_id=thread_id,
             agent_key=agent_key,
             multitask=multitask,
+            output_schema=output_schema,
         )
         reply = await self._ask(request)
         assert isinstance(reply, Ack) and reply.run_id is not None

@@ -115,6 +115,8 @@ class StartRun(_Op):
     agent_key: str | None = None
     from_run: str | None = None
     multitask: Multitask = "reject"
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema the root's answer must match (docs/structured.md)."""
 
 
 class Fork(_Op):
@@ -375,6 +377,8 @@ class AgentInfo(msgspec.Struct, kw_only=True):
     """The `models:` entry the agent uses."""
     example: str | None = None
     """A sample task (the subagent's `example`), or None."""
+    output_schema: dict[str, Any] | None = msgspec.field(default=None, name="outputSchema")
+    """The JSON Schema its answers match (the subagent's `output_schema`), or None."""
 
 
 class AgentsReply(_Frame, tag="agents"):
@@ -400,6 +404,8 @@ class Result(_Frame, tag="result"):
     text: str | None
     id: MessageId = None
     error: str | None = None
+    structured: Any = msgspec.UNSET
+    """The root's validated answer, when the run has an output schema."""
 
 
 ServerFrame = (

@@ -6,7 +6,7 @@
 // what AG-UI has no type for as CUSTOM `orchestrator.<TYPE>`. Each AG-UI event becomes
 // the event of ours it came from, so the tree is the one `client.run` builds.
 
-import type { AgentEvent, EventType, Source } from "./schema.js";
+import type { AgentEvent, AgentResultData, EventType, RunFinishedData, Source } from "./schema.js";
 import { AgentTree } from "./tree.js";
 
 /** An AG-UI event as any AG-UI client hands it over (only what is read here). */
@@ -139,7 +139,10 @@ export class AguiTree {
       case "SUBAGENT_FINISHED": {
         const outcome = (e.outcome ?? {}) as { type?: string };
         if (outcome.type === "suspended") return [];
-        return [this.#event("AGENT_RESULT", source, { text: text(e.result), usage: NO_USAGE, subtreeUsage: NO_USAGE }, true)];
+        // A structured answer comes as its JSON value: the tree keeps it and its JSON text.
+        const answer: AgentResultData = { text: answerText(e.result), usage: NO_USAGE, subtreeUsage: NO_USAGE };
+        if (e.result !== undefined && typeof e.result !== "string") answer.structured = e.result;
+        return [this.#event("AGENT_RESULT", source, answer, true)];
       }
       case "SUBAGENT_ERROR":
         return [this.#event("AGENT_ERROR", source, { errorType: text(e.code) || "failed", message: text(e.message) }, true)];
@@ -153,8 +156,10 @@ export class AguiTree {
         const outcome = (e.outcome ?? {}) as { type?: string };
         if (outcome.type === "interrupt") return []; // (a segment ends; the run waits for a person)
         const status = outcome.type === "cancelled" ? "cancelled" : "completed";
-        const result = typeof e.result === "string" ? e.result : undefined;
-        return [this.#event("RUN_FINISHED", null, { status, result }, true)];
+        const finished: RunFinishedData = { status };
+        if (e.result !== undefined && e.result !== null) finished.result = answerText(e.result);
+        if (e.result !== undefined && typeof e.result !== "string") finished.structured = e.result;
+        return [this.#event("RUN_FINISHED", null, finished, true)];
       }
       case "RUN_ERROR": {
         const code = text(e.code);
@@ -170,4 +175,10 @@ export class AguiTree {
 /** The agent tree of a whole AG-UI event stream of our `/ag-ui` door. */
 export function treeFromAgui(events: Iterable<AguiEvent>): AgentTree {
   return new AguiTree().applyAll(events);
+}
+
+/** An AG-UI result as our answer's text: a string as it is, a structured value as JSON. */
+function answerText(result: unknown): string {
+  if (result === undefined || result === null) return "";
+  return typeof result === "string" ? result : JSON.stringify(result);
 }

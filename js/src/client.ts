@@ -63,6 +63,9 @@ export interface RunOptions extends FeedOptions {
   /** (a thread's run) Go on from this agent of an earlier run of the thread. */
   agentKey?: string;
   fromRun?: string;
+  /** The JSON Schema the root's answer must match: the root node's `structured` and the
+   * `done` result's `structured` hold it (docs/structured.md). */
+  outputSchema?: Record<string, unknown>;
 }
 
 export interface SubscribeOptions extends FeedOptions {
@@ -91,6 +94,8 @@ export interface RunEnd {
   runId: string;
   status: string;
   result?: string;
+  /** The root's validated answer, when the run asked for an output schema. */
+  structured?: unknown;
   error?: string;
 }
 
@@ -159,12 +164,12 @@ export class Client {
   /** Start a run of `agent` on `input` and follow it from its first event (`agent`
    * null: a thread's next run, of its thread's agent). */
   async run(agent: string | null, input: string, options: RunOptions = {}): Promise<RunHandle> {
-    const { filter, detail, threadId, multitask, agentKey, fromRun } = options;
+    const { filter, detail, threadId, multitask, agentKey, fromRun, outputSchema } = options;
     const { onEvents } = options;
     const handle = new RunHandle(this, "", { filter, detail, onEvents }, 0, options.events !== false);
     await this.request({
       op: "run", agent: agent ?? undefined, input, stream: true, filter, detail, threadId, multitask,
-      agentKey, fromRun,
+      agentKey, fromRun, outputSchema,
     }, handle);
     return handle;
   }
@@ -427,7 +432,7 @@ export class RunHandle implements AsyncIterable<AgentEvent> {
   readonly #wakers = new Set<() => void>();
   readonly #listeners = new Set<(events: readonly AgentEvent[]) => void>();
   readonly #gapListeners = new Set<(gap: { fromSeq: number; toSeq: number }) => void>();
-  #finished: { result?: string; error?: string } = {};
+  #finished: { result?: string; structured?: unknown; error?: string } = {};
 
   constructor(client: Client, runId: string, feed: FeedOptions, afterSeq = 0, keep = true) {
     this.#client = client;
@@ -528,6 +533,7 @@ export class RunHandle implements AsyncIterable<AgentEvent> {
       for (const event of fresh) {
         if (event.type === "RUN_FINISHED") {
           this.#finished = { result: event.data.result, error: event.data.error };
+          if ("structured" in event.data) this.#finished.structured = event.data.structured;
         }
       }
       this.tree.applyAll(fresh);

@@ -27,6 +27,7 @@ export interface AgentInfo {
   description: string;
   model?: string;
   example?: string | null;
+  outputSchema?: Record<string, unknown> | null;
 }
 
 export interface AgentResultData {
@@ -263,6 +264,7 @@ export interface Result {
   text: string | null;
   id?: string | number | null;
   error?: string | null;
+  structured?: unknown;
 }
 
 export interface RunFinishedData {
@@ -361,6 +363,7 @@ export interface StartRun {
   agentKey?: string | null;
   fromRun?: string | null;
   multitask?: "enqueue" | "interrupt" | "reject" | "rollback" | "steer";
+  outputSchema?: Record<string, unknown> | null;
   op: "run";
   id?: string | number | null;
 }

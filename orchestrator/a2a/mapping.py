@@ -111,6 +111,20 @@ def text_of(parts: Any) -> str:
     return "".join(part.text for part in parts if part.WhichOneof("content") == "text")
 
 
+def artifact_text(parts: Any) -> str:
+    """An artifact's answer as text: its text parts, and its data parts (a structured
+    answer) as compact JSON, joined."""
+    out = []
+    for part in parts:
+        kind = part.WhichOneof("content")
+        if kind == "text":
+            out.append(part.text)
+        elif kind == "data":
+            value = json_format.MessageToDict(part.data)
+            out.append(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    return "".join(out)
+
+
 @dataclass
 class TaskFollower:
     """The child's events for each response of its A2A task, until `ended`."""
@@ -139,7 +153,7 @@ class TaskFollower:
             task = response.task
             if self.task_id:  # the task again, after an answer: as it stood, known here
                 for artifact in task.artifacts:
-                    self._artifacts[artifact.artifact_id] = [text_of(artifact.parts)]
+                    self._artifacts[artifact.artifact_id] = [artifact_text(artifact.parts)]
                 return out
             self.task_id, self.context_id = task.id, task.context_id
             for artifact in task.artifacts:
@@ -183,7 +197,7 @@ class TaskFollower:
             self._end((kind, message), out)
 
     def _artifact(self, artifact: pb.Artifact, append: bool, out: list[ChildEvent]) -> None:
-        text = text_of(artifact.parts)
+        text = artifact_text(artifact.parts)
         chunks = self._artifacts.setdefault(artifact.artifact_id, [])
         if not append:
             chunks.clear()
@@ -310,6 +324,10 @@ class TaskView:
     message: str = ""
     data: dict[str, Any] | None = None
     """The data part of the status message (a waiting call's, while input is required)."""
+    structured: Any = None
+    """The root's validated answer (an output schema's): the answer artifact is then one
+    DataPart holding it (`has_structured`)."""
+    has_structured: bool = False
     seq: int = 0
     """The seq of the last event taken in: each update carries its event's seq
     (`metadata.seq`), the task the seq it stands at — the cursor of SubscribeToTask."""
@@ -401,7 +419,14 @@ class TaskView:
         if status == "completed":
             out: list[TaskUpdate] = []
             result = str(data.get("result") or "")
-            if not self.answer and result:  # (a run that streamed no text of its root)
+            if "structured" in data:  # the answer is a value: one DataPart replaces the text
+                self.structured, self.has_structured = data["structured"], True
+                self.answer[:] = [result]
+                update = pb.TaskArtifactUpdateEvent(
+                    task_id=self.task_id, context_id=self.context_id, artifact=self._artifact("")
+                )
+                out.append(update)
+            elif not self.answer and result:  # (a run that streamed no text of its root)
                 self.answer.append(result)
                 out.append(self._chunk(result, False))
             return [*out, self._status(S.TASK_STATE_COMPLETED, "completed")]
@@ -440,5 +465,10 @@ class TaskView:
 
     def _artifact(self, text: str) -> pb.Artifact:
         artifact = pb.Artifact(artifact_id=self.artifact_id, name="answer")
-        artifact.parts.append(pb.Part(text=text))
+        if self.has_structured:
+            part = json_format.ParseDict({"data": self.structured}, pb.Part())
+            part.media_type = "application/json"
+            artifact.parts.append(part)
+        else:
+            artifact.parts.append(pb.Part(text=text))
         return artifact

@@ -484,10 +484,12 @@ class AguiStream:
         self._active.pop(key, None)
         out.append(StepFinishedEvent(step_name=agent.name, subagent_run_id=key, **common))
         if kind is EventType.AGENT_RESULT:
+            answer = cast(AgentResultData, event.data)
             out.append(
                 SubagentFinishedEvent(
                     subagent_run_id=key,
-                    result=str(cast(AgentResultData, event.data).get("text", "")),
+                    # a structured answer as its JSON value; any other as its text
+                    result=answer["structured"] if "structured" in answer else answer["text"],
                     outcome=SubagentFinishedSuccessOutcome(),
                     **common,
                 )
@@ -642,7 +644,7 @@ def _run_end(
         return RunFinishedEvent(
             thread_id=thread_id,
             run_id=run_id,
-            result=data.get("result"),
+            result=data["structured"] if "structured" in data else data.get("result"),
             outcome=RunFinishedSuccessOutcome(),
             **common,
         )

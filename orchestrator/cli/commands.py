@@ -62,6 +62,12 @@ GIVE_UP = arg(
 )
 
 TASK_HELP = "the task for the root agent; `-` reads it from stdin, `@PATH` from a file"
+OUTPUT_SCHEMA = arg(
+    "--output-schema",
+    default=None,
+    metavar="FILE",
+    help="a JSON Schema file the root's answer must match (docs/structured.md)",
+)
 
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -76,6 +82,7 @@ COMMANDS: tuple[Command, ...] = (
             arg(
                 "--no-stream", action="store_true", help="blocking call: print only the final text"
             ),
+            OUTPUT_SCHEMA,
         ),
         exclusive=(
             (
@@ -130,6 +137,7 @@ COMMANDS: tuple[Command, ...] = (
                 choices=["reject", "enqueue", "interrupt", "rollback", "steer"],
                 help="what the input does while a run of the thread runs (default reject)",
             ),
+            OUTPUT_SCHEMA,
         ),
         server=True,
         give_up=True,

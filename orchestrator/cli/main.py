@@ -21,7 +21,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from agents.core.structured import check_schema
 from agents.errors import SpecError
+from agents.schema_files import inline_file_refs
 from agents.spec import load_specs
 from orchestrator.cli.approver import Mode, TerminalApprover, pausing
 from orchestrator.cli.chat import chat_main, runs_main, threads_main
@@ -81,9 +83,12 @@ async def _run(args: argparse.Namespace, config: ServerConfig) -> int:
     console = Console(stderr=False)
     if config.telemetry is not None:  # said, not silently skipped
         print(TELEMETRY_NOT_FROM_RUN, file=sys.stderr, flush=True)
+    schema = _output_schema(args.output_schema)
     async with Orchestrator.open(config) as orch:
         if args.no_stream:
-            called = await orch.call(args.agent, args.input, max_depth=args.max_depth)
+            called = await orch.call(
+                args.agent, args.input, max_depth=args.max_depth, output_schema=schema
+            )
             if called.status == "completed":
                 print(called.text)
                 return 0
@@ -92,7 +97,9 @@ async def _run(args: argparse.Namespace, config: ServerConfig) -> int:
 
         view = TreeView()
         async with (
-            orch.stream(args.agent, args.input, max_depth=args.max_depth) as stream,
+            orch.stream(
+                args.agent, args.input, max_depth=args.max_depth, output_schema=schema
+            ) as stream,
             trio.open_nursery() as nursery,
         ):
             nursery.start_soon(_watch_signals, stream)
@@ -344,7 +351,25 @@ def _start(args: argparse.Namespace) -> int:
         give_up_after=args.give_up_after,
         thread_id=args.thread,
         multitask=args.multitask,
+        output_schema=_output_schema(args.output_schema),
     )
+
+
+def _output_schema(path: str | None) -> dict[str, Any] | None:
+    """`--output-schema FILE`: the JSON Schema in FILE (file `$ref`s beside it read)."""
+    if path is None:
+        return None
+    file = Path(path)
+    try:
+        schema = json.loads(file.read_text(encoding="utf-8"))
+        schema = inline_file_refs(schema, file.parent.resolve(), file.parent.resolve())
+        return check_schema(schema, where=f"--output-schema {path}")
+    except OSError as exc:
+        raise ConfigError(f"--output-schema {path}: cannot read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--output-schema {path}: not JSON ({exc})") from None
+    except ValueError as exc:  # SchemaError, or a `$ref` that cannot be read
+        raise ConfigError(str(exc)) from None
 
 
 def _fork(args: argparse.Namespace) -> int:

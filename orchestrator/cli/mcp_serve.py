@@ -67,9 +67,12 @@ class _Server:
         if final is None or final.get("status") != "completed":
             status = (final or {}).get("status", "unknown")
             raise ToolError(f"run {run_id} {status}: {(final or {}).get('error', '')}".rstrip(": "))
-        return Answer(
+        answer = Answer(
             result=str(final.get("result", "")), runId=run_id, threadId=ack.get("threadId")
         )
+        if "structured" in final:
+            answer["structured"] = final["structured"]
+        return answer
 
     async def _cancel(self, run_id: str) -> None:
         """Cancel the run over a connection of its own (the call's is being torn down)."""
@@ -88,6 +91,6 @@ async def mcp_main(url: str, *, token: str | None, origin: str | None = None) ->
         print(f"error: {message}", file=sys.stderr)
         return 2
     server = _Server(url, token, origin)
-    agents = [(agent.id, agent.description) for agent in listed]
+    agents = [(agent.id, agent.description, agent.output_schema) for agent in listed]
     await subagent_server(agents, server.run).run_stdio_async()
     return 0

@@ -152,6 +152,7 @@ async def start_main(
     give_up_after: float = 60.0,
     thread_id: str | None = None,
     multitask: Multitask = "reject",
+    output_schema: dict[str, Any] | None = None,
 ) -> int:
     """The `start` command: start a run on the server (in the thread `thread_id`, with
     `multitask`). Without `follow`, print its runId (stdout holds nothing else, for
@@ -159,7 +160,9 @@ async def start_main(
     as `watch` does, exiting by its status."""
     try:
         client = Client(url, token=token, origin=origin, give_up_after=give_up_after)
-        run_id = await client.start(agent, task, thread_id=thread_id, multitask=multitask)
+        run_id = await client.start(
+            agent, task, thread_id=thread_id, multitask=multitask, output_schema=output_schema
+        )
     except ClientError as exc:
         message, refused = refusal(exc)
         print(f"error: {message}", file=sys.stderr)

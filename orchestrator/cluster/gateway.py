@@ -36,7 +36,7 @@ from orchestrator.runtime.approvals import (
 )
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.run import RunResult
-from orchestrator.storage.base import ForkPoint, RunRecord
+from orchestrator.storage.base import ForkPoint, RunOptions, RunRecord
 from orchestrator.storage.journal import Journal
 
 __all__ = ["HANDLES", "IGNORES", "ClusterGateway", "QueuedRun"]
@@ -114,6 +114,7 @@ class ClusterGateway:
         max_runs: int | None = None,
         context_id: str | None = None,
         thread: ThreadAsk | None = None,
+        options: RunOptions | None = None,
     ) -> QueuedRun:
         """Queue a run; it is the cluster's from here on, in its thread (`thread`:
         which, and what a new input does while one of its runs runs: as on one server,
@@ -131,7 +132,7 @@ class ClusterGateway:
         ask = thread or ThreadAsk()
         try:
             thread_id, run_id = await self._threads.start(
-                agent_id, input, owner=owner, context_id=context_id, ask=ask
+                agent_id, input, owner=owner, context_id=context_id, ask=ask, options=options
             )
         except (ThreadError, UnknownAgent, LimitExceeded):
             raise
@@ -241,6 +242,7 @@ class ClusterGateway:
             status=ended["status"],
             text=result if isinstance(result, str) else None,
             error=error if isinstance(error, str) else None,
+            structured=ended.get("structured", msgspec.UNSET),
         )
 
     async def tail_loop(self) -> None:

@@ -30,7 +30,7 @@ from orchestrator.runs.threads import ThreadInfo, Threads
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.run import RunResult
-from orchestrator.storage.base import RunRecord
+from orchestrator.storage.base import RunOptions, RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UNFINISHED
 
@@ -173,6 +173,7 @@ class ClusterThreads:
         owner: str | None,
         context_id: str | None,
         ask: ThreadAsk,
+        options: RunOptions | None = None,
     ) -> tuple[str, str]:
         """Queue the input's run in its thread: (the thread's id, the run's id; `steer`:
         the thread's running run's, which the input was delivered into).
@@ -202,7 +203,9 @@ class ClusterThreads:
             if running is not None:  # enqueue: it starts once `running` has ended
                 await self._check_queue(runs, thread_id)
             start = await self._start_of(thread_id, ask, head, rolled_back)
-            record = new_record(agent, input, owner, context_id, start, status="queued")
+            record = new_record(
+                agent, input, owner, context_id, start, status="queued", options=options
+            )
             if await self._queued(key, record, runs[-1] if runs else ""):
                 self.gateway.journal.mirrors.adopt(record)
                 return thread_id, record.run_id

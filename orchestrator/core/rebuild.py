@@ -42,7 +42,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
+
+import msgspec
 
 from agents.approval import Decision, Prior
 from agents.core.compaction import summary_message
@@ -120,6 +122,8 @@ class AgentPlan:
     cut_off: bool = False
     ended: bool = False
     result: str | None = None
+    structured: Any = msgspec.UNSET
+    """Its validated answer, when it had an output schema (AGENT_RESULT `structured`)."""
     """The text of its AGENT_RESULT (None: it failed, or has not ended)."""
     error: str | None = None
     error_type: str | None = None
@@ -372,7 +376,9 @@ def _apply(agent: AgentPlan, event: Event, on_turn: Callable[[AgentPlan], None] 
         resolved = cast(ApprovalResolvedData, data)
         agent.approvals[str(resolved.get("toolCallId", ""))] = _decision(resolved)
     elif kind is EventType.AGENT_RESULT:
-        agent.ended, agent.result = True, str(cast(AgentResultData, data).get("text", ""))
+        answer = cast(AgentResultData, data)
+        agent.ended, agent.result = True, str(answer.get("text", ""))
+        agent.structured = answer.get("structured", msgspec.UNSET)
     elif kind is EventType.AGENT_ERROR:
         error = cast(AgentErrorData, data)
         agent.ended, agent.error = True, str(error.get("message", ""))

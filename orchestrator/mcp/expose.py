@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from importlib import metadata
-from typing import Annotated, Any, TypedDict, cast
+from typing import Annotated, Any, NotRequired, TypedDict, cast
 
 import trio
 from mcp.server.mcpserver import Context, MCPServer
@@ -34,6 +34,13 @@ class Answer(TypedDict):
     result: str
     runId: str
     threadId: str | None
+    structured: NotRequired[Any]
+    """The validated answer of an agent with an output schema (its tool's outputSchema
+    says its shape; `result` is its JSON)."""
+
+
+ExposedAgent = tuple[str, str, dict[str, Any] | None]
+"""(agentId, description, its output schema or None): one tool."""
 
 
 Call = Callable[[str, str, str | None, Context], Awaitable[Answer]]
@@ -153,10 +160,11 @@ class TreeProgress:
         await self.ctx.report_progress(progress, total, self.message())
 
 
-def subagent_server(agents: Iterable[tuple[str, str]], call: Call) -> MCPServer:
-    """An MCP server with one tool per `(agent_id, description)`."""
+def subagent_server(agents: Iterable[ExposedAgent], call: Call) -> MCPServer:
+    """An MCP server with one tool per agent. An agent with an output schema answers in
+    `structuredContent.structured` too, and its tool's `outputSchema` says its shape."""
     app = MCPServer("orchestrator", version=_version(), middleware=[_known_arguments])
-    for agent_id, description in agents:
+    for agent_id, description, schema in agents:
 
         def make(agent_id: str) -> Any:
             async def run_agent(
@@ -185,7 +193,25 @@ def subagent_server(agents: Iterable[tuple[str, str]], call: Call) -> MCPServer:
             description=f"{description} (runs the {agent_id!r} agent and its whole tree of "
             "sub-agents on the task; returns its final answer)",
         )
+        if schema is not None:
+            _declare_structured(app, agent_id, schema)
     return app
+
+
+def _declare_structured(app: MCPServer, agent_id: str, schema: dict[str, Any]) -> None:
+    """The tool's outputSchema, with `structured` required and shaped as `schema`.
+
+    The SDK derives a tool's outputSchema from its return annotation, and one Python
+    function cannot say a schema per agent; its metadata is read live on each call and
+    listing (`FuncMetadata`), so it is set here (no public setter exists)."""
+    tool = app._tool_manager.get_tool(agent_id)
+    assert tool is not None and tool.fn_metadata.output_schema is not None
+    derived = tool.fn_metadata.output_schema
+    tool.fn_metadata.output_schema = {
+        **derived,
+        "properties": {**derived.get("properties", {}), "structured": schema},
+        "required": [*derived.get("required", []), "structured"],
+    }
 
 
 TOOL_ARGUMENTS = frozenset({"task", "threadId"})

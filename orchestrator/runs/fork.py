@@ -53,6 +53,7 @@ def fork_record(
         root_session_id=original.root_session_id,
         owner=owner,
         context_id=original.context_id,
+        options=original.options,
         forked_from=point,
         # A fork of a thread's run starts a thread of its own that shares the runs before
         # the original's by reference (its chain goes on from the same run).

@@ -38,7 +38,7 @@ from orchestrator.runtime.engine import Orchestrator, UnknownAgent
 from orchestrator.runtime.remote import RemoteRefused
 from orchestrator.runtime.run import AgentGone, Run, RunResult
 from orchestrator.runtime.spawn import send_to
-from orchestrator.storage.base import ForkPoint, RunRecord
+from orchestrator.storage.base import ForkPoint, RunOptions, RunRecord
 from orchestrator.storage.journal import Journal
 
 __all__ = ["MAX_RESTARTS", "HostedRun", "RunHost"]
@@ -111,6 +111,7 @@ class RunHost:
         max_runs: int | None = None,
         context_id: str | None = None,
         thread: ThreadAsk | None = None,
+        options: RunOptions | None = None,
     ) -> StartedRun:
         """Start a run (streaming: journaled events; else a blocking call with none).
 
@@ -135,13 +136,14 @@ class RunHost:
                 max_runs=max_runs,
                 context_id=context_id,
                 ask=thread or ThreadAsk(),
+                options=options,
             )
         if thread is not None:
             raise ThreadError("bad_request", "a thread's runs are streamed: give stream true")
         if agent_id is None:
             raise ThreadError("bad_request", "agent is required")
         self.admit(agent_id, owner, max_runs)
-        return self.launch_new(new_record(agent_id, input, owner, context_id))
+        return self.launch_new(new_record(agent_id, input, owner, context_id, options=options))
 
     def launch_new(self, record: RunRecord, start: ThreadStart | None = None) -> HostedRun:
         """Create `record`'s run in the journal (or own its queued one) and execute it:
@@ -165,6 +167,7 @@ class RunHost:
             sink=sink,
             run_id=record.run_id,
             thread=start,
+            output_schema=record.options.output_schema if record.options else None,
         )
         return self.launch(run)
 

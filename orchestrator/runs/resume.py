@@ -80,6 +80,7 @@ def journaled_run(
         resume=plan,
         resumed=resumed,
         recording=recording,
+        output_schema=record.options.output_schema if record.options else None,
         thread=thread
         or (
             ThreadStart(record.thread_id, record.previous_run_id, record.continues_agent)

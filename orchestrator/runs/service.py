@@ -15,7 +15,7 @@ from orchestrator.core.threads import ThreadAsk, ThreadError
 if TYPE_CHECKING:
     from orchestrator.runs.threads import Threads
 from orchestrator.runtime.run import RunResult
-from orchestrator.storage.base import ForkPoint, RunRecord
+from orchestrator.storage.base import ForkPoint, RunOptions, RunRecord
 
 __all__ = [
     "AgentNotRunning",
@@ -79,6 +79,7 @@ class RunService(Protocol):
         max_runs: int | None = None,
         context_id: str | None = None,
         thread: ThreadAsk | None = None,
+        options: RunOptions | None = None,
     ) -> StartedRun:
         """Start a run of `agent_id` on `input` for `owner` (a token's name, or None).
 
@@ -86,7 +87,8 @@ class RunService(Protocol):
         bounds the owner's concurrent runs where the service can count them.
         `context_id`: the client's conversation, kept in the run's record. `thread`:
         the thread it goes on (docs/threads.md; None: a new one); `agent_id` may be
-        None there (the thread's, or the continued agent's).
+        None there (the thread's, or the continued agent's). `options`: what the client
+        asks of the run beyond its input (its root's `output_schema`), kept in its record.
 
         Raises:
             UnknownAgent: no such subagent.

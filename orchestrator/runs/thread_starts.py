@@ -23,7 +23,7 @@ from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StartedRun
 from orchestrator.runs.threads import ThreadInfo, Threads
 from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.run import RunResult
-from orchestrator.storage.base import RunRecord
+from orchestrator.storage.base import RunOptions, RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UnknownRun
 
@@ -69,8 +69,10 @@ def new_record(
     context_id: str | None,
     start: ThreadStart | None = None,
     status: str = "running",
+    options: RunOptions | None = None,
 ) -> RunRecord:
-    """A new run's record (`start`: where it stands in its thread)."""
+    """A new run's record (`start`: where it stands in its thread; `options`: what the
+    client asked of it beyond its input)."""
     return RunRecord(
         run_id=new_run_id(),
         agent_id=agent_id,
@@ -83,6 +85,7 @@ def new_record(
         thread_id=start.thread_id if start is not None else None,
         previous_run_id=start.previous_run_id if start is not None else None,
         continues_agent=start.continues_agent if start is not None else None,
+        options=options,
     )
 
 
@@ -120,6 +123,7 @@ class ThreadStarts:
         max_runs: int | None,
         context_id: str | None,
         ask: ThreadAsk,
+        options: RunOptions | None = None,
     ) -> StartedRun:
         """Start the run (`RunHost.start` says what it raises)."""
         host = self.host
@@ -149,7 +153,7 @@ class ThreadStarts:
                 raise LimitExceeded(
                     f"thread {thread_id!r} has {MAX_QUEUED} runs queued already (the most)"
                 )
-            return self._enqueue(agent_id, input, owner, context_id, ask, running)
+            return self._enqueue(agent_id, input, owner, context_id, ask, running, options)
         previous = known.runs[-1] if known is not None else None
         if running is not None:  # interrupt, rollback: it ends first
             await self._stop(running, ask.multitask)
@@ -160,7 +164,7 @@ class ThreadStarts:
         start = await host.threads.start_of(
             thread_id, previous, agent_key=ask.agent_key, from_run=ask.from_run
         )
-        record = new_record(agent_id, input, owner, context_id, start)
+        record = new_record(agent_id, input, owner, context_id, start, options=options)
         hosted = host.launch_new(record, start)
         # A run is acknowledged once its start is journaled: a crash right after the
         # ack finds it at the next start (and resumes it), never loses it.
@@ -192,11 +196,12 @@ class ThreadStarts:
         context_id: str | None,
         ask: ThreadAsk,
         running: RunRecord,
+        options: RunOptions | None,
     ) -> StartedRun:
         """A run of the thread that starts when `running` ends: `queued` until then."""
         assert running.thread_id is not None
         placeholder = ThreadStart(running.thread_id, running.run_id)
-        record = new_record(agent_id, input, owner, context_id, placeholder, "queued")
+        record = new_record(agent_id, input, owner, context_id, placeholder, "queued", options)
         self.host.journal.create_run(record)
         queued = Queued(record.run_id, running.thread_id)
         self.host.nursery.start_soon(self._start_queued, record, ask, running, queued)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from agents.core.messages import Message, ToolCall
 from agents.core.payloads import AgentErrorData, agent_error
@@ -89,6 +89,11 @@ class Answered:
     def result(self) -> str | None:
         """Its final text (None: it failed, `error`)."""
         return self.plan.result
+
+    @property
+    def structured(self) -> Any:
+        """Its validated answer (UNSET: it had no output schema)."""
+        return self.plan.structured
 
     @property
     def error(self) -> str:
@@ -231,11 +236,15 @@ class Continuation:
 
     # -- the run -------------------------------------------------------------------
 
-    def opening(self, agent_id: str, input: str) -> list[Opening]:
+    def opening(
+        self, agent_id: str, input: str, output_schema: dict[str, Any] | None = None
+    ) -> list[Opening]:
         """The events that open the run, in order."""
         plan = self.plan
         if plan is None:
             started: dict[str, object] = {"agentId": agent_id, "input": input}
+            if output_schema is not None:
+                started["outputSchema"] = output_schema
             if self.thread is not None:
                 started.update(self.thread.started())
             return [Opening(None, EventType.RUN_STARTED, started)]

@@ -24,6 +24,7 @@ import msgspec
 import trio
 
 from agents.core.payloads import RunStartedData
+from agents.core.structured import check_schema
 from agents.errors import SpecError
 from agents.providers.factory import ProviderFactory
 from agents.providers.tls import tls_context
@@ -305,24 +306,36 @@ class Orchestrator:
         max_depth: int | None = None,
         capacity: int = 4096,
         thread: str | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> AsyncIterator[RunStream]:
         """Start a streaming run; the events of the whole tree arrive live.
 
         Leaving the block early cancels the run. A consumer that stops reading
         slows the run down once `capacity` events wait (memory stays bounded).
         `thread`: go on in that thread (its conversation so far, in this process:
-        `runtime/conversations.py`; a new id starts one).
+        `runtime/conversations.py`; a new id starts one). `output_schema`: the JSON
+        Schema the root's answer must match (docs/structured.md).
 
         Raises:
             UnknownAgent: no subagent called `agent_id`.
             ThreadBusy: a run of that thread runs now.
+            SchemaError: `output_schema` is not a usable schema.
         """
         self._check_agent(agent_id)
+        schema = _usable(output_schema)
         queue = EventQueue(capacity)
         sink = RunSink(new_run_id(), new_session_id(root=True), queue)
         start = self.conversations.start(thread) if thread is not None else None
         limits = self.default_limits(max_depth)
-        run = Run(self.catalog, agent_id, input, limits=limits, sink=sink, thread=start)
+        run = Run(
+            self.catalog,
+            agent_id,
+            input,
+            limits=limits,
+            sink=sink,
+            thread=start,
+            output_schema=schema,
+        )
         try:
             async with _streamed(run, queue) as stream:
                 yield stream
@@ -383,24 +396,33 @@ class Orchestrator:
             resume=fork.plan,
             resumed={"attempt": 1, "afterSeq": copied, "reason": "fork"},
             recording=fork.recording,
+            output_schema=started.get("outputSchema"),
         )
         async with _streamed(run, queue, fork.events) as stream:
             yield stream
 
     async def call(
-        self, agent_id: str, input: str, *, max_depth: int | None = None, thread: str | None = None
+        self,
+        agent_id: str,
+        input: str,
+        *,
+        max_depth: int | None = None,
+        thread: str | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> RunResult:
         """Run blocking, with no bus: children run blocking, no events are produced.
-        `thread`: go on in that thread, as `stream` does.
+        `thread`, `output_schema`: as `stream` takes them.
 
         Raises:
             UnknownAgent: no subagent called `agent_id`.
             ThreadBusy: a run of that thread runs now.
+            SchemaError: `output_schema` is not a usable schema.
         """
         self._check_agent(agent_id)
+        schema = _usable(output_schema)
         start = self.conversations.start(thread) if thread is not None else None
         limits = self.default_limits(max_depth)
-        run = Run(self.catalog, agent_id, input, limits=limits, thread=start)
+        run = Run(self.catalog, agent_id, input, limits=limits, thread=start, output_schema=schema)
         try:
             return await run.execute()
         finally:
@@ -431,3 +453,11 @@ async def _streamed(
         finally:
             if run.result is None:
                 run.cancel()
+
+
+def _usable(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A run's output schema, checked (None: none). The in-process API is the
+    operator's: its schema may use `pattern` (a server's clients may not)."""
+    if schema is None:
+        return None
+    return check_schema(schema, where="output_schema")

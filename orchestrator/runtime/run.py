@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import msgspec
 import trio
@@ -75,6 +75,8 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     usage: Usage = msgspec.field(default_factory=Usage)
     """The whole tree's token usage."""
+    structured: Any = msgspec.UNSET
+    """The root's validated answer, when it has an output schema (`text` is its JSON)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +111,8 @@ class Run:
     """Executes one run: from its input, or going on from its journal (`resume`: the
     plan rebuilt from it, announced with `resumed`). Without a `sink` (a non-streaming
     call) its events go nowhere (`NullSink`). `thread`: where it stands in its thread
-    (its root starts from the thread's conversation)."""
+    (its root starts from the thread's conversation). `output_schema`: the one its root's
+    answer must match instead of its spec's (the `run` op's `outputSchema`)."""
 
     def __init__(
         self,
@@ -124,10 +127,12 @@ class Run:
         resumed: dict[str, object] | None = None,
         recording: Recording | None = None,
         thread: ThreadStart | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> None:
         self.catalog = catalog
         self.agent_id = agent_id
         self.input = input
+        self.output_schema = output_schema
         self.limits = limits
         self.sink: AnySink = sink or NullSink(run_id or new_run_id(), new_session_id(root=True))
         self.run_id = self.sink.run_id
@@ -312,11 +317,12 @@ class Run:
         spec = self.catalog.spec(self.agent_id)
         bus = self.sink.bus()
         continuation = self.context.continuation
-        for opening in continuation.opening(spec.id, self.input):
+        for opening in continuation.opening(spec.id, self.input, self.output_schema):
             bus.at(opening.source).emit_any(opening.type, opening.data, opening.last)
         bus_token = current_bus.set(bus)
         status: RunStatus = "failed"
         text = error = None
+        structured: Any = msgspec.UNSET
         timeout = self.limits.run_timeout
         deadline = trio.CancelScope(relative_deadline=timeout)
         budget, source = self._root_budget(spec)
@@ -333,6 +339,7 @@ class Run:
             depth=0,
             timeout_scope=deadline,
             usage=UsageNode(budget=budget, budget_source=source),
+            output_schema=self.output_schema,
         )
         self.root = runner
         self.context.live.set_root(runner)
@@ -341,7 +348,7 @@ class Run:
                 try:
                     if unavailable is not None:
                         runner.fail("mcp_unavailable", unavailable)
-                    text = await self._drive(runner)
+                    text, structured = await self._drive(runner)
                     status = "completed"
                 except AgentFailed as exc:
                     error = f"{exc.error_type}: {exc}"
@@ -361,6 +368,7 @@ class Run:
             text=text,
             error=error,
             usage=runner.subtree_usage.copy(),
+            structured=structured,
         )
         for end in continuation.unresumed(self.context.live.continued, status):
             bus.at(end.source).emit_any(end.type, end.data, end.last)
@@ -380,14 +388,15 @@ class Run:
         ]
         return min(budgets) if budgets else (None, "budget_tokens")
 
-    async def _drive(self, runner: AgentRunner) -> str:
-        """The root agent's final text: run on the input, continued from the journal,
-        or the journaled one (only RUN_FINISHED was missing)."""
+    async def _drive(self, runner: AgentRunner) -> tuple[str, Any]:
+        """The root agent's final text and its structured value (UNSET: none): run on
+        the input, continued from the journal, or the journaled one (only RUN_FINISHED
+        was missing)."""
         match self.context.continuation.root():
             case Answered() as answered:
                 if answered.result is None:
                     raise AgentFailed(answered.error, error_type="failed")
-                return answered.result
+                return answered.result, answered.structured
             case Continue(plan=root):
                 runner.messages = list(root.messages)
                 outcome = await runner.continue_run(
@@ -397,10 +406,11 @@ class Run:
                     self.context.background_again(root),
                     root.inbox,
                 )
-                return outcome.text
+                return outcome.text, outcome.structured
             case Fresh(history=history):
                 runner.messages = list(history)  # (a thread's conversation so far)
-                return (await runner.run(self.input)).text
+                outcome = await runner.run(self.input)
+                return outcome.text, outcome.structured
 
     def _emit_finished(self, bus: AnyBus, runner: AgentRunner) -> None:
         """RUN_FINISHED, from `self.result` (and who cancelled the run)."""
@@ -410,6 +420,8 @@ class Run:
         data: RunFinishedData = {"status": ended}
         if result.text is not None:
             data["result"] = result.text
+        if result.structured is not msgspec.UNSET:
+            data["structured"] = result.structured
         if result.error is not None:
             data["error"] = result.error
         cancellation = self._stop.cancellation if self._stop is not None else None

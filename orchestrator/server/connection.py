@@ -320,6 +320,7 @@ class Connection:
             text=result.text,
             id=msg_id,
             error=result.error,
+            structured=result.structured,
         )
         await self.reply(protocol.encode(frame))
 

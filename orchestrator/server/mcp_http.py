@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, MutableMapping
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
+import msgspec
 import trio
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -51,7 +52,9 @@ class McpEndpoint:
     def __init__(self, app: DoorContext) -> None:
         self.app = app
         specs = app.orchestrator.specs.values()
-        self.server = subagent_server(((s.id, s.description) for s in specs), self._call)
+        self.server = subagent_server(
+            ((s.id, s.description, s.output_schema) for s in specs), self._call
+        )
         self.server.streamable_http_app(  # builds the session manager this endpoint drives
             max_sessions=app.config.server.max_connections,
             # Origins are checked below as on /ws (server.allowed_origins), so the
@@ -109,7 +112,10 @@ class McpEndpoint:
             raise
         if result.status != "completed":
             raise ToolError(f"run {run_id} {result.status}: {result.error or ''}".rstrip(": "))
-        return Answer(result=result.text or "", runId=run_id, threadId=started.thread_id)
+        answer = Answer(result=result.text or "", runId=run_id, threadId=started.thread_id)
+        if result.structured is not msgspec.UNSET:
+            answer["structured"] = result.structured
+        return answer
 
     async def _follow(self, run_id: str, progress: TreeProgress, done: trio.Event) -> None:
         """The run's events as progress, read from the journal as they are committed,

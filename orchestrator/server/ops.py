@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from agents.core.structured import SchemaError, check_schema
 from orchestrator import protocol
 from orchestrator.config import ServerConfig
 from orchestrator.core.approvals import Answer
@@ -40,7 +41,7 @@ from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Principal
 from orchestrator.server.feed import Feed
-from orchestrator.storage.base import ForkPoint, RunRecord
+from orchestrator.storage.base import ForkPoint, RunOptions, RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import RunLog, UnknownRun
 
@@ -198,6 +199,13 @@ async def run(conn: Caller, op: protocol.StartRun) -> None:
         if asked != (None, None, None, "reject")
         else None
     )
+    options = None
+    if op.output_schema is not None:
+        try:
+            schema = check_schema(op.output_schema, where="outputSchema", untrusted=True)
+        except SchemaError as exc:
+            raise ProtocolError("bad_request", str(exc), op.id) from None
+        options = RunOptions(output_schema=schema)
     started = await app.runs.start(
         op.agent,
         op.input,
@@ -205,6 +213,7 @@ async def run(conn: Caller, op: protocol.StartRun) -> None:
         owner=principal.name,
         max_runs=principal.max_runs if principal.name is not None else None,
         thread=thread,
+        options=options,
     )
     await _answer_started(conn, started, op)
 
@@ -382,6 +391,7 @@ async def agents(conn: Caller, op: protocol.Agents) -> None:
             description=s.description,
             model=s.model,
             example=s.example,
+            output_schema=s.output_schema,
         )
         for s in conn.app.orchestrator.specs.values()
     ]

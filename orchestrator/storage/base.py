@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
-__all__ = ["RunRecord", "Storage", "StorageError"]
+__all__ = ["RunOptions", "RunRecord", "Storage", "StorageError"]
 
 
 class StorageError(Exception):
@@ -24,6 +24,14 @@ class ForkPoint(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_
     agent_key: str | None = None
     message: str | None = None
     replay: bool = False
+
+
+class RunOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    """What a client asked of a run beyond its input, kept with its record (a resume,
+    a takeover and a fork start it the same way)."""
+
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema its root's answer must match (docs/structured.md)."""
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
@@ -59,6 +67,8 @@ class RunRecord(msgspec.Struct, kw_only=True):
     continues_agent: str | None = None
     """With `previous_run_id`: the agent of that run whose conversation this run's root
     continues (None: that run's root)."""
+    options: RunOptions | None = None
+    """What the client asked of it beyond its input (None: nothing)."""
 
     def sort_key(self) -> tuple[float, str]:
         """Creation order; ties (same clock reading) broken by runId, never by a store's hash."""

@@ -20,7 +20,7 @@ import msgspec
 import outcome
 import trio
 
-from orchestrator.storage.base import ForkPoint, RunRecord, StorageError
+from orchestrator.storage.base import ForkPoint, RunOptions, RunRecord, StorageError
 
 __all__ = ["SqliteStorage"]
 
@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS runs (
     forked_from TEXT,
     thread_id TEXT,
     previous_run_id TEXT,
-    continues_agent TEXT
+    continues_agent TEXT,
+    options TEXT
 );
 CREATE TABLE IF NOT EXISTS run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS events (
@@ -94,11 +95,12 @@ _ADDED_COLUMNS = {
     "thread_id": "TEXT",
     "previous_run_id": "TEXT",
     "continues_agent": "TEXT",
+    "options": "TEXT",
 }
 _COLUMNS = (
     "run_id, agent_id, input, status, created_at, finished_at, root_session_id, last_seq,"
     " owner, first_seq, attempt, context_id, forked_from, thread_id, previous_run_id,"
-    " continues_agent"
+    " continues_agent, options"
 )
 
 
@@ -252,6 +254,7 @@ class SqliteStorage:
                 thread_id=r[13],
                 previous_run_id=r[14],
                 continues_agent=r[15],
+                options=None if r[16] is None else _decode_options(r[16]),
             )
             for r in rows
         ]
@@ -326,6 +329,7 @@ class SqliteStorage:
                 r.thread_id,
                 r.previous_run_id,
                 r.continues_agent,
+                msgspec.json.encode(r.options).decode() if r.options else None,
             )
             for r in records
         ]
@@ -456,6 +460,7 @@ class SqliteStorage:
 
 
 _decode_fork = msgspec.json.Decoder(ForkPoint).decode
+_decode_options = msgspec.json.Decoder(RunOptions).decode
 
 
 class _Commit:

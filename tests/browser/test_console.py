@@ -336,6 +336,49 @@ def test_a_failing_agent_shows_its_error_on_its_card(browser: Browser, tmp_path:
         srv.stop(signal.SIGKILL)
 
 
+def test_a_structured_answer_shows_as_laid_out_json(browser: Browser, tmp_path: Path) -> None:
+    judge = {
+        "description": "judges",
+        "instructions": "judge",
+        "output_schema": {
+            "type": "object",
+            "properties": {"verdict": {"enum": ["accept", "revise"]}, "score": {"type": "integer"}},
+            "required": ["verdict", "score"],
+        },
+        "script": {
+            "turns": [{"say": "I think it is fine."}, {"say": '{"verdict": "accept", "score": 8}'}]
+        },
+    }
+    boss = {
+        "description": "asks the judge",
+        "instructions": "lead",
+        "tools": ["agent_spawn"],
+        "script": {
+            "turns": [
+                {"calls": [{"name": "agent_spawn", "args": {"agent_id": "judge", "task": "go"}}]},
+                {"say": "judged: {results}"},
+            ]
+        },
+    }
+    write_agents(tmp_path, 0.0, {"judge": judge, "boss": boss})
+    srv = Server(tmp_path, config())
+    srv.start()
+    try:
+        page, errors = open_page(browser, srv.url)
+        start_run(page, "boss", "judge it")
+        page.wait_for_selector("#run-status.completed", timeout=60_000)
+        node(page, "judge").first.click()
+        page.wait_for_selector("#detail .json.answer")
+        shown = page.inner_text("#detail .json.answer")
+        assert shown == '{\n  "verdict": "accept",\n  "score": 8\n}'
+        assert "answer (structured)" in page.inner_text("#detail").lower()
+        # its first answer was refused, and the message that said why is listed
+        assert "Your answer does not match the required JSON schema" in page.inner_text("#detail")
+        assert errors == []
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
 def test_a_compaction_shows_in_the_detail_pane(browser: Browser, tmp_path: Path) -> None:
     pages = " ".join(["word"] * 200)
     reader = {

@@ -138,3 +138,12 @@ async def test_the_fork_example(tmp_path: Path) -> None:
     replayed, turns = int(counted.group(1)), int(counted.group(2))
     assert 0 < replayed < turns  # the message's agent and its ancestors asked the model
     assert "`3 of 7 turns replayed`" in (REPO / example.doc).read_text()
+
+
+async def test_the_structured_example_prints_what_the_doc_says() -> None:
+    """docs/structured.md's program, run from the repository's root (as it says), prints
+    the `text` block that follows it."""
+    doc = "docs/structured.md"
+    example = one("python", doc, "examples/structured/server.yaml")
+    printed = next(e for e in examples("text") if e.doc == doc and e.line > example.line)
+    assert await python(example.text, REPO) == printed.text

@@ -20,6 +20,7 @@ import msgspec
 import pytest
 import yaml
 
+from agents.core.structured import check_schema
 from agents.errors import SpecError
 from agents.spec import AgentSpec, load_specs
 from orchestrator import protocol
@@ -60,16 +61,17 @@ SERVER_KEYS = set(ServerConfig.model_fields) - {"base_dir"}
 SPEC_KEYS = set(AgentSpec.model_fields)
 
 
-def mcp_server_names() -> set[str]:
-    """The MCP servers the docs configure (a subagent example may use their tools)."""
+def configured(key: str) -> set[str]:
+    """The names the docs' server configs give under `key` (`mcp_servers`, `models`):
+    a subagent example may use them."""
     names: set[str] = set()
     for example in YAML:
         try:
             data = yaml.safe_load(example.text)
         except yaml.YAMLError:
             continue  # (that block's own test says what is wrong)
-        if isinstance(data, dict) and isinstance(data.get("mcp_servers"), dict):
-            names |= set(data["mcp_servers"])
+        if isinstance(data, dict) and isinstance(data.get(key), dict):
+            names |= set(data[key])
     return names
 
 
@@ -81,6 +83,10 @@ def as_server_config(example: Example, data: dict[str, Any], root: Path) -> None
 
 
 def as_subagent(example: Example, data: dict[str, Any], root: Path) -> None:
+    known = {"models": {"default"} | configured("models"), "tools": builtin_tool_names()}
+    if example.file is not None:  # a subagent of the repository: with the files beside it
+        load_specs((REPO / example.file).parent, **known, mcp_servers=configured("mcp_servers"))
+        return
     named = re.match(r"#\s*subagents/(\w+)\.ya?ml", example.text)
     directory = root / "subagents"
     directory.mkdir(exist_ok=True)
@@ -89,12 +95,7 @@ def as_subagent(example: Example, data: dict[str, Any], root: Path) -> None:
         rest = {"description": "d", "instructions": "i"}
         text = yaml.safe_dump({k: v for k, v in rest.items() if k not in data}) + text
     (directory / f"{named.group(1) if named else 'example'}.yaml").write_text(text)
-    load_specs(
-        directory,
-        models={"default"},
-        tools=builtin_tool_names(),
-        mcp_servers=mcp_server_names(),
-    )
+    load_specs(directory, **known, mcp_servers=configured("mcp_servers"))
 
 
 @pytest.mark.parametrize("example", YAML, ids=ids(YAML))
@@ -130,6 +131,9 @@ JSON = examples("json")
 @pytest.mark.parametrize("example", JSON, ids=ids(JSON))
 def test_json_is_an_event_an_mcp_client_config_or_an_ag_ui_input(example: Example) -> None:
     data = json.loads(example.text)
+    if example.file is not None and "/schemas/" in example.file:  # an output_schema's file
+        check_schema(data, where=example.where)
+        return
     if "threadId" in data:  # an AG-UI RunAgentInput: its answers must be answers
         from ag_ui.core import RunAgentInput
 

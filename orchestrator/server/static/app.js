@@ -769,7 +769,11 @@ function renderDetail(run, key) {
   const head = el("div", "block");
   const spec = state.specs.find((s) => s.id === agent.agentId);
   const where = `${agent.key === ROOT ? "root agent" : agent.key} · ${agent.agentId} · depth ${agent.depth}`;
-  head.append(el("h3", "", agent.name), el("div", "sub", spec && spec.model ? `${where} · model ${spec.model}` : where));
+  const model = agent.model || (spec && spec.model);
+  head.append(el("h3", "", agent.name), el("div", "sub", model ? `${where} · model ${model}` : where));
+  for (const f of agent.fallbacks) {   // MODEL_FALLBACK: its model failed a turn, the next took it
+    head.append(el("div", "sub fallback", `model ${f.from} → ${f.to} (${f.reason}): ${f.error}`));
+  }
   const status = el("div", "sub");
   const waiting = agent.status === "running" && agent.waiting > 0;
   status.append(waiting
@@ -786,7 +790,9 @@ function renderDetail(run, key) {
   parts.push(head);
   if (state.forking && state.forking.runId === run.runId && state.forking.key === key) parts.push(forkBox(run, key, agent));
   parts.push(section("Task", agent.task, "prose"));
-  if (agent.text) parts.push(section("Answer", agent.text, "prose answer", true));
+  if (agent.structured !== undefined) {   // an output schema's answer: its JSON, laid out
+    parts.push(section("Answer (structured)", JSON.stringify(agent.structured, null, 2), "json answer"));
+  } else if (agent.text) parts.push(section("Answer", agent.text, "prose answer", true));
   agent.turns.forEach((turn, i) => {
     for (const c of agent.compactions) if (c.before === i) parts.push(compactionBox(c, i, run, agent));
     if (!turn.text && !turn.thinking && turn.calls.length === 0) return;

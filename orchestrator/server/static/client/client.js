@@ -61,12 +61,12 @@ export class Client {
     /** Start a run of `agent` on `input` and follow it from its first event (`agent`
      * null: a thread's next run, of its thread's agent). */
     async run(agent, input, options = {}) {
-        const { filter, detail, threadId, multitask, agentKey, fromRun } = options;
+        const { filter, detail, threadId, multitask, agentKey, fromRun, outputSchema } = options;
         const { onEvents } = options;
         const handle = new RunHandle(this, "", { filter, detail, onEvents }, 0, options.events !== false);
         await this.request({
             op: "run", agent: agent ?? undefined, input, stream: true, filter, detail, threadId, multitask,
-            agentKey, fromRun,
+            agentKey, fromRun, outputSchema,
         }, handle);
         return handle;
     }
@@ -427,6 +427,8 @@ export class RunHandle {
             for (const event of fresh) {
                 if (event.type === "RUN_FINISHED") {
                     this.#finished = { result: event.data.result, error: event.data.error };
+                    if ("structured" in event.data)
+                        this.#finished.structured = event.data.structured;
                 }
             }
             this.tree.applyAll(fresh);
