@@ -64,6 +64,20 @@ class ModelConfig(BaseModel):
     `final_answer` tool), `instruction` (said in the system prompt). Default: `native`
     for the OpenAI kinds, `tool` for Anthropic, `instruction` for `scripted`."""
 
+    attachments: list[str] | None = None
+    """Media types of attachments this model takes in its own blocks (`*` wildcards);
+    another is given to it as a one-line note (a text file, as its text). Default:
+    PNG, JPEG, GIF, WebP and PDF for the OpenAI kinds and Anthropic, none for
+    `scripted` (docs/structured.md#attachments)."""
+
+    def attachment_types(self) -> tuple[str, ...]:
+        """`attachments`, or the provider's default."""
+        if self.attachments is not None:
+            return tuple(self.attachments)
+        if self.provider == "scripted":
+            return ()
+        return ("image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf")
+
     @model_validator(mode="after")
     def _output_mode_offered(self) -> ModelConfig:
         if self.structured_output == "native" and self.provider in ("anthropic", "scripted"):

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agents.core.attachments import AttachmentLimits
 from agents.model_config import ModelConfig
 from agents.spec import CompactionSpec
 from agents.yaml_loader import load_yaml_model
@@ -182,6 +183,34 @@ class ServerSection(BaseModel):
         return self
 
 
+class AttachmentsConfig(BaseModel):
+    """`limits.attachments:` — what a run may be given (docs/structured.md#attachments)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
+    """Bytes of one attachment (a WebSocket frame bounds a base64 one too:
+    `server.max_frame_bytes`)."""
+    max_run_bytes: int = Field(default=32 * 1024 * 1024, ge=1)
+    """Bytes of the attachments given to one run: its input's, and those `agent_spawn`
+    makes anew."""
+    max_count: int = Field(default=16, ge=0, le=256)
+    """Attachments in one `run`, `send` or `agent_spawn` call (0: none are taken)."""
+    media_types: list[str] = Field(
+        default_factory=lambda: ["image/*", "application/pdf", "text/*", "application/json"]
+    )
+    """Media types taken (`*` wildcards); another is refused, naming it."""
+
+    def limits(self) -> AttachmentLimits:
+        """As the pure checks take them."""
+        return AttachmentLimits(
+            max_bytes=self.max_bytes,
+            max_run_bytes=self.max_run_bytes,
+            max_count=self.max_count,
+            media_types=tuple(self.media_types),
+        )
+
+
 class LimitsConfig(BaseModel):
     """`limits:` — bounds on every run."""
 
@@ -212,6 +241,8 @@ class LimitsConfig(BaseModel):
     marker (the agent and its tools still get the whole value)."""
     max_input_bytes: int = Field(default=256 * 1024, ge=1024)
     """Largest `input` of a run, and `message` of a `send`, in UTF-8 bytes."""
+    attachments: AttachmentsConfig = Field(default_factory=lambda: AttachmentsConfig())
+    """What a run may be given as images and files."""
     approval_timeout_seconds: float = Field(default=3600.0, gt=0)
     """Seconds a tool call waits for its approval before it is answered `timeout`
     (a subagent's `approval_timeout_seconds` overrides it)."""

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from agents.core.attachments import AttachmentIn
 from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.core.events import Event
 from orchestrator.core.filters import FilterSpec
@@ -117,6 +118,8 @@ class StartRun(_Op):
     multitask: Multitask = "reject"
     output_schema: dict[str, Any] | None = None
     """The JSON Schema the root's answer must match (docs/structured.md)."""
+    attachments: list[AttachmentIn] | None = None
+    """Images and files for the root, with its input (docs/structured.md#attachments)."""
 
 
 class Fork(_Op):
@@ -172,6 +175,7 @@ class Send(_Op):
     run_id: str
     message: str
     agent_key: str | None = None
+    attachments: list[AttachmentIn] | None = None
 
 
 class Approve(_Op):
@@ -270,6 +274,8 @@ class Ack(_Frame, tag="ack"):
     run_id: str | None = None
     sub: str | None = None
     thread_id: str | None = None
+    attachments: list[str] | None = None
+    """The ids of the attachments given (`run`, `send`), in order."""
 
 
 class Pong(_Frame, tag="pong"):
@@ -497,9 +503,12 @@ def ack(
     run_id: str | None = None,
     sub: str | None = None,
     thread_id: str | None = None,
+    attachments: list[str] | None = None,
 ) -> bytes:
-    """`{op: "ack", id?, runId?, sub?, threadId?}`."""
-    return _encode(Ack(id=msg_id, run_id=run_id, sub=sub, thread_id=thread_id))
+    """`{op: "ack", id?, runId?, sub?, threadId?, attachments?}`."""
+    return _encode(
+        Ack(id=msg_id, run_id=run_id, sub=sub, thread_id=thread_id, attachments=attachments)
+    )
 
 
 def error_frame(code: ErrorCode, message: str, msg_id: MessageId = None) -> bytes:

@@ -11,6 +11,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from agents.core.attachments import Attachment
+
 __all__ = [
     "AssistantMessage",
     "Finish",
@@ -72,6 +74,8 @@ class UserMessage(msgspec.Struct, frozen=True, kw_only=True, tag="user"):
     text: str
     summarized_turns: int = 0
     """Not 0: this message is a compaction's summary, standing for that many model turns."""
+    attachments: tuple[Attachment, ...] = ()
+    """Images and files given with it (docs/structured.md#attachments)."""
 
 
 class AssistantMessage(msgspec.Struct, frozen=True, kw_only=True, tag="assistant"):
@@ -94,6 +98,9 @@ class ToolResultMessage(msgspec.Struct, frozen=True, kw_only=True, tag="tool"):
     name: str
     content: str
     is_error: bool = False
+    attachments: tuple[Attachment, ...] = ()
+    """Images and files the tool returned (an MCP tool's image): a provider whose tool
+    results hold none gets them in a user message right after the results."""
 
 
 Message = UserMessage | AssistantMessage | ToolResultMessage

@@ -14,6 +14,7 @@ name: see `tests/unit/test_payloads.py`.
 
 from typing import Any, Literal, NotRequired, TypedDict, final
 
+from agents.core.attachments import AttachmentInfo
 from agents.core.events import EventType, UsageData
 
 __all__ = [
@@ -65,6 +66,8 @@ class ContinuesData(TypedDict):
 class RunStartedData(TypedDict):
     agentId: str
     input: str
+    attachments: NotRequired[list[AttachmentInfo]]
+    """Images and files given with the input (docs/structured.md#attachments)."""
     outputSchema: NotRequired[dict[str, Any]]
     """The schema the run's root answers with (the `run` op's `outputSchema`)."""
     forkedFrom: NotRequired[ForkedFromData]
@@ -76,6 +79,8 @@ class RunStartedData(TypedDict):
 class AgentStartedData(TypedDict):
     agentId: str
     task: str
+    attachments: NotRequired[list[AttachmentInfo]]
+    """Images and files its parent's `agent_spawn` gave with the task."""
     remote: NotRequired[dict[str, str]]
     """A remote subagent's: `{url, agent}` (our server) or `{a2a}` (an A2A agent)."""
     continues: NotRequired[ContinuesData]
@@ -142,6 +147,8 @@ class ToolResultData(TypedDict):
     content: str
     isError: bool
     server: NotRequired[bool]
+    attachments: NotRequired[list[AttachmentInfo]]
+    """Images and files the tool returned (an MCP tool's image)."""
 
 
 class AgentResultData(TypedDict):
@@ -172,6 +179,7 @@ UserMessageData = TypedDict(
         "continuation": NotRequired[bool],
         "control": NotRequired[str],
         "outputInvalid": NotRequired[bool],
+        "attachments": NotRequired[list[AttachmentInfo]],
     },
 )
 

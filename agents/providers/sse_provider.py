@@ -85,7 +85,10 @@ class SseProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[list[StreamPart], None]:
         """POST the request and yield the normalized stream."""
-        body = type(self).encode(request, model=self._config.model, params=self._config.params)
+        config = self._config
+        body = type(self).encode(
+            request, model=config.model, params=config.params, accepts=config.attachment_types()
+        )
         headers = {"Accept": "text/event-stream", **self.extra_headers}
         key = api_key(self._config, self.kind)
         if key:

@@ -22,6 +22,7 @@ import trio
 from msgspec import UNSET
 
 from agents.approval import ApprovalGate, ApprovalPolicy, Prior
+from agents.core.attachments import Attachment
 from agents.core.compaction import ContextMeter, estimate_request
 from agents.core.events import EventType, Usage
 from agents.core.loop import (
@@ -55,7 +56,7 @@ from agents.runner.answer import Accepted, Refused, answer_check, ask_again
 from agents.runner.background import Background, user_message
 from agents.runner.compactor import Compactor, Summarizer
 from agents.runner.ending import AgentOutcome, Cancellation, Ending
-from agents.runner.tools import ToolRoom, is_cancellation
+from agents.runner.tools import Keeper, ToolRoom, is_cancellation
 from agents.runner.turn import TurnLimits, TurnReader
 from agents.spec import AgentSpec, CompactionSpec
 from agents.tools.base import InstanceState, Tool, ToolContext
@@ -109,8 +110,8 @@ class AgentRunner:
             subagent as a child.
         recording: a forked run's recorded turns (`replay`): a model turn asked the
             same as one of them is answered from it (agents/core/replay.py).
-        output_mode: how its model is asked for the spec's `output_schema`
-            (`ModelConfig.output_mode`; docs/structured.md).
+        output_mode, keep: how its model is asked for an `output_schema`; where its
+            tools' attachments are stored (docs/structured.md).
     """
 
     def __init__(
@@ -130,6 +131,7 @@ class AgentRunner:
         summarize_with: Summarizer | None = None,
         recording: Recording | None = None,
         output_mode: OutputMode = "instruction",
+        keep: Keeper | None = None,
     ) -> None:
         self.spec = spec
         self.turn_limits = turn_limits or TurnLimits()
@@ -163,6 +165,7 @@ class AgentRunner:
             gate=gate,
             start_background=self._start_for_call,
             stopped_by=self._stopped_by,
+            keep=keep,
         )
         self.turns = TurnReader(
             agent_id=spec.id,
@@ -266,14 +269,16 @@ class AgentRunner:
         self._error(error_type, message)
         raise AgentFailed(message, error_type=error_type)
 
-    def run(self, task: str) -> Coroutine[Any, Any, AgentOutcome]:
-        """Run on `task` until a final answer (await the result).
+    def run(
+        self, task: str, attachments: tuple[Attachment, ...] = ()
+    ) -> Coroutine[Any, Any, AgentOutcome]:
+        """Run on `task` (with its `attachments`) until a final answer (await the result).
 
         Raises:
             AgentFailed: after emitting AGENT_ERROR, if the agent failed.
             trio.Cancelled: after emitting AGENT_ERROR `cancelled`/`timeout`.
         """
-        self.messages.append(UserMessage(text=task))
+        self.messages.append(UserMessage(text=task, attachments=attachments))
         return self._run()  # not awaited here: one coroutine level less under every delta
 
     def continue_run(

@@ -16,14 +16,15 @@ from typing import Any
 import trio
 
 from agents.approval import ApprovalGate, ApprovalPolicy, ApprovalRequest, Decision, Prior
+from agents.core.attachments import Attachment, infos, note
 from agents.core.events import EventType
 from agents.core.messages import AssistantMessage, Message, ToolCall, ToolResultMessage
-from agents.core.payloads import ApprovalResolvedData, ToolProgressData
+from agents.core.payloads import ApprovalResolvedData, ToolProgressData, ToolResultData
 from agents.core.turn import parse_arguments
 from agents.core.usage import UsageNode
 from agents.emitter import Emitter
 from agents.errors import ToolError
-from agents.tools.base import InstanceState, Tool, ToolContext
+from agents.tools.base import InstanceState, Tool, ToolContext, ToolOutput
 
 __all__ = ["Progress", "StoppedBy", "ToolRoom", "is_cancellation"]
 
@@ -33,6 +34,9 @@ _PROGRESS_EVERY = 0.1
 """Seconds between two TOOL_PROGRESS events of one call."""
 
 StoppedBy = Callable[[], "tuple[str, str | None] | None"]
+Keeper = Callable[[tuple[Attachment, ...]], Awaitable[tuple[tuple[Attachment, ...], list[str]]]]
+"""`keep(attachments)`: store a tool result's attachments for the run; those kept, and
+a note for each that was not (over the run's limits)."""
 """Who stopped the agent and why (`by`, `reason`), or None while it is not stopped."""
 
 
@@ -55,6 +59,7 @@ class ToolRoom:
         "_bus",
         "_depth",
         "_gate",
+        "_keep",
         "_start_background",
         "_state",
         "_stopped_by",
@@ -76,6 +81,7 @@ class ToolRoom:
         gate: ApprovalGate | None,
         start_background: Callable[[str, Callable[[], Awaitable[str]], str | None], None],
         stopped_by: StoppedBy,
+        keep: Keeper | None = None,
     ) -> None:
         self._agent_id = agent_id
         self._depth = depth
@@ -87,6 +93,8 @@ class ToolRoom:
         self._gate = gate
         self._start_background = start_background
         self._stopped_by = stopped_by
+        self._keep = keep
+        """Stores a tool result's attachments (None: they are noted, not kept)."""
         self._unsafe_tail: trio.Event | None = None
 
     def _who(self) -> str:
@@ -185,6 +193,7 @@ class ToolRoom:
                 await wait_for.wait()
             tool = self.tools.get(call.name)
             decision = None
+            given: tuple[Attachment, ...] = ()
             if problem is not None or args is None:
                 content, is_error = f"tool {call.name!r}: {problem}", True
             elif tool is None:
@@ -208,7 +217,12 @@ class ToolRoom:
                     # its approval) are stored, so a takeover never makes it twice.
                     if not tool.idempotent and not await self._bus.durable():
                         raise ToolError(f"tool {call.name!r}: not run: the run was lost here")
-                    content, is_error = await tool.run(args, ctx), False
+                    output = await tool.run(args, ctx)
+                    if isinstance(output, ToolOutput):
+                        content, given = await self._kept(output)
+                    else:
+                        content = output
+                    is_error = False
                 except ToolError as exc:
                     content, is_error = str(exc), True
                 except Exception as exc:  # a tool bug: an error result for the model, logged here
@@ -223,15 +237,35 @@ class ToolRoom:
                         True,
                     )
             results[call.id] = ToolResultMessage(
-                tool_call_id=call.id, name=call.name, content=content, is_error=is_error
+                tool_call_id=call.id,
+                name=call.name,
+                content=content,
+                is_error=is_error,
+                attachments=given,
             )
-            await self._bus.emit(
-                EventType.TOOL_RESULT,
-                {"toolCallId": call.id, "name": call.name, "content": content, "isError": is_error},
-            )
+            data: ToolResultData = {
+                "toolCallId": call.id,
+                "name": call.name,
+                "content": content,
+                "isError": is_error,
+            }
+            if given:
+                data["attachments"] = infos(given)
+            await self._bus.emit(EventType.TOOL_RESULT, data)
         finally:
             if done is not None:
                 done.set()
+
+    async def _kept(self, output: ToolOutput) -> tuple[str, tuple[Attachment, ...]]:
+        """A result's text, and the attachments stored for the run (those not kept: a
+        note in the text)."""
+        if not output.attachments:
+            return output.text, ()
+        if self._keep is None:
+            notes = [note(a, "not kept here") for a in output.attachments]
+            return "\n".join([output.text, *notes]), ()
+        kept, notes = await self._keep(output.attachments)
+        return "\n".join([output.text, *notes]) if notes else output.text, kept
 
     def context(self, call_id: str, progress: Progress | None = None) -> ToolContext:
         """What a tool (or a summarizer run as a child) is told of the call `call_id`."""

@@ -5,9 +5,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import msgspec
+
+from agents.core.attachments import Attachment
 from agents.core.usage import UsageNode
 
-__all__ = ["BackgroundStarter", "InstanceState", "ProgressReporter", "Tool", "ToolContext"]
+__all__ = [
+    "BackgroundStarter",
+    "InstanceState",
+    "ProgressReporter",
+    "Tool",
+    "ToolContext",
+    "ToolOutput",
+]
 
 ProgressReporter = Callable[[float, "float | None", "str | None"], None]
 """`report(progress, total, message)`: the call moved (a TOOL_PROGRESS event; at most
@@ -15,6 +25,14 @@ ten a second per call are sent, and the last one always)."""
 BackgroundStarter = Callable[[str, Callable[[], Awaitable[str]]], None]
 """`start(label, work)`: run `work` beside the agent; its text (or failure) comes back
 to the agent as a message before its next model turn."""
+
+
+class ToolOutput(msgspec.Struct, frozen=True):
+    """A tool's result with images or files for the model (an MCP tool's image): `run`
+    may return one instead of its text."""
+
+    text: str
+    attachments: tuple[Attachment, ...] = ()
 
 
 class InstanceState:
@@ -112,6 +130,6 @@ class Tool(Protocol):
         """JSON schema of the arguments."""
         ...
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str | ToolOutput:
         """Do the work; `args` is the parsed JSON object the model sent."""
         ...

@@ -225,6 +225,25 @@ class HttpGetTool(_PydanticTool):
         text = body.decode(response.encoding or "utf-8", "replace")
         return f"HTTP {response.status_code}\n{text}" + ("\n[truncated]" if cut else "")
 
+    async def fetch(self, url: str, max_bytes: int) -> tuple[int, str | None, bytes, bool]:
+        """GET `url` under this tool's rules (its timeout; no non-public address unless
+        allowed): the status, the Content-Type, at most `max_bytes` of the body, and
+        whether it was cut. An attachment given by URL is fetched this way.
+
+        Raises:
+            ToolError: a refused host, a failed request, or no answer in time.
+        """
+        with trio.move_on_after(self._timeout) as deadline:
+            await self._check_host(url)
+            try:
+                async with self._client.stream("GET", url, timeout=self._timeout) as response:
+                    body, cut = await read_body(response, max_bytes)
+            except httpx.HTTPError as exc:
+                raise ToolError(f"GET {url}: {type(exc).__name__}: {exc}") from None
+        if deadline.cancelled_caught:
+            raise ToolError(f"GET {url}: no complete answer in {self._timeout:g} s")
+        return response.status_code, response.headers.get("content-type"), body, cut
+
     async def _check_host(self, url: str) -> None:
         """Refuse hosts that are, or resolve to, non-public addresses (unless allowed)."""
         parts = urlsplit(url)

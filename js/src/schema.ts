@@ -8,6 +8,7 @@ export interface Ack {
   runId?: string | null;
   sub?: string | null;
   threadId?: string | null;
+  attachments?: string[] | null;
 }
 
 export interface AgentErrorData {
@@ -46,6 +47,7 @@ export interface AgentStalledData {
 
 export interface AgentStartedData {
   agentId: string;
+  attachments?: AttachmentInfo[];
   continues?: ContinuesData;
   remote?: Record<string, unknown>;
   task: string;
@@ -107,6 +109,23 @@ export interface Approve {
   args?: Record<string, unknown> | null;
   op: "approve";
   id?: string | number | null;
+}
+
+/** An image or file given with a run or a message: its bytes in base64 (`data`) or an `https` URL the server fetches (`url`); or `id`, one the run has already. */
+export interface AttachmentIn {
+  name?: string;
+  mediaType?: string;
+  data?: string | null;
+  url?: string | null;
+  id?: string | null;
+}
+
+/** An attachment as events name it (its bytes are in the journal's blob store). */
+export interface AttachmentInfo {
+  id: string;
+  mediaType: string;
+  name: string;
+  size: number;
 }
 
 /** Cancel a run and every agent in it, or (`agentKey`) one agent and its subtree. */
@@ -304,6 +323,7 @@ export interface RunResumedData {
 
 export interface RunStartedData {
   agentId: string;
+  attachments?: AttachmentInfo[];
   continues?: ContinuesData;
   forkedFrom?: ForkedFromData;
   input: string;
@@ -333,6 +353,7 @@ export interface Send {
   runId: string;
   message: string;
   agentKey?: string | null;
+  attachments?: AttachmentIn[] | null;
   op: "send";
   id?: string | number | null;
 }
@@ -364,6 +385,7 @@ export interface StartRun {
   fromRun?: string | null;
   multitask?: "enqueue" | "interrupt" | "reject" | "rollback" | "steer";
   outputSchema?: Record<string, unknown> | null;
+  attachments?: AttachmentIn[] | null;
   op: "run";
   id?: string | number | null;
 }
@@ -434,6 +456,7 @@ export interface ToolProgressData {
 }
 
 export interface ToolResultData {
+  attachments?: AttachmentInfo[];
   content: string;
   isError: boolean;
   name: string;
@@ -477,6 +500,7 @@ export interface UsageData {
 }
 
 export interface UserMessageData {
+  attachments?: AttachmentInfo[];
   continuation?: boolean;
   control?: string;
   from: string;

@@ -115,6 +115,7 @@ class ClusterGateway:
         context_id: str | None = None,
         thread: ThreadAsk | None = None,
         options: RunOptions | None = None,
+        blobs: dict[str, bytes] | None = None,
     ) -> QueuedRun:
         """Queue a run; it is the cluster's from here on, in its thread (`thread`:
         which, and what a new input does while one of its runs runs: as on one server,
@@ -132,7 +133,13 @@ class ClusterGateway:
         ask = thread or ThreadAsk()
         try:
             thread_id, run_id = await self._threads.start(
-                agent_id, input, owner=owner, context_id=context_id, ask=ask, options=options
+                agent_id,
+                input,
+                owner=owner,
+                context_id=context_id,
+                ask=ask,
+                options=options,
+                blobs=blobs,
             )
         except (ThreadError, UnknownAgent, LimitExceeded):
             raise

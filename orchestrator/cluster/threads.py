@@ -174,6 +174,7 @@ class ClusterThreads:
         context_id: str | None,
         ask: ThreadAsk,
         options: RunOptions | None = None,
+        blobs: dict[str, bytes] | None = None,
     ) -> tuple[str, str]:
         """Queue the input's run in its thread: (the thread's id, the run's id; `steer`:
         the thread's running run's, which the input was delivered into).
@@ -206,6 +207,8 @@ class ClusterThreads:
             record = new_record(
                 agent, input, owner, context_id, start, status="queued", options=options
             )
+            if blobs:  # (stored before the run is queued: its worker reads them)
+                await self.gateway.store.storage.put_blobs(record.run_id, blobs)
             if await self._queued(key, record, runs[-1] if runs else ""):
                 self.gateway.journal.mirrors.adopt(record)
                 return thread_id, record.run_id

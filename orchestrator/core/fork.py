@@ -68,12 +68,14 @@ def fork_run(
     history: Sequence[Message] = (),
     continued: Mapping[str, Sequence[Message]] | None = None,
     thread_id: str | None = None,
+    blobs: Mapping[str, bytes] | None = None,
 ) -> Fork:
     """The fork of the run whose kept events are `events` (in seq order) at `at_seq`.
 
     `history`: the conversation the original's root started from (a thread's run);
     `continued`: those of its children that continue earlier agents (`rebuild`);
-    `thread_id`: the fork's thread, which its RUN_STARTED says (docs/threads.md).
+    `thread_id`: the fork's thread, which its RUN_STARTED says (docs/threads.md);
+    `blobs`: the bytes of the attachments the events name.
 
     Raises:
         ForkError: `at_seq` is not one of the run's seqs, the events before it were
@@ -94,7 +96,7 @@ def fork_run(
     copied = [_renamed(event, run_id, forked_from, thread_id) for event in events[:at_seq]]
     if copied[-1].type is EventType.RUN_FINISHED:
         copied.pop()  # the fork goes on: it ends with an end of its own
-    plan = rebuild(copied, history=history, continued=continued)
+    plan = rebuild(copied, history=history, continued=continued, blobs=blobs)
     plan.end_now = _end_remote(plan, at_seq)
     _restart_approvals(plan, now)
     if message is not None:

@@ -42,11 +42,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import msgspec
 
 from agents.approval import Decision, Prior
+from agents.core.attachments import AttachmentInfo, from_infos
 from agents.core.compaction import summary_message
 from agents.core.messages import (
     AssistantMessage,
@@ -72,7 +73,7 @@ from agents.core.payloads import (
 )
 from orchestrator.core.events import Event, EventType, RemoteRef, Source
 
-__all__ = ["HANDLES", "IGNORES", "AgentPlan", "ResumePlan", "rebuild"]
+__all__ = ["HANDLES", "IGNORES", "AgentPlan", "ResumePlan", "attachment_ids", "rebuild"]
 
 HANDLES = frozenset(
     {
@@ -144,7 +145,7 @@ class AgentPlan:
     # Assembly state: the open turn's calls and the results seen for them.
     _turn_calls: list[ToolCall] = field(default_factory=list)
     _results: dict[str, ToolResultMessage] = field(default_factory=dict)
-    _inbox: list[str] = field(default_factory=list)
+    _inbox: list[UserMessage] = field(default_factory=list)
     _in_turn: bool = False
     _compacting: int | None = None
     """The conversation's length when a compaction started (None: none running)."""
@@ -267,6 +268,7 @@ def rebuild(
     continued: Mapping[str, Sequence[Message]] | None = None,
     on_turn: Callable[[AgentPlan], None] | None = None,
     after: Callable[[Event], None] | None = None,
+    blobs: Mapping[str, bytes] | None = None,
 ) -> ResumePlan:
     """The plan for continuing the run whose journal is `events` (all of them, in order).
 
@@ -276,8 +278,10 @@ def rebuild(
     AGENT_STARTED's `continues`). `on_turn` is told of each agent whose
     model turn begins, its conversation then as the model was asked it; `after`, of
     each event of an agent once it is applied (a fork's recording reads the turns that
-    way: `core/fork.py`).
+    way: `core/fork.py`). `blobs`: the bytes of the attachments its events name
+    (`attachment_ids`), read from the store beforehand.
     """
+    blobs = blobs or {}
     agents: dict[str | None, AgentPlan] = {}
     by_session: dict[str, AgentPlan] = {}
     remote: dict[str, RemoteRef] = {}
@@ -291,7 +295,10 @@ def rebuild(
             started = cast(RunStartedData, data)
             agents[None] = AgentPlan(None, None, str(started.get("agentId", "")))
             agents[None].messages.extend(history)
-            agents[None].messages.append(UserMessage(text=str(started.get("input", ""))))
+            given = from_infos(started.get("attachments", ()), blobs)
+            agents[None].messages.append(
+                UserMessage(text=str(started.get("input", "")), attachments=given)
+            )
             continue
         if kind is EventType.RUN_FINISHED:
             finished, status = True, str(cast(RunFinishedData, data).get("status", "failed"))
@@ -301,9 +308,9 @@ def rebuild(
             child = AgentPlan(key, source, source.agent_id)
             if continued:
                 child.messages.extend(continued.get(source.agent_key, ()))
-            child.messages.append(
-                UserMessage(text=str(cast(AgentStartedData, data).get("task", "")))
-            )
+            spawned = cast(AgentStartedData, data)
+            given = from_infos(spawned.get("attachments", ()), blobs)
+            child.messages.append(UserMessage(text=str(spawned.get("task", "")), attachments=given))
             agents[key] = child
             by_session[source.session_id] = child
             parent = (
@@ -317,7 +324,7 @@ def rebuild(
         agent = agents.get(key)
         if agent is None:
             continue
-        _apply(agent, event, on_turn)
+        _apply(agent, event, on_turn, blobs)
         if after is not None:
             after(event)
     for agent in agents.values():
@@ -326,14 +333,19 @@ def rebuild(
             agent.done = [agent._results[c.id] for c in agent._turn_calls if c.id in agent._results]
         open_calls = {c.id for c in agent.pending}
         agent.approvals = {k: v for k, v in agent.approvals.items() if k in open_calls}
-        agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
+        agent.messages.extend(agent._inbox)
         agent._inbox.clear()
     if None not in agents:
         agents[None] = AgentPlan(None, None, "")
     return ResumePlan(agents, events[-1].seq if events else 0, finished, remote, status)
 
 
-def _apply(agent: AgentPlan, event: Event, on_turn: Callable[[AgentPlan], None] | None) -> None:
+def _apply(
+    agent: AgentPlan,
+    event: Event,
+    on_turn: Callable[[AgentPlan], None] | None,
+    blobs: Mapping[str, bytes],
+) -> None:
     """One of an agent's own events, into its plan (as its runner saw it)."""
     kind, data = event.type, event.data
     if kind is EventType.REASONING:
@@ -352,17 +364,19 @@ def _apply(agent: AgentPlan, event: Event, on_turn: Callable[[AgentPlan], None] 
             name=str(result.get("name", "")),
             content=str(result.get("content", "")),
             is_error=bool(result.get("isError", False)),
+            attachments=from_infos(result.get("attachments", ()), blobs),
         )
         _settle(agent)
     elif kind is EventType.USER_MESSAGE:
         message = cast(UserMessageData, data)
-        agent._inbox.append(str(message.get("text", "")))
+        given = from_infos(message.get("attachments", ()), blobs)
+        agent._inbox.append(UserMessage(text=str(message.get("text", "")), attachments=given))
         agent.heard_from.add(str(message.get("from", "")))
         if "control" in message:
             agent.controls.add(message["control"])
     elif kind is EventType.COMPACTION_STARTED:
         _flush_turn(agent)  # as the runner: the turn's results and the inbox are in
-        agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
+        agent.messages.extend(agent._inbox)
         agent._inbox.clear()
         agent._compacting = len(agent.messages)
     elif kind is EventType.COMPACTION_FINISHED and agent._compacting is not None:
@@ -388,7 +402,7 @@ def _apply(agent: AgentPlan, event: Event, on_turn: Callable[[AgentPlan], None] 
 def _start_turn(agent: AgentPlan) -> None:
     """The first event of a new model turn: what waited in the inbox goes before it."""
     _flush_turn(agent)
-    agent.messages.extend(UserMessage(text=text) for text in agent._inbox)
+    agent.messages.extend(agent._inbox)
     agent._inbox.clear()
     agent._in_turn = True
 
@@ -451,3 +465,27 @@ def _tool_call(data: TurnCallData) -> ToolCall:
     return ToolCall(
         id=str(data.get("toolCallId", "")), name=str(data.get("name", "")), arguments=arguments
     )
+
+
+class _Attached(TypedDict):
+    """The field the four events that name attachments share."""
+
+    attachments: NotRequired[list[AttachmentInfo]]
+
+
+_NAMING = (
+    EventType.RUN_STARTED,
+    EventType.AGENT_STARTED,
+    EventType.USER_MESSAGE,
+    EventType.TOOL_RESULT,
+)
+
+
+def attachment_ids(events: Sequence[Event]) -> list[str]:
+    """The attachments the events name (their bytes are to be read before `rebuild`)."""
+    found: dict[str, None] = {}
+    for event in events:
+        if event.type in _NAMING:
+            for info in cast(_Attached, event.data).get("attachments", ()):
+                found[info["id"]] = None
+    return list(found)

@@ -3,9 +3,10 @@
 | MCP content | becomes |
 |---|---|
 | `text` | its text |
-| `image`, `audio` | `[image image/png, 12345 bytes]` (models get no binary here) |
+| `image` | `[image image/png, 12345 bytes]`, and the image itself as an attachment |
+| `audio` | `[audio audio/wav, 12345 bytes]` (no model here takes audio) |
 | `resource` with text | its text, after `[resource <uri>]` |
-| `resource` with a blob | `[resource <uri> <mimeType>, N bytes]` |
+| `resource` with a blob | `[resource <uri> <mimeType>, N bytes]`, and the blob as an attachment |
 | `resource_link` | `[resource link <uri> <name>]` |
 | `structuredContent` with no content blocks | its JSON |
 
@@ -18,7 +19,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["result_text"]
+from agents.core.attachments import Attachment, AttachmentError, decode_base64
+
+__all__ = ["result_attachments", "result_text"]
 
 
 def result_text(content: list[Any], structured: Any, max_chars: int) -> str:
@@ -31,6 +34,29 @@ def result_text(content: list[Any], structured: Any, max_chars: int) -> str:
         cut = len(text) - max_chars
         text = text[:max_chars] + f"…[truncated {cut} characters]"
     return text
+
+
+def result_attachments(content: list[Any], tool: str) -> tuple[Attachment, ...]:
+    """A result's images and embedded blobs as attachments, which reach the model in
+    its provider's own blocks (docs/structured.md#attachments). One whose base64 does
+    not decode is left out (its line in the text says it was there)."""
+    out: list[Attachment] = []
+    for i, block in enumerate(content, 1):
+        kind = getattr(block, "type", None)
+        if kind == "image":
+            data, mime, name = block.data, block.mime_type, f"{tool}-{i}"
+        elif kind == "resource" and getattr(block.resource, "blob", None) is not None:
+            resource = block.resource
+            mime = getattr(resource, "mime_type", None) or "application/octet-stream"
+            data, name = resource.blob, str(resource.uri).rstrip("/").rsplit("/", 1)[-1]
+        else:
+            continue
+        try:
+            raw = decode_base64(str(data), "content")
+        except AttachmentError:
+            continue
+        out.append(Attachment.of(name or f"{tool}-{i}", str(mime), raw))
+    return tuple(out)
 
 
 def _block(block: Any) -> str:

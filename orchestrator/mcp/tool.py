@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from agents.errors import ToolError
-from agents.tools.base import ToolContext
+from agents.tools.base import ToolContext, ToolOutput
 from orchestrator.mcp.hub import McpError, McpHub, ToolInfo
-from orchestrator.mcp.results import result_text
+from orchestrator.mcp.results import result_attachments, result_text
 
 __all__ = ["McpTool"]
 
@@ -37,7 +37,7 @@ class McpTool:
         """The server's JSON schema of the arguments."""
         return self._info.parameters
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str | ToolOutput:
         """Call the tool on its server; the result as text (results.py)."""
         try:
             content, structured, is_error = await self._hub.call(self._info, args, ctx.progress)
@@ -46,4 +46,5 @@ class McpTool:
         text = result_text(content, structured, self._max_chars)
         if is_error:
             raise ToolError(text or f"{self.name}: the MCP server reported an error")
-        return text
+        attachments = result_attachments(content, self.name)
+        return ToolOutput(text, attachments) if attachments else text

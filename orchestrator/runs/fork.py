@@ -93,6 +93,7 @@ async def start_fork(
     entries = await entries_of(journal, point.run_id)
     events = [entry.event for entry in entries]
     thread = await threads.start_of_record(record)
+    blobs = await journal.blobs_of(events[: point.seq])
     fork = fork_run(
         events,
         point.seq,
@@ -104,9 +105,12 @@ async def start_fork(
         history=thread.history if thread is not None else (),
         continued=await threads.continued(events),
         thread_id=record.thread_id,
+        blobs=blobs,
     )
     if new:
         journal.create_run(record)
+    if blobs:  # the fork refers to the original's attachments: never a second copy
+        await journal.storage.ref_blobs(record.run_id, list(blobs))
     outlet = journal.outlet(record.run_id)
     rename = _Renamer(point.run_id, record.run_id)
     for event, entry in zip(fork.events, entries, strict=False):

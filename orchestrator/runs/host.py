@@ -83,6 +83,7 @@ class RunHost:
     def __init__(self, orchestrator: Orchestrator, journal: Journal, nursery: trio.Nursery) -> None:
         self.orchestrator = orchestrator
         self.journal = journal
+        orchestrator.catalog.blobs = journal.storage  # attachments' bytes: the journal's
         self.threads = Threads(journal)
         """The journal's threads: their runs and conversations (docs/threads.md)."""
         self.nursery = nursery
@@ -112,6 +113,7 @@ class RunHost:
         context_id: str | None = None,
         thread: ThreadAsk | None = None,
         options: RunOptions | None = None,
+        blobs: dict[str, bytes] | None = None,
     ) -> StartedRun:
         """Start a run (streaming: journaled events; else a blocking call with none).
 
@@ -120,13 +122,8 @@ class RunHost:
         thread's conversation (`runs/thread_starts.py`, docs/threads.md). It is
         returned once its RUN_STARTED is journaled (a commit of the journal's writer: a
         crash after the caller acknowledged it cannot lose it); an enqueued one at once.
-
-        Raises:
-            UnknownAgent: no such subagent.
-            LimitExceeded: `limits.max_concurrent_runs` runs are running, or `owner`
-                already has `max_runs` running, or (`reject`) a run of the thread runs.
-            StorageUnavailable: journal writes are failing (read-only).
-            ThreadError: the thread or the agent to continue cannot go on as asked.
+        `limits.max_concurrent_runs` bounds the runs here (`LimitExceeded`). Raises as
+        `RunService.start` says.
         """
         if stream:
             return await self._thread_starts.start(
@@ -137,13 +134,17 @@ class RunHost:
                 context_id=context_id,
                 ask=thread or ThreadAsk(),
                 options=options,
+                blobs=blobs,
             )
         if thread is not None:
             raise ThreadError("bad_request", "a thread's runs are streamed: give stream true")
         if agent_id is None:
             raise ThreadError("bad_request", "agent is required")
         self.admit(agent_id, owner, max_runs)
-        return self.launch_new(new_record(agent_id, input, owner, context_id, options=options))
+        record = new_record(agent_id, input, owner, context_id, options=options)
+        if blobs:
+            await self.journal.storage.put_blobs(record.run_id, blobs)
+        return self.launch_new(record)
 
     def launch_new(self, record: RunRecord, start: ThreadStart | None = None) -> HostedRun:
         """Create `record`'s run in the journal (or own its queued one) and execute it:
@@ -168,6 +169,7 @@ class RunHost:
             run_id=record.run_id,
             thread=start,
             output_schema=record.options.output_schema if record.options else None,
+            attachments=record.options.attachments if record.options else (),
         )
         return self.launch(run)
 

@@ -41,11 +41,13 @@ async def plan_resume(
         ThreadError: a run of a conversation it started from is gone.
     """
     events = [entry.event for entry in await journal.read_all(record.run_id, record.last_seq)]
+    blobs = await journal.blobs_of(events)
     if threads is None:
-        return rebuild(events), None
+        return rebuild(events, blobs=blobs), None
     thread = await threads.start_of_record(record)
     history = thread.history if thread is not None else ()
-    return rebuild(events, history=history, continued=await threads.continued(events)), thread
+    continued = await threads.continued(events)
+    return rebuild(events, history=history, continued=continued, blobs=blobs), thread
 
 
 def journaled_run(
@@ -81,6 +83,7 @@ def journaled_run(
         resumed=resumed,
         recording=recording,
         output_schema=record.options.output_schema if record.options else None,
+        attachments=record.options.attachments if record.options else (),
         thread=thread
         or (
             ThreadStart(record.thread_id, record.previous_run_id, record.continues_agent)

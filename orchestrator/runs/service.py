@@ -80,6 +80,7 @@ class RunService(Protocol):
         context_id: str | None = None,
         thread: ThreadAsk | None = None,
         options: RunOptions | None = None,
+        blobs: dict[str, bytes] | None = None,
     ) -> StartedRun:
         """Start a run of `agent_id` on `input` for `owner` (a token's name, or None).
 
@@ -88,7 +89,8 @@ class RunService(Protocol):
         `context_id`: the client's conversation, kept in the run's record. `thread`:
         the thread it goes on (docs/threads.md; None: a new one); `agent_id` may be
         None there (the thread's, or the continued agent's). `options`: what the client
-        asks of the run beyond its input (its root's `output_schema`), kept in its record.
+        asks of the run beyond its input (its root's `output_schema`, its attachments),
+        kept in its record; `blobs`: its attachments' bytes by id, stored for it first.
 
         Raises:
             UnknownAgent: no such subagent.

@@ -124,8 +124,10 @@ class ThreadStarts:
         context_id: str | None,
         ask: ThreadAsk,
         options: RunOptions | None = None,
+        blobs: dict[str, bytes] | None = None,
     ) -> StartedRun:
-        """Start the run (`RunHost.start` says what it raises)."""
+        """Start the run (`RunHost.start` says what it raises); `blobs`: its
+        attachments' bytes, stored for it before it starts."""
         host = self.host
         thread_id = ask.thread_id or new_thread_id()
         # (a thread made now has no runs: the journal's records are not looked through)
@@ -153,7 +155,10 @@ class ThreadStarts:
                 raise LimitExceeded(
                     f"thread {thread_id!r} has {MAX_QUEUED} runs queued already (the most)"
                 )
-            return self._enqueue(agent_id, input, owner, context_id, ask, running, options)
+            queued = self._enqueue(agent_id, input, owner, context_id, ask, running, options)
+            if blobs:
+                await host.journal.storage.put_blobs(queued.run_id, blobs)
+            return queued
         previous = known.runs[-1] if known is not None else None
         if running is not None:  # interrupt, rollback: it ends first
             await self._stop(running, ask.multitask)
@@ -165,6 +170,8 @@ class ThreadStarts:
             thread_id, previous, agent_key=ask.agent_key, from_run=ask.from_run
         )
         record = new_record(agent_id, input, owner, context_id, start, options=options)
+        if blobs:
+            await host.journal.storage.put_blobs(record.run_id, blobs)
         hosted = host.launch_new(record, start)
         # A run is acknowledged once its start is journaled: a crash right after the
         # ack finds it at the next start (and resumes it), never loses it.

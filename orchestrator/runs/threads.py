@@ -312,7 +312,8 @@ class Threads:
                 "the thread cannot go on from it",
             )
         continued = await self.continued(events)
-        plan = rebuild(events, history=history, continued=continued)
+        blobs = await self.journal.blobs_of(events)
+        plan = rebuild(events, history=history, continued=continued, blobs=blobs)
         ended, spawned = record.status not in UNFINISHED, _spawned(events)
         mine = [
             EarlierAgent(key, agent.agent_id, record.run_id, task[:TASK_CHARS])

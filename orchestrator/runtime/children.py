@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 import trio
 
+from agents.core.attachments import Attachment, infos
 from agents.core.messages import Message
 from agents.core.payloads import AgentStartedData, agent_error
 from agents.core.usage import UsageNode
@@ -67,6 +68,8 @@ class New:
     """The agent of an earlier run of the thread it continues (a local subagent)."""
     history: tuple[Message, ...] = ()
     """That agent's conversation: the child's starts from it."""
+    attachments: tuple[Attachment, ...] = ()
+    """Images and files given with its task (`agent_spawn`'s `attachments`)."""
 
 
 class Children:
@@ -149,13 +152,15 @@ class Children:
         else:
             child = _Child(self._run, spec, bus, ctx, timeout)
             started: AgentStartedData = {"agentId": spec.id, "task": new.task}
+            if new.attachments:
+                started["attachments"] = infos(new.attachments)
             if new.continues is not None:
                 started["continues"] = {
                     "runId": new.continues.run_id,
                     "agentKey": new.continues.agent_key,
                 }
                 child.runner.messages = list(new.history)
-            run = functools.partial(child.runner.run, new.task)
+            run = functools.partial(child.runner.run, new.task, new.attachments)
             if task_id is None:
                 return child.drive(run, started, tool_error=True)
             ctx.start_background(

@@ -9,6 +9,7 @@ names.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, final
 
@@ -16,6 +17,13 @@ import msgspec
 import trio
 
 from agents.approval import ApprovalGate, ApprovalPolicy
+from agents.core.attachments import (
+    Attachment,
+    AttachmentLimits,
+    BlobStore,
+    MemoryBlobs,
+    note,
+)
 from agents.core.replay import Recording
 from agents.core.usage import UsageNode
 from agents.errors import SpecError
@@ -106,6 +114,11 @@ class AgentCatalog:
         self.approval_timeout = approval_timeout
         self.desk = desk or ApprovalDesk()
         self.mcp = mcp
+        self.blobs: BlobStore = MemoryBlobs()
+        """Where attachments' bytes are kept: the journal's store on a server (set by
+        its `RunHost`), else this process's memory."""
+        self.attachment_limits = AttachmentLimits()
+        """`limits.attachments`: a tool result's attachments past them are noted only."""
         servers = set(mcp.configs) if mcp is not None else set()
         self._mcp_users = {
             spec.id for spec in specs.values() if any(server_of(t) in servers for t in spec.tools)
@@ -216,7 +229,29 @@ class AgentCatalog:
             summarize_with=run.summarizer,
             recording=run.recording,
             output_mode=self.providers.output_mode(spec),
+            keep=functools.partial(self.keep, run, bus.run_id if bus.streaming else None),
         )
+
+    async def keep(
+        self, run: RunContext, run_id: str | None, given: tuple[Attachment, ...]
+    ) -> tuple[tuple[Attachment, ...], list[str]]:
+        """Keep a tool result's attachments for the run (stored in the journal's blobs
+        when it has one: `run_id`): those within `limits.attachments`; a note for each
+        other."""
+        limits = self.attachment_limits
+        total = sum(a.size for a in run.attachments.values())
+        kept: list[Attachment] = []
+        notes: list[str] = []
+        for a in given:
+            if a.size > limits.max_bytes or total + a.size > limits.max_run_bytes:
+                notes.append(note(a, "over the run's limits.attachments"))
+                continue
+            kept.append(a)
+            total += a.size
+        if kept and run_id is not None:
+            await self.blobs.put_blobs(run_id, {a.id: a.data for a in kept})
+        run.attachments.update((a.id, a) for a in kept)
+        return tuple(kept), notes
 
 
 @final
@@ -303,6 +338,7 @@ class RunContext:
     catalog's and the runtime's own bound to it: `agent_spawn`, `agent_send`)."""
 
     __slots__ = (
+        "attachments",
         "background_again",
         "catalog",
         "continuation",
@@ -324,6 +360,9 @@ class RunContext:
     """Runs a compaction's summarizer subagent as a child of the compacting agent."""
     background_again: Callable[[AgentPlan], list[BackgroundAgain]]
     """A continued agent's background children to pick up again beside it."""
+    attachments: dict[str, Attachment]
+    """The run's attachments by id (its input's, messages', spawns', tool results'): an
+    `agent_spawn` may hand one on by its id."""
 
     def __init__(
         self,
@@ -342,6 +381,7 @@ class RunContext:
             "live": LiveAgents(),
             "continuation": continuation or Continuation(),
             "recording": recording,
+            "attachments": {},
         }
         for name, value in given.items():
             object.__setattr__(self, name, value)

@@ -237,14 +237,13 @@ class Continuation:
     # -- the run -------------------------------------------------------------------
 
     def opening(
-        self, agent_id: str, input: str, output_schema: dict[str, Any] | None = None
+        self, agent_id: str, input: str, extra: Mapping[str, object] | None = None
     ) -> list[Opening]:
-        """The events that open the run, in order."""
+        """The events that open the run, in order (`extra`: RUN_STARTED's fields of what
+        the run was asked beyond its input: `outputSchema`, `attachments`)."""
         plan = self.plan
         if plan is None:
-            started: dict[str, object] = {"agentId": agent_id, "input": input}
-            if output_schema is not None:
-                started["outputSchema"] = output_schema
+            started: dict[str, object] = {"agentId": agent_id, "input": input, **(extra or {})}
             if self.thread is not None:
                 started.update(self.thread.started())
             return [Opening(None, EventType.RUN_STARTED, started)]

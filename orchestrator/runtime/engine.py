@@ -210,6 +210,7 @@ class Orchestrator:
             mcp=mcp,
             compaction=config.compaction,
         )
+        self.catalog.attachment_limits = config.limits.attachments.limits()
         self.mcp = mcp
         """The MCP servers' sessions (None: none configured); they end with `open`."""
         self.conversations = Conversations()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -18,6 +19,7 @@ import msgspec
 import trio
 
 from agents.approval import ApprovalRequest
+from agents.core.attachments import Attachment, AttachmentInfo, from_infos, infos
 from agents.core.messages import Inbound
 from agents.core.payloads import RunFinishedData
 from agents.core.replay import Recording
@@ -112,7 +114,8 @@ class Run:
     plan rebuilt from it, announced with `resumed`). Without a `sink` (a non-streaming
     call) its events go nowhere (`NullSink`). `thread`: where it stands in its thread
     (its root starts from the thread's conversation). `output_schema`: the one its root's
-    answer must match instead of its spec's (the `run` op's `outputSchema`)."""
+    answer must match instead of its spec's (the `run` op's `outputSchema`);
+    `attachments`: its input's images and files."""
 
     def __init__(
         self,
@@ -128,11 +131,16 @@ class Run:
         recording: Recording | None = None,
         thread: ThreadStart | None = None,
         output_schema: dict[str, Any] | None = None,
+        attachments: Sequence[AttachmentInfo] = (),
     ) -> None:
         self.catalog = catalog
         self.agent_id = agent_id
         self.input = input
         self.output_schema = output_schema
+        self.attachments = tuple(attachments)
+        """Its input's attachments (their bytes are read from the blob store as it
+        starts, into `_given`)."""
+        self._given: tuple[Attachment, ...] = ()
         self.limits = limits
         self.sink: AnySink = sink or NullSink(run_id or new_run_id(), new_session_id(root=True))
         self.run_id = self.sink.run_id
@@ -317,7 +325,13 @@ class Run:
         spec = self.catalog.spec(self.agent_id)
         bus = self.sink.bus()
         continuation = self.context.continuation
-        for opening in continuation.opening(spec.id, self.input, self.output_schema):
+        given = await self._attachments()
+        started: dict[str, object] = {}
+        if self.output_schema is not None:
+            started["outputSchema"] = self.output_schema
+        if given:
+            started["attachments"] = infos(given)
+        for opening in continuation.opening(spec.id, self.input, started):
             bus.at(opening.source).emit_any(opening.type, opening.data, opening.last)
         bus_token = current_bus.set(bus)
         status: RunStatus = "failed"
@@ -375,6 +389,14 @@ class Run:
         self._emit_finished(bus, runner)
         return self.result
 
+    async def _attachments(self) -> tuple[Attachment, ...]:
+        """Its input's attachments with their bytes, known to the run by id."""
+        named = self.attachments
+        blobs = await self.catalog.blobs.get_blobs([a["id"] for a in named]) if named else {}
+        self._given = from_infos(named, blobs)
+        self.context.attachments.update((a.id, a) for a in self._given)
+        return self._given
+
     def _root_budget(self, spec: AgentSpec) -> tuple[int | None, str]:
         """The root's token budget: the smaller of the run's and the agent's, and
         which setting it is (named when it trips)."""
@@ -409,7 +431,7 @@ class Run:
                 return outcome.text, outcome.structured
             case Fresh(history=history):
                 runner.messages = list(history)  # (a thread's conversation so far)
-                outcome = await runner.run(self.input)
+                outcome = await runner.run(self.input, self._given)
                 return outcome.text, outcome.structured
 
     def _emit_finished(self, bus: AnyBus, runner: AgentRunner) -> None:

@@ -22,11 +22,13 @@ from typing import Any, cast
 import msgspec
 import trio
 
+from agents.core.attachments import AttachmentError, AttachmentIn
 from agents.errors import AgentFailed, ToolError
 from agents.runner import AgentRunner
 from agents.spec import AgentSpec
 from agents.tools.base import ToolContext
 from orchestrator.core.bus import AnyBus, current_bus
+from orchestrator.runtime.attachments import Fetcher, received
 from orchestrator.runtime.children import Children, New, failure_text
 from orchestrator.runtime.context import RunContext, RuntimeTools
 from orchestrator.runtime.continuation import EarlierAgent, Fresh
@@ -41,6 +43,31 @@ def run_tools(run: RunContext) -> RuntimeTools:
     return RuntimeTools((spawn, AgentSendTool(run)), spawn.summarize, children.again)
 
 
+_ATTACHMENTS: dict[str, Any] = {
+    "type": "array",
+    "description": (
+        "Images and files for the subagent: the id (att-…) of an attachment you were "
+        "given, or a new one by https URL (or base64 data)."
+    ),
+    "items": {
+        "anyOf": [
+            {"type": "string", "pattern": "^att-[0-9a-f]{32}$"},
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "mediaType": {"type": "string"},
+                    "url": {"type": "string"},
+                    "data": {"type": "string"},
+                },
+                "required": ["name", "mediaType"],
+                "additionalProperties": False,
+            },
+        ]
+    },
+}
+
+
 class SpawnArgs(msgspec.Struct, forbid_unknown_fields=True):
     """The arguments of an `agent_spawn` call."""
 
@@ -49,6 +76,8 @@ class SpawnArgs(msgspec.Struct, forbid_unknown_fields=True):
     timeout_seconds: float | None = None
     agent_key: str | None = None
     """Continue this agent of an earlier run of the thread (docs/threads.md)."""
+    attachments: list[str | AttachmentIn] | None = None
+    """Images and files for the child: ids of the run's attachments, or new ones."""
 
 
 _decode_args = msgspec.convert
@@ -132,6 +161,7 @@ class AgentSpawnTool:
                         "later, as a message."
                     ),
                 },
+                "attachments": _ATTACHMENTS,
             },
             "required": ["agent_id", "task"],
             "additionalProperties": False,
@@ -157,9 +187,40 @@ class AgentSpawnTool:
         continues = self._continues(spawn)
         spec = self._admit(spawn, ctx)
         new = New(spec, spawn.task, spawn.timeout_seconds)
+        if spawn.attachments:
+            return self._with_attachments(new, spawn.attachments, continues, ctx)
         if continues is not None:
             return self._continued(new, continues, ctx)
         return self._children.start(new, ctx)
+
+    async def _with_attachments(
+        self,
+        new: New,
+        items: list[str | AttachmentIn],
+        continues: EarlierAgent | None,
+        ctx: ToolContext,
+    ) -> str:
+        """A child given attachments: the run's own by id; new ones checked, fetched
+        and kept for the run (within `limits.attachments`)."""
+        run, catalog = self._run, self._run.catalog
+        given = [AttachmentIn(id=item) if isinstance(item, str) else item for item in items]
+        fetcher = cast("Fetcher | None", catalog.tools.get("http_get"))
+        try:
+            found = await received(
+                given, catalog.attachment_limits, fetcher, run.attachments, where="attachments"
+            )
+        except AttachmentError as exc:
+            raise ToolError(f"agent_spawn: {exc}") from None
+        fresh = tuple(a for a in found if a.id not in run.attachments)
+        bus = current_bus.get()
+        run_id = bus.run_id if bus is not None and bus.streaming else None
+        _, notes = await catalog.keep(run, run_id, fresh)
+        if notes:
+            raise ToolError("agent_spawn: " + "; ".join(notes))
+        new = New(new.spec, new.task, new.timeout_seconds, attachments=tuple(found))
+        if continues is not None:
+            return await self._continued(new, continues, ctx)
+        return await self._children.start(new, ctx)
 
     def _continues(self, spawn: SpawnArgs) -> EarlierAgent | None:
         """The earlier agent the call continues (None: it starts a new one).
@@ -194,7 +255,14 @@ class AgentSpawnTool:
             raise ToolError(
                 f"agent_spawn: {earlier.agent_key!r} cannot be continued: {exc}"
             ) from None
-        again = New(new.spec, new.task, new.timeout_seconds, continues=earlier, history=history)
+        again = New(
+            new.spec,
+            new.task,
+            new.timeout_seconds,
+            continues=earlier,
+            history=history,
+            attachments=new.attachments,
+        )
         return await self._children.start(again, ctx)
 
     def summarize(self, agent_id: str, task: str, ctx: ToolContext) -> Coroutine[Any, Any, str]:

@@ -13,12 +13,13 @@ on the principal's own things or on nothing.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import msgspec
 
+from agents.core.attachments import Attachment, AttachmentError, AttachmentIn, infos
 from agents.core.structured import SchemaError, check_schema
 from orchestrator import protocol
 from orchestrator.config import ServerConfig
@@ -37,6 +38,7 @@ from orchestrator.runs.service import (
 )
 from orchestrator.runs.threads import ThreadInfo
 from orchestrator.runtime.approvals import ApprovalError
+from orchestrator.runtime.attachments import Fetcher, received
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Principal
@@ -199,13 +201,16 @@ async def run(conn: Caller, op: protocol.StartRun) -> None:
         if asked != (None, None, None, "reject")
         else None
     )
-    options = None
+    schema = None
     if op.output_schema is not None:
         try:
             schema = check_schema(op.output_schema, where="outputSchema", untrusted=True)
         except SchemaError as exc:
             raise ProtocolError("bad_request", str(exc), op.id) from None
-        options = RunOptions(output_schema=schema)
+    given = await attachments_of(conn, op.attachments or [], op.id)
+    options = None
+    if schema is not None or given:
+        options = RunOptions(output_schema=schema, attachments=tuple(infos(given)))
     started = await app.runs.start(
         op.agent,
         op.input,
@@ -214,8 +219,9 @@ async def run(conn: Caller, op: protocol.StartRun) -> None:
         max_runs=principal.max_runs if principal.name is not None else None,
         thread=thread,
         options=options,
+        blobs={a.id: a.data for a in given} or None,
     )
-    await _answer_started(conn, started, op)
+    await _answer_started(conn, started, op, [a.id for a in given] or None)
 
 
 async def fork(conn: Caller, op: protocol.Fork) -> None:
@@ -245,18 +251,47 @@ async def fork(conn: Caller, op: protocol.Fork) -> None:
 
 
 async def _answer_started(
-    conn: Caller, started: StartedRun, op: protocol.StartRun | protocol.Fork
+    conn: Caller,
+    started: StartedRun,
+    op: protocol.StartRun | protocol.Fork,
+    attachments: list[str] | None = None,
 ) -> None:
-    """Ack a started run with its id: then its result (`stream: false`), or its
-    events from seq 1 in a new subscription."""
+    """Ack a started run with its id (and its attachments' ids): then its result
+    (`stream: false`), or its events from seq 1 in a new subscription."""
     if not op.stream:
-        await conn.reply(protocol.ack(op.id, run_id=started.run_id))
+        await conn.reply(protocol.ack(op.id, run_id=started.run_id, attachments=attachments))
         conn.await_result(started, op.id)
         return
     feed = conn.new_feed(started.run_id, 0, op.filter, op.detail, op.id, op.format)
     thread_id = started.thread_id
-    await conn.reply(protocol.ack(op.id, run_id=started.run_id, sub=feed.sub, thread_id=thread_id))
+    await conn.reply(
+        protocol.ack(
+            op.id,
+            run_id=started.run_id,
+            sub=feed.sub,
+            thread_id=thread_id,
+            attachments=attachments,
+        )
+    )
     conn.start_feed(feed)
+
+
+async def attachments_of(
+    conn: Caller,
+    given: list[AttachmentIn],
+    msg_id: protocol.MessageId,
+    known: Mapping[str, Attachment] | None = None,
+) -> list[Attachment]:
+    """A request's attachments, checked (and fetched), or a `bad_request` saying why."""
+    if not given:
+        return []
+    app = conn.app
+    fetcher = cast("Fetcher | None", app.orchestrator.tools.get("http_get"))
+    limits = app.config.limits.attachments.limits()
+    try:
+        return await received(given, limits, fetcher, known)
+    except AttachmentError as exc:
+        raise ProtocolError("bad_request", str(exc), msg_id) from None
 
 
 async def cancel(conn: Caller, op: protocol.Cancel) -> None:

@@ -6,7 +6,9 @@ from typing import Any, Protocol
 
 import msgspec
 
-__all__ = ["RunOptions", "RunRecord", "Storage", "StorageError"]
+from agents.core.attachments import AttachmentInfo, BlobStore
+
+__all__ = ["BlobStore", "RunOptions", "RunRecord", "Storage", "StorageError"]
 
 
 class StorageError(Exception):
@@ -32,6 +34,8 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
 
     output_schema: dict[str, Any] | None = None
     """The JSON Schema its root's answer must match (docs/structured.md)."""
+    attachments: tuple[AttachmentInfo, ...] = ()
+    """Images and files given with its input (their bytes: the store's blobs)."""
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
@@ -105,7 +109,21 @@ class Storage(Protocol):
         ...
 
     async def delete_runs(self, run_ids: list[str]) -> None:
-        """Forget whole runs: their records and events (retention)."""
+        """Forget whole runs: their records and events, and the blobs no other run
+        refers to (retention)."""
+        ...
+
+    async def put_blobs(self, run_id: str, blobs: dict[str, bytes]) -> None:
+        """Keep `blobs` (an attachment's id → its bytes) for `run_id`: each stored once,
+        however many runs refer to it (docs/structured.md#attachments)."""
+        ...
+
+    async def ref_blobs(self, run_id: str, keys: list[str]) -> None:
+        """`run_id` refers to blobs already stored (a fork, a thread's next run)."""
+        ...
+
+    async def get_blobs(self, keys: list[str]) -> dict[str, bytes]:
+        """The blobs of `keys` that are stored (a missing one is left out)."""
         ...
 
     async def upkeep(self) -> None:

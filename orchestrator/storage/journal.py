@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import cast
 
@@ -34,6 +34,7 @@ from agents.core.payloads import RunFinishedData
 from orchestrator.core.capping import cap_event
 from orchestrator.core.events import Event, EventType, decode_event
 from orchestrator.core.listeners import Listeners
+from orchestrator.core.rebuild import attachment_ids
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.mirror import RunMirrors
 from orchestrator.storage.paging import RunPaging
@@ -360,6 +361,11 @@ class Journal:
             event = decode_event(raw)
             entries.append(Entry(event, raw, event.seq))
         return entries
+
+    async def blobs_of(self, events: Sequence[Event]) -> dict[str, bytes]:
+        """The bytes of the attachments `events` name (for `rebuild`)."""
+        ids = attachment_ids(events)
+        return await self.storage.get_blobs(ids) if ids else {}
 
     async def read_all(self, run_id: str, last_seq: int) -> list[Entry]:
         """Every kept event of the run up to `last_seq`, oldest first (to resume it)."""

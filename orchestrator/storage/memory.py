@@ -5,15 +5,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from agents.core.attachments import MemoryBlobs
 from orchestrator.storage.base import RunRecord
 
 __all__ = ["MemoryStorage"]
 
 
 class MemoryStorage:
-    """The non-durable backend: writes are no-ops, reads are never needed."""
+    """The non-durable backend: writes are no-ops, reads are never needed; attachments'
+    blobs are kept here, with the runs that refer to them."""
 
     durable = False
+
+    def __init__(self) -> None:
+        self.blobs = MemoryBlobs()
 
     @classmethod
     @asynccontextmanager
@@ -36,7 +41,20 @@ class MemoryStorage:
         """The journal trims its own memory."""
 
     async def delete_runs(self, run_ids: list[str]) -> None:
-        """The journal forgets the runs itself."""
+        """The journal forgets the runs itself; their blobs go with the last of them."""
+        self.blobs.forget(run_ids)
+
+    async def put_blobs(self, run_id: str, blobs: dict[str, bytes]) -> None:
+        """Kept in memory, once each."""
+        await self.blobs.put_blobs(run_id, blobs)
+
+    async def ref_blobs(self, run_id: str, keys: list[str]) -> None:
+        """One more run refers to them."""
+        await self.blobs.ref_blobs(run_id, keys)
+
+    async def get_blobs(self, keys: list[str]) -> dict[str, bytes]:
+        """Those kept."""
+        return await self.blobs.get_blobs(keys)
 
     async def upkeep(self) -> None:
         """Nothing to keep up."""

@@ -251,15 +251,61 @@ class RedisStorage:
         await self._client.xtrim(self._events_key(run_id), PureToken.MINID, threshold)
 
     async def delete_runs(self, run_ids: list[str]) -> None:
-        """DEL the streams (and cluster keys) and HDEL the records, in one MULTI/EXEC."""
+        """DEL the streams (and cluster keys) and HDEL the records, in one MULTI/EXEC;
+        then drop the runs' blob references, and each blob no run refers to any more."""
         assert self._client is not None, "storage is not open"
-        async with self._client.pipeline(transaction=True) as pipe:
+        client = self._client
+        held = {run_id: await client.smembers(self._blobs_of(run_id)) for run_id in run_ids}
+        async with client.pipeline(transaction=True) as pipe:
             for run_id in run_ids:
                 base = f"{self.prefix}run:{{{run_id}}}:"
-                names = ("ev", "lease", "epoch", "ctl", "ctldone", "failure", "handovers")
+                names = ("ev", "lease", "epoch", "ctl", "ctldone", "failure", "handovers", "blobs")
                 pipe.delete([base + name for name in names])
             pipe.hdel(self.prefix + "runs", run_ids)
             pipe.zrem(self.prefix + "runs:index", run_ids)  # cluster mode's `runs` index
+        for run_id, keys in held.items():
+            for raw in keys:
+                key = _text(raw)
+                await client.srem(self._blob_key(key) + ":runs", [run_id])
+                if await client.scard(self._blob_key(key) + ":runs") == 0:
+                    await client.delete([self._blob_key(key), self._blob_key(key) + ":runs"])
+
+    def _blob_key(self, key: str) -> str:
+        return f"{self.prefix}blob:{key}"
+
+    def _blobs_of(self, run_id: str) -> str:
+        return f"{self.prefix}run:{{{run_id}}}:blobs"
+
+    async def put_blobs(self, run_id: str, blobs: dict[str, bytes]) -> None:
+        """SET NX each blob (stored once) and record who refers to it, both ways."""
+        assert self._client is not None, "storage is not open"
+        async with self._client.pipeline(transaction=False) as pipe:
+            for key, data in blobs.items():
+                pipe.set(self._blob_key(key), data, condition=PureToken.NX)
+                pipe.sadd(self._blob_key(key) + ":runs", [run_id])
+            if blobs:
+                pipe.sadd(self._blobs_of(run_id), list(blobs))
+
+    async def ref_blobs(self, run_id: str, keys: list[str]) -> None:
+        """The run's references to blobs stored already."""
+        assert self._client is not None, "storage is not open"
+        async with self._client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.sadd(self._blob_key(key) + ":runs", [run_id])
+            if keys:
+                pipe.sadd(self._blobs_of(run_id), keys)
+
+    async def get_blobs(self, keys: list[str]) -> dict[str, bytes]:
+        """MGET of the blobs."""
+        assert self._client is not None, "storage is not open"
+        if not keys:
+            return {}
+        values = await self._client.mget([self._blob_key(key) for key in keys])
+        return {
+            key: value if isinstance(value, bytes) else value.encode()
+            for key, value in zip(keys, values, strict=True)
+            if value is not None
+        }
 
     async def upkeep(self) -> None:
         """Redis keeps itself up."""

@@ -47,6 +47,11 @@ CREATE TABLE IF NOT EXISTS runs (
     options TEXT
 );
 CREATE TABLE IF NOT EXISTS run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS blobs (key TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS blob_refs (
+    run_id TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS blob_refs_by_key ON blob_refs (key);
 CREATE TABLE IF NOT EXISTS events (
     run INTEGER NOT NULL,
     seq INTEGER NOT NULL,
@@ -446,11 +451,46 @@ class SqliteStorage:
             ("DELETE FROM events WHERE run = ?", nums),
             ("DELETE FROM run_nums WHERE run_id = ?", rows),
             ("DELETE FROM runs WHERE run_id = ?", rows),
+            ("DELETE FROM blob_refs WHERE run_id = ?", rows),
+            (_UNUSED_BLOBS, [()]),
         ]
         await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
         for run_id in run_ids:
             self._written.pop(run_id, None)
             self._nums.pop(run_id, None)
+
+    async def put_blobs(self, run_id: str, blobs: dict[str, bytes]) -> None:
+        """Each blob stored once (`INSERT OR IGNORE`), with the run's reference, in one
+        transaction."""
+        statements: list[tuple[str, list[tuple[object, ...]]]] = [
+            ("INSERT OR IGNORE INTO blobs (key, data) VALUES (?, ?)", list(blobs.items())),
+            (
+                "INSERT OR IGNORE INTO blob_refs (run_id, key) VALUES (?, ?)",
+                [(run_id, key) for key in blobs],
+            ),
+        ]
+        await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
+
+    async def ref_blobs(self, run_id: str, keys: list[str]) -> None:
+        """The run's references to blobs stored already."""
+        rows: list[tuple[object, ...]] = [(run_id, key) for key in keys]
+        sql = "INSERT OR IGNORE INTO blob_refs (run_id, key) SELECT ?, key FROM blobs WHERE key = ?"
+        await trio.to_thread.run_sync(self._transaction, [(sql, rows)], limiter=self._write_limiter)
+
+    async def get_blobs(self, keys: list[str]) -> dict[str, bytes]:
+        """Read on the reader connection, in a worker thread."""
+
+        def read() -> dict[str, bytes]:
+            conn = self._reader
+            assert conn is not None, "storage is not open"
+            found: dict[str, bytes] = {}
+            for key in keys:
+                row = conn.execute("SELECT data FROM blobs WHERE key = ?", (key,)).fetchone()
+                if row is not None:
+                    found[key] = bytes(row[0])
+            return found
+
+        return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
 
     def _close(self) -> None:
         for conn in (self._reader, self._checkpointer, self._writer):
@@ -459,6 +499,7 @@ class SqliteStorage:
         self._reader = self._checkpointer = self._writer = None
 
 
+_UNUSED_BLOBS = "DELETE FROM blobs WHERE key NOT IN (SELECT key FROM blob_refs)"
 _decode_fork = msgspec.json.Decoder(ForkPoint).decode
 _decode_options = msgspec.json.Decoder(RunOptions).decode
 

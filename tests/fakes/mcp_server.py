@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ImageContent, TextContent
 
 app = MCPServer("demo")
 
@@ -71,6 +72,21 @@ def header(name: str, ctx: Context) -> str:
     """A header of the HTTP request that carried this call (`<none>` over stdio)."""
     headers = ctx.headers or {}
     return headers.get(name.lower(), "<none>")
+
+
+DOT_PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+@app.tool()
+def dot() -> list[TextContent | ImageContent]:
+    """A one-pixel PNG, with a caption."""
+    return [
+        TextContent(type="text", text="a dot"),
+        ImageContent(type="image", data=DOT_PNG, mime_type="image/png"),
+    ]
 
 
 @app.tool(name="odd name!")

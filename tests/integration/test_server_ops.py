@@ -195,7 +195,9 @@ async def test_runs_agents_ping_and_blocking_run(tmp_path: Path) -> None:
         assert await request(ws, op="ping", id=1) == {"op": "pong", "id": 1}
         agents = await request(ws, op="agents", id=2)
         assert sorted(a["id"] for a in agents["agents"]) == ["critic", "planner", "researcher"]
-        assert {"id", "name", "description", "model", "example"} == set(agents["agents"][0])
+        assert {"id", "name", "description", "model", "example", "outputSchema"} == set(
+            agents["agents"][0]
+        )
         ack = await request(ws, op="run", id=3, agent="planner", input="blocking", stream=False)
         assert ack == {"op": "ack", "id": 3, "runId": ack["runId"]}
         result = await recv(ws)

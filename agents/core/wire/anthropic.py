@@ -13,10 +13,12 @@ here. Stop reasons pass through (`pause_turn`: the runner asks Claude to go on).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from agents.core.attachments import Attachment, shown
 from agents.core.messages import (
     AssistantMessage,
     Finish,
@@ -45,9 +47,14 @@ _RETRYABLE = frozenset({"overloaded_error", "api_error", "rate_limit_error", "ti
 
 
 def encode_request(
-    request: ModelRequest, *, model: str, params: dict[str, Any] | None = None
+    request: ModelRequest,
+    *,
+    model: str,
+    params: dict[str, Any] | None = None,
+    accepts: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The JSON body of a streamed Messages request."""
+    """The JSON body of a streamed Messages request (`accepts`: the media types of
+    attachments the model takes, as `image` and `document` blocks)."""
     messages: list[dict[str, Any]] = []
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
@@ -58,49 +65,26 @@ def encode_request(
 
     for msg in request.messages:
         if isinstance(msg, UserMessage):
-            add("user", [{"type": "text", "text": msg.text}])
+            text = [{"type": "text", "text": msg.text}] if msg.text or not msg.attachments else []
+            add("user", text + _blocks(msg.attachments, accepts))
         elif isinstance(msg, ToolResultMessage):
+            content: str | list[dict[str, Any]] = msg.content
+            if msg.attachments:  # a tool result holds images and documents itself
+                content = [{"type": "text", "text": msg.content or "(no text)"}]
+                content += _blocks(msg.attachments, accepts)
             add(
                 "user",
                 [
                     {
                         "type": "tool_result",
                         "tool_use_id": msg.tool_call_id,
-                        "content": msg.content,
+                        "content": content,
                         "is_error": msg.is_error,
                     }
                 ],
             )
         elif isinstance(msg, AssistantMessage):
-            blocks: list[dict[str, Any]] = []
-            for block in msg.thinking_blocks:
-                if block.redacted is not None:
-                    blocks.append({"type": "redacted_thinking", "data": block.redacted})
-                else:
-                    blocks.append(
-                        {
-                            "type": "thinking",
-                            "thinking": block.thinking,
-                            "signature": block.signature,
-                        }
-                    )
-            blocks.extend(msg.server_blocks)  # server tool blocks go back as they came
-            if msg.text:
-                blocks.append({"type": "text", "text": msg.text})
-            for call in msg.tool_calls:
-                try:
-                    args = msgspec.json.decode(call.arguments) if call.arguments.strip() else {}
-                except msgspec.DecodeError:
-                    args = {}
-                blocks.append(
-                    {
-                        "type": "tool_use",
-                        "id": call.id,
-                        "name": call.name,
-                        "input": args if isinstance(args, dict) else {},
-                    }
-                )
-            add("assistant", blocks or [{"type": "text", "text": ""}])
+            add("assistant", _assistant_blocks(msg) or [{"type": "text", "text": ""}])
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": 4096,
@@ -124,6 +108,45 @@ def encode_request(
     if params:
         body.update(params)
     return body
+
+
+def _assistant_blocks(msg: AssistantMessage) -> list[dict[str, Any]]:
+    """A model turn as content blocks: its thinking (signed, sent back verbatim), the
+    server tools' blocks as they came, its text, its tool calls."""
+    blocks: list[dict[str, Any]] = []
+    for block in msg.thinking_blocks:
+        if block.redacted is not None:
+            blocks.append({"type": "redacted_thinking", "data": block.redacted})
+        else:
+            thinking = {"type": "thinking", "thinking": block.thinking}
+            blocks.append({**thinking, "signature": block.signature})
+    blocks.extend(msg.server_blocks)
+    if msg.text:
+        blocks.append({"type": "text", "text": msg.text})
+    for call in msg.tool_calls:
+        try:
+            args = msgspec.json.decode(call.arguments) if call.arguments.strip() else {}
+        except msgspec.DecodeError:
+            args = {}
+        use = {"type": "tool_use", "id": call.id, "name": call.name}
+        blocks.append({**use, "input": args if isinstance(args, dict) else {}})
+    return blocks
+
+
+def _blocks(attachments: tuple[Attachment, ...], accepts: Sequence[str]) -> list[dict[str, Any]]:
+    """Attachments as content blocks: `image` and `document` with a base64 source."""
+    out: list[dict[str, Any]] = []
+    for kind, item in shown(attachments, accepts):
+        if isinstance(item, str):
+            out.append({"type": "text", "text": item})
+        else:
+            source = {"type": "base64", "media_type": item.media_type, "data": item.base64()}
+            block: dict[str, Any] = {"type": kind if kind == "image" else "document"}
+            block["source"] = source
+            if kind != "image":
+                block["title"] = item.name
+            out.append(block)
+    return out
 
 
 class _Block(msgspec.Struct):

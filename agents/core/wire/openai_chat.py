@@ -8,10 +8,12 @@ with its source). Feed it the `data` of each SSE event, then call `end()` at EOF
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from agents.core.attachments import Attachment, shown
 from agents.core.messages import (
     AssistantMessage,
     Finish,
@@ -36,13 +38,23 @@ _RETRYABLE = frozenset({"server_error", "rate_limit_error", "overloaded_error", 
 
 
 def encode_request(
-    request: ModelRequest, *, model: str, params: dict[str, Any] | None = None
+    request: ModelRequest,
+    *,
+    model: str,
+    params: dict[str, Any] | None = None,
+    accepts: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The JSON body of a streamed Chat Completions request."""
+    """The JSON body of a streamed Chat Completions request (`accepts`: the media types
+    of attachments the model takes: `image_url` and `file` parts)."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": request.system}]
+    held: list[tuple[str, tuple[Attachment, ...]]] = []  # tool results' attachments
     for msg in request.messages:
+        if held and not isinstance(msg, ToolResultMessage):
+            messages.append(_held_results(held, accepts))
         if isinstance(msg, UserMessage):
-            messages.append({"role": "user", "content": msg.text})
+            messages.append(
+                {"role": "user", "content": _content(msg.text, msg.attachments, accepts)}
+            )
         elif isinstance(msg, AssistantMessage):
             out: dict[str, Any] = {"role": "assistant", "content": msg.text or None}
             if msg.tool_calls:
@@ -59,6 +71,10 @@ def encode_request(
             messages.append(
                 {"role": "tool", "tool_call_id": msg.tool_call_id, "content": msg.content}
             )
+            if msg.attachments:
+                held.append((f"{msg.name} ({msg.tool_call_id})", msg.attachments))
+    if held:
+        messages.append(_held_results(held, accepts))
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
@@ -93,6 +109,38 @@ def encode_request(
     if params:
         body.update(params)
     return body
+
+
+def _content(
+    text: str, attachments: tuple[Attachment, ...], accepts: Sequence[str]
+) -> str | list[dict[str, Any]]:
+    """A user message's content: its text, or with attachments a list of parts."""
+    if not attachments:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    for kind, item in shown(attachments, accepts):
+        if isinstance(item, str):
+            parts.append({"type": "text", "text": item})
+        elif kind == "image":
+            parts.append({"type": "image_url", "image_url": {"url": item.data_url()}})
+        else:
+            parts.append(
+                {"type": "file", "file": {"filename": item.name, "file_data": item.data_url()}}
+            )
+    return parts
+
+
+def _held_results(
+    held: list[tuple[str, tuple[Attachment, ...]]], accepts: Sequence[str]
+) -> dict[str, Any]:
+    """A tool message holds no image: the results' attachments follow them in a user
+    message (and `held` is emptied)."""
+    parts: list[dict[str, Any]] = []
+    for call, attachments in held:
+        content = _content(f"Attachments of the result of {call}:", attachments, accepts)
+        parts.extend(content if isinstance(content, list) else [])
+    held.clear()
+    return {"role": "user", "content": parts}
 
 
 class _Function(msgspec.Struct):

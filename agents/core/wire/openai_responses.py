@@ -14,10 +14,12 @@ become `ServerToolCall` + `ServerToolResult` parts and go back verbatim.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from agents.core.attachments import Attachment, shown
 from agents.core.messages import (
     AssistantMessage,
     Finish,
@@ -44,13 +46,22 @@ PROVIDER = "openai-responses"
 
 
 def encode_request(
-    request: ModelRequest, *, model: str, params: dict[str, Any] | None = None
+    request: ModelRequest,
+    *,
+    model: str,
+    params: dict[str, Any] | None = None,
+    accepts: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The JSON body of a streamed Responses request (stateless: the whole input)."""
+    """The JSON body of a streamed Responses request (stateless: the whole input;
+    `accepts`: the media types of attachments the model takes, as `input_image` and
+    `input_file`)."""
     items: list[dict[str, Any]] = []
+    held: list[tuple[str, tuple[Attachment, ...]]] = []  # tool results' attachments
     for msg in request.messages:
+        if held and not isinstance(msg, ToolResultMessage):
+            items.append(_held_results(held, accepts))
         if isinstance(msg, UserMessage):
-            items.append({"role": "user", "content": msg.text})
+            items.append({"role": "user", "content": _content(msg.text, msg.attachments, accepts)})
         elif isinstance(msg, AssistantMessage):
             items.extend(msg.server_blocks)  # server tool items go back as they came
             if msg.text:
@@ -68,6 +79,10 @@ def encode_request(
             items.append(
                 {"type": "function_call_output", "call_id": msg.tool_call_id, "output": msg.content}
             )
+            if msg.attachments:
+                held.append((f"{msg.name} ({msg.tool_call_id})", msg.attachments))
+    if held:
+        items.append(_held_results(held, accepts))
     body: dict[str, Any] = {
         "model": model,
         "instructions": request.system,
@@ -101,6 +116,37 @@ def encode_request(
     if params:
         body.update(params)
     return body
+
+
+def _content(
+    text: str, attachments: tuple[Attachment, ...], accepts: Sequence[str]
+) -> str | list[dict[str, Any]]:
+    """A user item's content: its text, or with attachments a list of input parts."""
+    if not attachments:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "input_text", "text": text}] if text else []
+    for kind, item in shown(attachments, accepts):
+        if isinstance(item, str):
+            parts.append({"type": "input_text", "text": item})
+        elif kind == "image":
+            parts.append({"type": "input_image", "image_url": item.data_url()})
+        else:
+            parts.append(
+                {"type": "input_file", "filename": item.name, "file_data": item.data_url()}
+            )
+    return parts
+
+
+def _held_results(
+    held: list[tuple[str, tuple[Attachment, ...]]], accepts: Sequence[str]
+) -> dict[str, Any]:
+    """The results' attachments, in a user item right after them (`held` is emptied)."""
+    parts: list[dict[str, Any]] = []
+    for call, attachments in held:
+        content = _content(f"Attachments of the result of {call}:", attachments, accepts)
+        parts.extend(content if isinstance(content, list) else [])
+    held.clear()
+    return {"role": "user", "content": parts}
 
 
 class _Item(msgspec.Struct):
