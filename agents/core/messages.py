@@ -66,6 +66,8 @@ class Inbound(NamedTuple):
     control: str | None = None
     """The control request that brought it (USER_MESSAGE's `control`): a run's new
     owner finds it in the journal and does not deliver it twice."""
+    attachments: tuple[Attachment, ...] = ()
+    """Images and files sent with it."""
 
 
 class UserMessage(msgspec.Struct, frozen=True, kw_only=True, tag="user"):

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import trio
 
+from agents.core.attachments import Attachment
 from agents.core.messages import (
     AssistantMessage,
     Finish,
@@ -44,7 +45,8 @@ def split_tokens(text: str) -> list[str]:
 
 
 def render(value: Any, variables: dict[str, str]) -> Any:
-    """Fill `{input}`, `{results}`, `{agent_key}` in a string, or in every string of a list/dict."""
+    """Fill `{input}`, `{results}`, `{agent_key}`, `{attachments}`, `{attachment}` in a
+    string, or in every string of a list/dict."""
     if isinstance(value, str):
         for name, replacement in variables.items():
             value = value.replace("{" + name + "}", replacement)
@@ -63,7 +65,10 @@ def _variables(request: ModelRequest) -> dict[str, str]:
     last_input = ""
     results: list[str] = []
     agent_key = ""
+    seen: list[Attachment] = []
     for msg in request.messages:
+        if not isinstance(msg, AssistantMessage):
+            seen.extend(msg.attachments)
         if isinstance(msg, UserMessage):
             last_input = msg.text
             results = []
@@ -73,7 +78,15 @@ def _variables(request: ModelRequest) -> dict[str, str]:
             results.append(msg.content)
             found = _AGENT_KEY.search(msg.content)
             agent_key = found.group(0) if found else agent_key
-    return {"input": last_input, "results": "\n".join(results), "agent_key": agent_key}
+    # What it was given, with the bytes it got (0: they could not be read back).
+    shown = ", ".join(f"{a.name} ({a.media_type}, {len(a.data)} bytes)" for a in seen)
+    return {
+        "input": last_input,
+        "results": "\n".join(results),
+        "agent_key": agent_key,
+        "attachments": shown or "none",
+        "attachment": seen[-1].id if seen else "",
+    }
 
 
 def _count_words(request: ModelRequest) -> int:

@@ -71,6 +71,9 @@ __all__ = [
 
 logger = logging.getLogger("agents.runner")
 
+Given = tuple[Attachment, ...]
+"""A message's images and files."""
+
 BackgroundAgain = tuple[str, str, Callable[[ToolContext], Awaitable[str]]]
 """Background work picked up again after a takeover: its label (`<taskId> …`), the
 tool call that started it, and the work, given that call's `ToolContext`."""
@@ -241,14 +244,11 @@ class AgentRunner:
         self.background.start(label, work, call_id=call_id)
 
     def cancel(self, cancellation: Cancellation, *, stop: bool = True) -> bool:
-        """A person stops this instance; False if it was already cancelled.
-
-        A running instance is stopped (with `stop`; else it is only told why, because
-        an ancestor's cancellation stops it) and reports AGENT_ERROR `cancelled` with
-        `by` and `reason`; an idle one reports it now. Either way it never runs again:
-        messages sent to it are refused. One that is publishing its final answer as
-        the cancel arrives keeps it (its answer was its terminal event).
-        """
+        """A person stops this instance; False if it was already cancelled. A running one
+        is stopped (with `stop`; else only told why: an ancestor's cancel stops it) and
+        reports AGENT_ERROR `cancelled` with `by` and `reason`; an idle one reports it
+        now. It never runs again (messages to it are refused). One publishing its final
+        answer as the cancel arrives keeps it (its answer was its terminal event)."""
         if self.cancelled is not None:
             return False
         self.cancelled = cancellation
@@ -318,6 +318,7 @@ class AgentRunner:
         *,
         timeout_scope: trio.CancelScope | None = None,
         control: str | None = None,
+        attachments: tuple[Attachment, ...] = (),
     ) -> AgentOutcome:
         """Run an idle instance again on a new message; it keeps its conversation."""
         if self.running:
@@ -328,17 +329,18 @@ class AgentRunner:
             )
         if timeout_scope is not None:
             self._timeout_scope = timeout_scope
-        self.bus.emit_nowait(EventType.USER_MESSAGE, user_message(message, sender, control))
-        self.messages.append(UserMessage(text=message))
+        said = user_message(message, sender, control, attachments)
+        self.bus.emit_nowait(EventType.USER_MESSAGE, said)
+        self.messages.append(UserMessage(text=message, attachments=attachments))
         return await self._run()
 
-    def deliver(self, text: str, sender: str, control: str | None = None) -> bool:
-        """Queue a message for the agent's next model turn and emit USER_MESSAGE
-        (`control`: the cluster control request that brought it).
-
-        Returns False (and does nothing) once the agent no longer takes messages.
-        """
-        return self.background.deliver(text, sender, control)
+    def deliver(
+        self, text: str, sender: str, control: str | None = None, attachments: Given = ()
+    ) -> bool:
+        """Queue a message (with its `attachments`) for the agent's next model turn and
+        emit USER_MESSAGE (`control`: the cluster control request that brought it);
+        False (and nothing done) once the agent no longer takes messages."""
+        return self.background.deliver(text, sender, control, attachments)
 
     async def _run(
         self,
@@ -363,8 +365,8 @@ class AgentRunner:
                         self.background.start(
                             label, functools.partial(work, context), call_id=call_id
                         )
-                    for text, control in inbox:
-                        self.deliver(text, "client", control)
+                    for text, control, given in inbox:
+                        self.deliver(text, "client", control, given)
                     try:
                         outcome = await self._loop(pending, done, prior)
                     except Exception as exc:  # raised bare below, not as a group

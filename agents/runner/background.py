@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from agents.core.attachments import Attachment, infos
 from agents.core.events import EventType
 from agents.core.messages import Message, UserMessage
 from agents.core.payloads import UserMessageData
@@ -35,7 +36,7 @@ class Background:
     def __init__(self, bus: Emitter, accepting: Callable[[], bool]) -> None:
         self._bus = bus
         self._accepting = accepting
-        self.inbox: list[tuple[str, str]] = []
+        self.inbox: list[tuple[str, str, tuple[Attachment, ...]]] = []
         """(text, sender) of each message waiting for the next model turn."""
         self.running = 0
         """Background work still running."""
@@ -90,15 +91,22 @@ class Background:
         if report:
             self.deliver(message, label.split(" ")[0])
 
-    def deliver(self, text: str, sender: str, control: str | None = None) -> bool:
+    def deliver(
+        self,
+        text: str,
+        sender: str,
+        control: str | None = None,
+        attachments: tuple[Attachment, ...] = (),
+    ) -> bool:
         """Queue a message for the next model turn and emit USER_MESSAGE (with the
         `control` request that brought it, if any); False (and nothing done) once the
         agent no longer takes messages."""
         if not self._accepting():
             return False
-        self.inbox.append((text, sender))
+        self.inbox.append((text, sender, attachments))
         if not self._bus.closed:
-            self._bus.emit_nowait(EventType.USER_MESSAGE, user_message(text, sender, control))
+            said = user_message(text, sender, control, attachments)
+            self._bus.emit_nowait(EventType.USER_MESSAGE, said)
         self._wake.unpark_all()
         return True
 
@@ -106,7 +114,8 @@ class Background:
         """The waiting messages join the conversation, in the order they came."""
         inbox = self.inbox
         while inbox:
-            messages.append(UserMessage(text=inbox.pop(0)[0]))
+            text, _, attachments = inbox.pop(0)
+            messages.append(UserMessage(text=text, attachments=attachments))
 
     async def wait_quiet(self) -> bool:
         """Wait until a message waits or no background work runs; True for a message."""
@@ -115,9 +124,16 @@ class Background:
         return bool(self.inbox)
 
 
-def user_message(text: str, sender: str, control: str | None = None) -> UserMessageData:
+def user_message(
+    text: str,
+    sender: str,
+    control: str | None = None,
+    attachments: tuple[Attachment, ...] = (),
+) -> UserMessageData:
     """USER_MESSAGE's data (`control`: the cluster control request that brought it)."""
     data: UserMessageData = {"text": text, "from": sender}
     if control is not None:
         data["control"] = control
+    if attachments:
+        data["attachments"] = infos(attachments)
     return data

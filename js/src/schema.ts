@@ -111,7 +111,7 @@ export interface Approve {
   id?: string | number | null;
 }
 
-/** An image or file given with a run or a message: its bytes in base64 (`data`) or an `https` URL the server fetches (`url`); or `id`, one the run has already. */
+/** An image or file as a client (or a model's `agent_spawn`) gives it: its bytes in base64 (`data`) or an `https` URL the server fetches (`url`); or `id`, one the run has already. */
 export interface AttachmentIn {
   name?: string;
   mediaType?: string;

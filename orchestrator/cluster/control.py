@@ -15,6 +15,7 @@ import logging
 
 import trio
 
+from agents.core.attachments import from_infos
 from orchestrator.cluster.store import ApproveControl, CancelControl, Control, SendControl
 from orchestrator.core.approvals import Answer
 from orchestrator.runs.host import RunHost
@@ -48,9 +49,11 @@ async def apply_control(
             # One of a remote subtree may take a round trip to its server: it does not
             # hold up the other controls.
             nursery.start_soon(_approve, host, run_id, answer, again)
-        case SendControl(agent_key=agent_key, message=message):
+        case SendControl(agent_key=agent_key, message=message, attachments=named):
             try:
-                await host.send(run_id, agent_key, message, control=entry_id)
+                blobs = await host.journal.storage.get_blobs([a["id"] for a in named])
+                given = from_infos(named, blobs)
+                await host.send(run_id, agent_key, message, given, control=entry_id)
             except (AgentNotRunning, LookupError) as exc:
                 log = logger.debug if again else logger.warning
                 log("run %s: message not delivered: %s", run_id, exc)

@@ -19,6 +19,7 @@ from typing import cast
 import msgspec
 import trio
 
+from agents.core.attachments import Attachment, infos
 from agents.core.payloads import RunFinishedData
 from orchestrator.cluster.store import ApproveControl, CancelControl, ClusterStore, SendControl
 from orchestrator.cluster.threads import ClusterThreads
@@ -182,10 +183,21 @@ class ClusterGateway:
         if log.finished_status is None:
             await self.store.send_control(run_id, CancelControl(agent_key, reason))
 
-    async def send(self, run_id: str, agent_key: str | None, message: str) -> None:
-        """Hand a person's message to the run's owner, for that agent (default: root)."""
+    async def send(
+        self,
+        run_id: str,
+        agent_key: str | None,
+        message: str,
+        attachments: tuple[Attachment, ...] = (),
+    ) -> None:
+        """Hand a person's message to the run's owner, for that agent (default: root);
+        its attachments are stored for the run first (the owner reads them by id)."""
         await self.journal.mirrors.find(run_id)
-        await self.store.send_control(run_id, SendControl(agent_key, message))
+        if attachments:
+            blobs = {a.id: a.data for a in attachments}
+            await self.store.storage.put_blobs(run_id, blobs)
+        control = SendControl(agent_key, message, tuple(infos(attachments)))
+        await self.store.send_control(run_id, control)
 
     async def approve(self, run_id: str, answer: Answer) -> None:
         """Answer a waiting call wherever it runs: checked here against the cluster's

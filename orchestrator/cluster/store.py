@@ -43,6 +43,7 @@ import coredis.exceptions
 import msgspec
 from coredis.tokens import PureToken
 
+from agents.core.attachments import AttachmentInfo
 from orchestrator.core.approvals import AgentKey, Answer, ApprovalInfo, CallKey
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.paging import RunPaging
@@ -158,6 +159,8 @@ class SendControl(msgspec.Struct, frozen=True, tag="send", tag_field="op"):
 
     agent_key: str | None
     message: str
+    attachments: tuple[AttachmentInfo, ...] = ()
+    """Its images and files (their bytes: the run's blobs, stored by the gateway)."""
 
 
 class ApproveControl(msgspec.Struct, frozen=True, tag="approve", tag_field="op"):

@@ -15,6 +15,7 @@ import logging
 import msgspec
 import trio
 
+from agents.core.attachments import Attachment
 from agents.core.replay import Recording
 from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.bus import RunSink
@@ -345,7 +346,12 @@ class RunHost:
             raise AgentNotRunning(exc.message) from None
 
     async def send(
-        self, run_id: str, agent_key: str | None, message: str, control: str | None = None
+        self,
+        run_id: str,
+        agent_key: str | None,
+        message: str,
+        attachments: tuple[Attachment, ...] = (),
+        control: str | None = None,
     ) -> None:
         """Deliver a person's message to a running agent of a run (default: its root).
         `control`: the cluster control request that brought it — journaled with its
@@ -362,34 +368,10 @@ class RunHost:
             raise AgentNotRunning(f"run {run_id!r} is not running")
         if control is not None and run.context.continuation.delivered(control):
             return
-        if run.hold(agent_key, message, control):
-            return
-        agent = run.agent(agent_key)
-        who = "the root agent" if agent_key is None else f"agent {agent_key!r}"
-        remote = run.remote_link(agent_key)
-        if remote is not None and agent_key is not None:  # an agent of a remote subtree
-            try:
-                await remote.send(agent_key, message)
-            except RemoteRefused as exc:
-                raise AgentNotRunning(str(exc)) from None
-            return
-        if agent is None:
-            raise AgentNotRunning(f"{who} is not part of run {run_id!r}")
-        if agent.cancelled is not None:
-            raise AgentNotRunning(
-                f"{who} of run {run_id!r} was {agent.cancelled.describe()}: it takes no messages"
-            )
-        if agent.deliver(message, "client", control):
-            return
-        root = run.root
-        if agent is root or root is None or not root.running:
-            raise AgentNotRunning(f"{who} of run {run_id!r} is not running")
-        # An idle child runs again on the message; the run waits for it.
-        root.background.start(
-            f"send {agent_key}",
-            functools.partial(send_to, agent, message, "client", control=control),
-            report=False,
-        )
+        if attachments:  # (stored once, whoever stored them first)
+            await self.journal.storage.put_blobs(run_id, {a.id: a.data for a in attachments})
+            run.context.attachments.update((a.id, a) for a in attachments)
+        await _deliver(run, agent_key, message, attachments, control)
 
     @property
     def approvals(self) -> ApprovalDesk:
@@ -477,3 +459,47 @@ class RunHost:
         """Continue the runs a previous server left running (`runs/restart.py`); the
         number resumed."""
         return await resume_left(self, run_ids)
+
+
+async def _deliver(
+    run: Run,
+    agent_key: str | None,
+    message: str,
+    attachments: tuple[Attachment, ...],
+    control: str | None,
+) -> None:
+    """`RunHost.send` for a run here: held for an agent of the journal not started
+    again yet, sent on to a remote subtree's, queued for a running one, or run again by
+    an idle child."""
+    if run.hold(agent_key, message, control, attachments):
+        return
+    agent = run.agent(agent_key)
+    who = "the root agent" if agent_key is None else f"agent {agent_key!r}"
+    remote = run.remote_link(agent_key)
+    if remote is not None and agent_key is not None:  # an agent of a remote subtree
+        if attachments:
+            raise AgentNotRunning(f"{who} runs on another server: it takes no attachments")
+        try:
+            await remote.send(agent_key, message)
+        except RemoteRefused as exc:
+            raise AgentNotRunning(str(exc)) from None
+        return
+    if agent is None:
+        raise AgentNotRunning(f"{who} is not part of run {run.run_id!r}")
+    if agent.cancelled is not None:
+        raise AgentNotRunning(
+            f"{who} of run {run.run_id!r} was {agent.cancelled.describe()}: it takes no messages"
+        )
+    if agent.deliver(message, "client", control, attachments):
+        return
+    root = run.root
+    if agent is root or root is None or not root.running:
+        raise AgentNotRunning(f"{who} of run {run.run_id!r} is not running")
+    # An idle child runs again on the message; the run waits for it.
+    root.background.start(
+        f"send {agent_key}",
+        functools.partial(
+            send_to, agent, message, "client", control=control, attachments=attachments
+        ),
+        report=False,
+    )

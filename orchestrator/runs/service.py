@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from agents.core.attachments import Attachment
 from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.threads import ThreadAsk, ThreadError
 
@@ -127,8 +128,15 @@ class RunService(Protocol):
         """
         ...
 
-    async def send(self, run_id: str, agent_key: str | None, message: str) -> None:
-        """Deliver a person's message to an agent of a run (default: its root).
+    async def send(
+        self,
+        run_id: str,
+        agent_key: str | None,
+        message: str,
+        attachments: tuple[Attachment, ...] = (),
+    ) -> None:
+        """Deliver a person's message (with its `attachments`, stored for the run first)
+        to an agent of a run (default: its root).
 
         Raises:
             UnknownRun: no such run.

@@ -23,6 +23,7 @@ import httpx
 import msgspec
 import trio
 
+from agents.core.attachments import Attachment, MemoryBlobs, infos
 from agents.core.payloads import RunStartedData
 from agents.core.structured import check_schema
 from agents.errors import SpecError
@@ -308,6 +309,7 @@ class Orchestrator:
         capacity: int = 4096,
         thread: str | None = None,
         output_schema: dict[str, Any] | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> AsyncIterator[RunStream]:
         """Start a streaming run; the events of the whole tree arrive live.
 
@@ -315,7 +317,8 @@ class Orchestrator:
         slows the run down once `capacity` events wait (memory stays bounded).
         `thread`: go on in that thread (its conversation so far, in this process:
         `runtime/conversations.py`; a new id starts one). `output_schema`: the JSON
-        Schema the root's answer must match (docs/structured.md).
+        Schema the root's answer must match; `attachments`: images and files for the
+        root (`Attachment.of(name, media_type, data)`; docs/structured.md).
 
         Raises:
             UnknownAgent: no subagent called `agent_id`.
@@ -326,6 +329,8 @@ class Orchestrator:
         schema = _usable(output_schema)
         queue = EventQueue(capacity)
         sink = RunSink(new_run_id(), new_session_id(root=True), queue)
+        if attachments:  # (this process's memory keeps them for the run)
+            await self.catalog.blobs.put_blobs(sink.run_id, {a.id: a.data for a in attachments})
         start = self.conversations.start(thread) if thread is not None else None
         limits = self.default_limits(max_depth)
         run = Run(
@@ -336,6 +341,7 @@ class Orchestrator:
             sink=sink,
             thread=start,
             output_schema=schema,
+            attachments=infos(attachments),
         )
         try:
             async with _streamed(run, queue) as stream:
@@ -343,6 +349,8 @@ class Orchestrator:
         finally:
             if start is not None:
                 self.conversations.ended(start, run)
+            if isinstance(self.catalog.blobs, MemoryBlobs):
+                self.catalog.blobs.forget([run.run_id])
 
     @asynccontextmanager
     async def fork(

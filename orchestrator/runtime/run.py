@@ -253,7 +253,13 @@ class Run:
                 )
             )
 
-    def hold(self, agent_key: str | None, message: str, control: str | None) -> bool:
+    def hold(
+        self,
+        agent_key: str | None,
+        message: str,
+        control: str | None,
+        attachments: tuple[Attachment, ...] = (),
+    ) -> bool:
         """Keep a person's message for an agent of the journal that has not started
         again yet (it gets it as it goes on); False: no such agent."""
         live = self.context.live
@@ -262,7 +268,7 @@ class Run:
         waiting = self.context.continuation.waiting(agent_key, live.continued)
         if waiting is None:
             return False
-        waiting.inbox.append(Inbound(message, control))
+        waiting.inbox.append(Inbound(message, control, attachments))
         return True
 
     def _emit(self, openings: list[Opening]) -> None:

@@ -22,7 +22,7 @@ from typing import Any, cast
 import msgspec
 import trio
 
-from agents.core.attachments import AttachmentError, AttachmentIn
+from agents.core.attachments import Attachment, AttachmentError, AttachmentIn
 from agents.errors import AgentFailed, ToolError
 from agents.runner import AgentRunner
 from agents.spec import AgentSpec
@@ -372,8 +372,10 @@ async def send_to(
     *,
     seconds: float | None = None,
     control: str | None = None,
+    attachments: tuple[Attachment, ...] = (),
 ) -> str:
-    """Queue `message` for a running agent, or run an idle one again and return its reply.
+    """Queue `message` (with its `attachments`) for a running agent, or run an idle one
+    again and return its reply.
 
     Raises:
         ToolError: the idle agent failed or timed out on the message.
@@ -381,10 +383,10 @@ async def send_to(
     key = runner.agent_key or runner.spec.id
     if runner.cancelled is not None:
         raise ToolError(f"agent {key!r} was {runner.cancelled.describe()}: it takes no messages")
-    if runner.deliver(message, sender, control):
+    if runner.deliver(message, sender, control, attachments):
         return f"message queued for {key}: it reads it before its next model turn"
     await runner.wait_idle()  # it was just finishing: run it again once it is idle
-    if runner.deliver(message, sender, control):  # pragma: no cover - it started again meanwhile
+    if runner.deliver(message, sender, control, attachments):  # pragma: no cover - (raced)
         return "message queued"
     scope = trio.CancelScope()
     if seconds:
@@ -392,7 +394,9 @@ async def send_to(
     token = current_bus.set(cast(AnyBus, runner.bus))  # (every runner of a run has one)
     try:
         with scope:
-            outcome = await runner.resume(message, sender, timeout_scope=scope, control=control)
+            outcome = await runner.resume(
+                message, sender, timeout_scope=scope, control=control, attachments=attachments
+            )
     except AgentFailed as exc:
         raise ToolError(failure_text(runner.spec.id, exc)) from None
     finally:

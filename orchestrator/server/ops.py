@@ -303,8 +303,9 @@ async def cancel(conn: Caller, op: protocol.Cancel) -> None:
 
 async def send(conn: Caller, op: protocol.Send) -> None:
     check_size(conn, "message", op.message, op.id)
-    await conn.app.runs.send(op.run_id, op.agent_key, op.message)
-    await conn.reply(protocol.ack(op.id))
+    given = await attachments_of(conn, op.attachments or [], op.id)
+    await conn.app.runs.send(op.run_id, op.agent_key, op.message, tuple(given))
+    await conn.reply(protocol.ack(op.id, attachments=[a.id for a in given] or None))
 
 
 async def approve(conn: Caller, op: protocol.Approve) -> None:

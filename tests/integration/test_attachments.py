@@ -269,3 +269,40 @@ async def test_a_parent_hands_its_image_to_a_child_by_id(tmp_path: Path) -> None
     child = next(body for body in fake.requests if "system" in body)  # the Anthropic one
     assert child["messages"][0]["content"][2]["source"]["data"] == IMAGE["data"]
     assert list(stored) == ack["attachments"] and stored[ack["attachments"][0]] == PNG
+
+
+async def test_a_message_sent_with_an_image_reaches_the_next_turn(tmp_path: Path) -> None:
+    from orchestrator.config import load_config
+
+    def brain(role: str, messages: list[dict[str, Any]], body: dict[str, Any]) -> Reply:
+        if not any(m["role"] == "tool" for m in messages):
+            return Reply(calls=[("wait", {"seconds": 1})])
+        return Reply("thanks for the picture")
+
+    async with trio.open_nursery() as nursery:
+        fake = await serve_fake_openai(nursery, brain)
+        path = write_server(tmp_path, fake)
+        spec = yaml.safe_load((tmp_path / "subagents" / "chat.yaml").read_text())
+        (tmp_path / "subagents" / "chat.yaml").write_text(
+            yaml.safe_dump({**spec, "tools": ["wait"]})
+        )
+        async with running_server(load_config(path)) as server, connect(server.url) as ws:
+            ack = await request(ws, op="run", id=1, agent="chat", input="wait for it")
+            events: list[dict[str, Any]] = []
+            while not any(e["type"] == "TOOL_CALL" for e in events):
+                events += (await recv(ws)).get("events", [])
+            sent = await request(
+                ws, op="send", id=2, runId=ack["runId"], message="here", attachments=[IMAGE]
+            )
+            while sent["op"] == "events":  # (the run's events go on meanwhile)
+                events += sent["events"]
+                sent = await recv(ws)
+            assert sent["op"] == "ack" and len(sent["attachments"]) == 1, sent
+            more, end = await read_until_end(ws, ack["sub"])
+        nursery.cancel_scope.cancel()
+    assert end["status"] == "completed"
+    (said,) = [e for e in events + more if e["type"] == "USER_MESSAGE"]
+    assert said["data"]["attachments"][0]["id"] == sent["attachments"][0]
+    last = fake.requests[-1]["messages"][-1]
+    assert last["role"] == "user" and last["content"][0] == {"type": "text", "text": "here"}
+    assert last["content"][2]["image_url"]["url"].endswith(IMAGE["data"])

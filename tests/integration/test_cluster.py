@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from base64 import b64encode
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.cluster_helpers import (
     until,
     watch_all,
 )
+from tests.helpers import REPO
 from tests.redis_helpers import redis_url  # noqa: F401  (fixture)
 from tests.server_helpers import request
 
@@ -501,3 +503,68 @@ async def test_a_fork_started_at_any_gateway_runs_on_a_worker(
             entry = await runs_entry(a, fork["runId"])
             assert entry["forkedFrom"] == {"runId": ack["runId"], "seq": started}
             assert entry["worker"] == c.instances[2].name
+
+
+async def test_attachments_reach_a_worker_and_its_children_by_id(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    """docs/structured.md#attachments: a gateway stores a run's image (and a message's)
+    in Redis; the worker reads the bytes back, the root hands the image to its child
+    by id, and the scripted models say how many bytes they got."""
+    png = (REPO / "orchestrator" / "server" / "static" / "favicon.svg").read_bytes()
+    image = {"name": "logo.svg", "mediaType": "image/svg+xml", "data": b64encode(png).decode()}
+    agents = {
+        "viewer": {
+            "description": "hands its image to a looker",
+            "instructions": "look",
+            "tools": ["agent_spawn", "wait"],
+            "script": {
+                "turns": [
+                    {
+                        "calls": [
+                            {
+                                "name": "agent_spawn",
+                                "args": {
+                                    "agent_id": "looker",
+                                    "task": "look",
+                                    "attachments": ["{attachment}"],
+                                },
+                            }
+                        ]
+                    },
+                    {"calls": [{"name": "wait", "args": {"seconds": 1}}]},
+                    {"say": "I got {attachments}"},
+                ]
+            },
+        },
+        "looker": {
+            "description": "says what it got",
+            "instructions": "look",
+            "script": {"turns": [{"say": "I got {attachments}"}]},
+        },
+    }
+    async with cluster(tmp_path, redis_url, extra_agents=agents) as c:
+        g1 = await c.start("serve")
+        g2 = await c.start("serve")
+        await c.start("worker")
+        async with connect(g1.url, max_size=None) as a, connect(g2.url, max_size=None) as b:
+            ack = await request(
+                a, op="run", id=1, agent="viewer", input="look", attachments=[image]
+            )
+            assert ack["op"] == "ack", ack
+            note = {
+                "name": "note.txt",
+                "mediaType": "text/plain",
+                "data": b64encode(b"hi").decode(),
+            }
+            sent = await request(
+                b, op="send", id=2, runId=ack["runId"], message="also", attachments=[note]
+            )
+            assert sent["op"] == "ack", sent
+            events, status = await watch_all(a)
+    assert status == "completed", c.logs()
+    said = f"logo.svg (image/svg+xml, {len(png)} bytes)"
+    child = next(e for e in events if e["type"] == "AGENT_RESULT" and e["source"])
+    assert child["data"]["text"] == f"I got {said}"
+    assert events[-1]["data"]["result"].startswith(f"I got {said}, note.txt (text/plain, 2 bytes)")
