@@ -144,7 +144,7 @@ async def test_the_structured_example_prints_what_the_doc_says() -> None:
     """docs/structured.md's program, run from the repository's root (as it says), prints
     the `text` block that follows it."""
     doc = "docs/structured.md"
-    example = one("python", doc, "orch.stream(\"reviewer\"")
+    example = one("python", doc, 'orch.stream("reviewer"')
     printed = next(e for e in examples("text") if e.doc == doc and e.line > example.line)
     assert await python(example.text, REPO) == printed.text
 
