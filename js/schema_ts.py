@@ -17,7 +17,7 @@ import json
 import sys
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -28,19 +28,7 @@ from orchestrator.core.events import Event
 
 __all__ = ["render"]
 
-FRAMES = [
-    protocol.Ack,
-    protocol.Pong,
-    protocol.Events,
-    protocol.End,
-    protocol.Gap,
-    protocol.ErrorFrame,
-    protocol.RunsReply,
-    protocol.AgentsReply,
-    protocol.PendingReply,
-    protocol.ThreadsReply,
-    protocol.Result,
-]
+FRAMES = list(get_args(protocol.ServerFrame))
 """The frames a server sends (the `ServerFrame` union)."""
 OPS = list(protocol.OP_TYPES.values())
 """The client's ops (the `ClientOp` union)."""

@@ -29,6 +29,7 @@ __all__ = [
     "Agents",
     "AgentsReply",
     "Approve",
+    "AttachmentReply",
     "Cancel",
     "ClientOp",
     "End",
@@ -38,6 +39,7 @@ __all__ = [
     "Fork",
     "ForkedFrom",
     "Gap",
+    "GetAttachment",
     "Multitask",
     "Pending",
     "PendingReply",
@@ -224,6 +226,13 @@ class Ping(_Op):
     """Liveness check."""
 
 
+class GetAttachment(_Op):
+    """The bytes of an attachment of a run (the console's thumbnails and downloads)."""
+
+    run_id: str
+    attachment_id: str
+
+
 ClientOp = (
     StartRun
     | Fork
@@ -237,6 +246,7 @@ ClientOp = (
     | Threads
     | Agents
     | Ping
+    | GetAttachment
 )
 OP_TYPES: dict[str, type[_Op]] = {
     "run": StartRun,
@@ -251,6 +261,7 @@ OP_TYPES: dict[str, type[_Op]] = {
     "threads": Threads,
     "agents": Agents,
     "ping": Ping,
+    "attachment": GetAttachment,
 }
 OP_NAMES: dict[type[_Op], str] = {kind: name for name, kind in OP_TYPES.items()}
 """Each op's name on the wire (`run` for `StartRun`)."""
@@ -414,6 +425,15 @@ class Result(_Frame, tag="result"):
     """The root's validated answer, when the run has an output schema."""
 
 
+class AttachmentReply(_Frame, tag="attachment"):
+    """An attachment's bytes (`data`, base64)."""
+
+    run_id: str
+    attachment_id: str
+    data: str
+    id: MessageId = None
+
+
 ServerFrame = (
     Ack
     | Pong
@@ -426,6 +446,7 @@ ServerFrame = (
     | AgentsReply
     | PendingReply
     | Result
+    | AttachmentReply
 )
 _frame_decoder: msgspec.json.Decoder[ServerFrame] = msgspec.json.Decoder(ServerFrame)
 

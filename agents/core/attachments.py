@@ -219,8 +219,8 @@ class BlobStore(Protocol):
         """`run_id` refers to blobs stored already (a fork)."""
         ...
 
-    async def get_blobs(self, keys: list[str]) -> dict[str, bytes]:
-        """Those of `keys` that are stored."""
+    async def get_blobs(self, keys: list[str], run_id: str | None = None) -> dict[str, bytes]:
+        """Those of `keys` that are stored (and, with `run_id`, that run refers to)."""
         ...
 
 
@@ -243,9 +243,10 @@ class MemoryBlobs:
         """One more run refers to them."""
         self._refs.setdefault(run_id, set()).update(k for k in keys if k in self._blobs)
 
-    async def get_blobs(self, keys: list[str]) -> dict[str, bytes]:
-        """Those kept."""
-        return {k: self._blobs[k] for k in keys if k in self._blobs}
+    async def get_blobs(self, keys: list[str], run_id: str | None = None) -> dict[str, bytes]:
+        """Those kept (and referred to by `run_id`, if given)."""
+        mine = self._refs.get(run_id, set()) if run_id is not None else self._blobs
+        return {k: self._blobs[k] for k in keys if k in self._blobs and k in mine}
 
     def forget(self, run_ids: Iterable[str]) -> None:
         """The runs are gone: so is each blob no other run refers to."""

@@ -11,6 +11,7 @@ import type {
   Ack,
   AgentEvent,
   AgentInfo,
+  AttachmentIn,
   ApprovalInfo,
   ErrorCode,
   FilterSpec,
@@ -66,6 +67,9 @@ export interface RunOptions extends FeedOptions {
   /** The JSON Schema the root's answer must match: the root node's `structured` and the
    * `done` result's `structured` hold it (docs/structured.md). */
   outputSchema?: Record<string, unknown>;
+  /** Images and files for the root: `{name, mediaType, data}` (base64) or `{name,
+   * mediaType, url}` (docs/structured.md#attachments). */
+  attachments?: AttachmentIn[];
 }
 
 export interface SubscribeOptions extends FeedOptions {
@@ -165,11 +169,12 @@ export class Client {
    * null: a thread's next run, of its thread's agent). */
   async run(agent: string | null, input: string, options: RunOptions = {}): Promise<RunHandle> {
     const { filter, detail, threadId, multitask, agentKey, fromRun, outputSchema } = options;
+    const { attachments } = options;
     const { onEvents } = options;
     const handle = new RunHandle(this, "", { filter, detail, onEvents }, 0, options.events !== false);
     await this.request({
       op: "run", agent: agent ?? undefined, input, stream: true, filter, detail, threadId, multitask,
-      agentKey, fromRun, outputSchema,
+      agentKey, fromRun, outputSchema, attachments,
     }, handle);
     return handle;
   }
@@ -212,6 +217,13 @@ export class Client {
   async threads(options: { threadId?: string; limit?: number } = {}): Promise<ThreadInfo[]> {
     const reply = await this.request({ op: "threads", ...options });
     return reply.op === "threads" ? reply.threads : [];
+  }
+
+  /** The bytes of an attachment of a run, in base64 (the run must be visible to the
+   * token; docs/structured.md#attachments). */
+  async attachment(runId: string, attachmentId: string): Promise<string> {
+    const reply = await this.request({ op: "attachment", runId, attachmentId });
+    return reply.op === "attachment" ? reply.data : "";
   }
 
   /** The calls waiting for a person (`runId`: of one run). */
@@ -478,7 +490,9 @@ export class RunHandle implements AsyncIterable<AgentEvent> {
   }
 
   /** Send a person's message to an agent (default: the root). */
-  async send(message: string, options: { agentKey?: string } = {}): Promise<void> {
+  async send(
+    message: string, options: { agentKey?: string; attachments?: AttachmentIn[] } = {},
+  ): Promise<void> {
     await this.#client.request({ op: "send", runId: this.runId, message, ...options });
   }
 

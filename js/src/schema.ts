@@ -128,6 +128,15 @@ export interface AttachmentInfo {
   size: number;
 }
 
+/** An attachment's bytes (`data`, base64). */
+export interface AttachmentReply {
+  op: "attachment";
+  runId: string;
+  attachmentId: string;
+  data: string;
+  id?: string | number | null;
+}
+
 /** Cancel a run and every agent in it, or (`agentKey`) one agent and its subtree. */
 export interface Cancel {
   runId: string;
@@ -227,6 +236,14 @@ export interface Gap {
   sub: string;
   fromSeq: number;
   toSeq: number;
+}
+
+/** The bytes of an attachment of a run (the console's thumbnails and downloads). */
+export interface GetAttachment {
+  runId: string;
+  attachmentId: string;
+  op: "attachment";
+  id?: string | number | null;
 }
 
 export interface ModelFallbackData {
@@ -545,10 +562,10 @@ export type AgentEvent = {
 }[EventType];
 
 /** Every frame a server sends. */
-export type ServerFrame = Ack | Pong | Events | End | Gap | ErrorFrame | RunsReply | AgentsReply | PendingReply | ThreadsReply | Result;
+export type ServerFrame = Ack | Pong | Events | End | Gap | ErrorFrame | RunsReply | ThreadsReply | AgentsReply | PendingReply | Result | AttachmentReply;
 
 /** Every op a client sends. */
-export type ClientOp = StartRun | Fork | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | Threads | Agents | Ping;
+export type ClientOp = StartRun | Fork | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | Threads | Agents | Ping | GetAttachment;
 
 /** The codes of an error frame. */
 export type ErrorCode = "bad_request" | "unknown_op" | "not_found" | "unauthorized" | "limit_exceeded" | "unavailable" | "internal";

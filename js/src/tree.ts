@@ -11,6 +11,7 @@
 import type {
   AgentEvent,
   ApprovalRequestedData,
+  AttachmentInfo,
   EventType,
   Source,
   UsageData,
@@ -78,6 +79,8 @@ export interface ToolCall {
   ready: boolean;
   seq: number | null;
   approval?: Approval;
+  /** Images and files its result holds (an MCP tool's image). */
+  attachments: AttachmentInfo[];
 }
 
 /** A summary that replaced an agent's older conversation. */
@@ -121,7 +124,9 @@ export class AgentNode {
   tokensByModel: Record<string, number> = {};
   turns: Turn[] = [newTurn()];
   tools = new Map<string, ToolCall>();
-  messages: { text: string; from: string; ts: number }[] = [];
+  messages: { text: string; from: string; ts: number; attachments: AttachmentInfo[] }[] = [];
+  /** Images and files given with its task (the root's: with the run's input). */
+  attachments: AttachmentInfo[] = [];
   usage: UsageData | null = null;
   subtreeUsage: UsageData | null = null;
   startTs: number | null = null;
@@ -318,10 +323,12 @@ export class AgentTree {
         node.agentId = e.data.agentId;
         node.name = e.data.agentId || "root";
         node.task = e.data.input;
+        node.attachments = e.data.attachments ?? [];
         this.forkedFrom = e.data.forkedFrom ?? null;
         break;
       case "AGENT_STARTED":
         node.task = e.data.task;
+        node.attachments = e.data.attachments ?? [];
         break;
       case "REASONING": {
         const turn = this.#turn(node, e.seq);
@@ -368,12 +375,13 @@ export class AgentTree {
       case "TOOL_RESULT": {
         const call = this.#call(node, e.data.toolCallId, e.data.name, ts);
         call.result = e.data.content;
+        call.attachments = e.data.attachments ?? [];
         call.isError = !!e.data.isError;
         call.endTs = ts;
         break;
       }
       case "USER_MESSAGE":
-        node.messages.push({ text: e.data.text, from: e.data.from, ts });
+        node.messages.push({ text: e.data.text, from: e.data.from, ts, attachments: e.data.attachments ?? [] });
         break;
       case "COMPACTION_STARTED": {
         const last = node.turns[node.turns.length - 1];
@@ -467,7 +475,7 @@ export class AgentTree {
     let call = node.tools.get(id);
     if (!call) {
       call = {
-        id, name, argsText: "", args: undefined, result: undefined, isError: false,
+        id, name, argsText: "", args: undefined, result: undefined, isError: false, attachments: [],
         startTs: ts, endTs: null, server: false, ready: false, seq,
       };
       node.tools.set(id, call);

@@ -18,6 +18,7 @@ end as the task's final state.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -25,6 +26,7 @@ from typing import Any, Literal, cast
 from a2a.types import a2a_pb2 as pb
 from google.protobuf import json_format
 
+from agents.core.attachments import AttachmentIn
 from agents.core.payloads import (
     AgentErrorData,
     AgentStalledData,
@@ -109,6 +111,20 @@ def data_of(parts: Any) -> dict[str, Any] | None:
 def text_of(parts: Any) -> str:
     """The text parts of a message or artifact, joined (other parts are skipped)."""
     return "".join(part.text for part in parts if part.WhichOneof("content") == "text")
+
+
+def files_of(parts: Any) -> list[AttachmentIn]:
+    """A message's FileParts (bytes or a URL) as attachments of the run it starts."""
+    out = []
+    for i, part in enumerate(parts, 1):
+        kind = part.WhichOneof("content")
+        name = part.filename or f"file-{i}"
+        if kind == "raw":
+            data = base64.b64encode(part.raw).decode("ascii")
+            out.append(AttachmentIn(name=name, media_type=part.media_type, data=data))
+        elif kind == "url":
+            out.append(AttachmentIn(name=name, media_type=part.media_type, url=part.url))
+    return out
 
 
 def artifact_text(parts: Any) -> str:

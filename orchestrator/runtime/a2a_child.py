@@ -29,6 +29,7 @@ from a2a.types import a2a_pb2 as pb
 from google.protobuf import json_format
 
 from agents.approval import ApprovalRequest, Decision
+from agents.core.attachments import Attachment
 from agents.core.payloads import (
     AgentErrorData,
     ApprovalRequestedData,
@@ -49,11 +50,18 @@ _CANCEL_SECONDS = 5.0
 
 
 async def run_a2a(
-    spec: AgentSpec, task: str, bus: AnyBus, link: RemoteLink, *, input_timeout: float = 3600.0
+    spec: AgentSpec,
+    task: str,
+    bus: AnyBus,
+    link: RemoteLink,
+    *,
+    input_timeout: float = 3600.0,
+    attachments: tuple[Attachment, ...] = (),
 ) -> str:
-    """Send `task` to the A2A agent of `spec` and stream its task in as this child
-    (with a streaming `bus`); the child ends exactly once. Its answer. `input_timeout`:
-    seconds a question of the task (`input-required`) waits for a person here.
+    """Send `task` (and its `attachments`, as FileParts) to the A2A agent of `spec` and
+    stream its task in as this child (with a streaming `bus`); the child ends exactly
+    once. Its answer. `input_timeout`: seconds a question of the task
+    (`input-required`) waits for a person here.
 
     Raises:
         ToolError: the agent could not be reached (or went silent) for
@@ -78,6 +86,9 @@ async def run_a2a(
                 client = await factory.create_from_url(remote.a2a)
             request = pb.Message(message_id=os.urandom(8).hex(), role=pb.Role.ROLE_USER)
             request.parts.append(pb.Part(text=task))
+            for given in attachments:  # a FilePart each, with its bytes
+                part = pb.Part(raw=given.data, filename=given.name, media_type=given.media_type)
+                request.parts.append(part)
             for asked in itertools.count(1):
                 await _stream(client, request, bus, follower)
                 if follower.asking is None or follower.ended:

@@ -136,6 +136,11 @@ class Children:
         )
         key = bus.agent_key
         assert key is not None
+        if spec.remote is not None and spec.remote.a2a is None and new.attachments:
+            raise ToolError(
+                f"agent_spawn: {spec.id!r} runs on another orchestrator server: "
+                "attachments do not go to it (an A2A agent takes them as FileParts)"
+            )
         if spec.remote is not None:
             remote = (
                 {"a2a": spec.remote.a2a}
@@ -145,7 +150,9 @@ class Children:
             bus.emit_nowait(
                 EventType.AGENT_STARTED, {"agentId": spec.id, "task": new.task, "remote": remote}
             )
-            work = functools.partial(self._remote, spec, new.task, bus, ctx, timeout)
+            work = functools.partial(
+                self._remote, spec, new.task, bus, ctx, timeout, given=new.attachments
+            )
             if task_id is None:
                 return work()
             ctx.start_background(f"{task_id} {spec.id} {key}", work)
@@ -244,8 +251,10 @@ class Children:
         ctx: ToolContext,
         seconds: float | None,
         again: Resumed | None = None,
+        given: tuple[Attachment, ...] = (),
     ) -> str:
-        """A remote child, from its start (or `again`, followed again) to its end."""
+        """A remote child, from its start (or `again`, followed again) to its end; an
+        A2A agent gets `given` as FileParts (another orchestrator server takes none)."""
         key, run = bus.agent_key, self._run
         assert key is not None and spec.remote is not None
         a2a = spec.remote.a2a is not None
@@ -257,7 +266,9 @@ class Children:
                     from orchestrator.runtime.a2a_child import run_a2a  # (the `a2a` extra)
 
                     wait = spec.approval_timeout_seconds or run.catalog.approval_timeout
-                    return await run_a2a(spec, task, bus, link, input_timeout=wait)
+                    return await run_a2a(
+                        spec, task, bus, link, input_timeout=wait, attachments=given
+                    )
                 return await run_remote(spec, task, bus, UsageNode(ctx.usage), link, again)
         finally:
             link.close()

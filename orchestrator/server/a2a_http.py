@@ -37,7 +37,7 @@ from a2a.utils.errors import (
 from starlette.applications import Starlette
 from starlette.requests import Request
 
-from orchestrator.a2a.mapping import TaskUpdate, TaskView, answer_of, text_of
+from orchestrator.a2a.mapping import TaskUpdate, TaskView, answer_of, files_of, text_of
 from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
 from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.server.auth import Principal
@@ -277,6 +277,7 @@ class RunTasks(RequestHandler):
                 task,
                 context_id=context_id,
                 thread=thread,
+                attachments=files_of(message.parts),
             )
         except Refused as exc:
             raise InvalidRequestError(message=exc.message) from None

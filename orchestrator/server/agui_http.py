@@ -28,6 +28,7 @@ from ag_ui.core import BaseEvent, CustomEvent, ResumeEntry, RunAgentInput
 from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 
+from agents.core.attachments import AttachmentIn
 from agents.core.messages import Message
 from agents.core.payloads import ApprovalRequestedData
 from orchestrator.agui.mapping import AguiStream, answer_of, chat_of, parse_interrupt_id
@@ -147,7 +148,10 @@ class AguiEndpoint:
             return await refuse(send, 400, f"threadId is 1 to {MAX_THREAD_ID} characters")
         thread = ThreadAsk(thread_id=run_input.thread_id, multitask=multitask)
         try:
-            started = await start_run(self.app, principal, agent_id, task, thread=thread)
+            given = _attachments_of(run_input)
+            started = await start_run(
+                self.app, principal, agent_id, task, thread=thread, attachments=given
+            )
         except Refused as exc:
             return await refuse(send, exc.status, exc.message)
         chat = chat_of(run_input.thread_id, await self._history(started.run_id), task)
@@ -345,6 +349,43 @@ def _task_of(run_input: RunAgentInput) -> str | None:
             text = "\n".join(t for t in texts if isinstance(t, str))
             return text or None
     return None
+
+
+def _attachments_of(run_input: RunAgentInput) -> list[AttachmentIn]:
+    """The images and files of the last user message: its `image`, `document` (and
+    legacy `binary`) parts, by data or URL.
+
+    Raises:
+        Refused: a part whose source is neither (an AG-UI file id, which the server
+            cannot read).
+    """
+    for message in reversed(run_input.messages):
+        if getattr(message, "role", None) != "user":
+            continue
+        content = getattr(message, "content", None)
+        if not isinstance(content, list):
+            return []
+        out = []
+        for i, part in enumerate(content):
+            kind = getattr(part, "type", "text")
+            if kind == "text":
+                continue
+            name = str(getattr(part, "filename", None) or getattr(part, "id", None) or "")
+            name = name or f"{kind}-{i + 1}"
+            source = getattr(part, "source", None)
+            if source is None:  # a `binary` part: its fields are its own
+                data, url = getattr(part, "data", None), getattr(part, "url", None)
+                mime = str(getattr(part, "mime_type", "") or "")
+            else:
+                found = getattr(source, "type", "")
+                if found not in ("data", "url"):
+                    raise Refused(400, f"messages: a {kind} part's {found} source is not taken")
+                value = str(source.value)
+                data, url = (value, None) if found == "data" else (None, value)
+                mime = str(getattr(source, "mime_type", "") or "")
+            out.append(AttachmentIn(name=name, media_type=mime, data=data, url=url))
+        return out
+    return []
 
 
 def _continuation(run_input: RunAgentInput) -> tuple[str, int, list[ResumeEntry]]:

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import MutableMapping
-from typing import Any, Protocol
+from collections.abc import MutableMapping, Sequence
+from typing import Any, Protocol, cast
 
 import trio
 from websockets.datastructures import Headers
 
+from agents.core.attachments import Attachment, AttachmentError, AttachmentIn, infos
 from orchestrator.config import ServerConfig
 from orchestrator.core.threads import ThreadAsk, ThreadError
 from orchestrator.runs.service import LimitExceeded, RunService, StartedRun, StorageUnavailable
+from orchestrator.runtime.attachments import Fetcher, received
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.asgi import ASGIApp, Message, serve_http
 from orchestrator.server.auth import Auth, Principal, bad_headers
+from orchestrator.storage.base import RunOptions
 from orchestrator.storage.journal import Journal
 
 __all__ = [
@@ -68,20 +71,30 @@ async def start_run(
     task: str,
     context_id: str | None = None,
     thread: ThreadAsk | None = None,
+    attachments: Sequence[AttachmentIn] = (),
 ) -> StartedRun:
     """Start a run as the `run` op does: the task bounded, owned by the token, within
-    its run limits; in `thread` (None: a new one).
+    its run limits; in `thread` (None: a new one); with `attachments` (checked, fetched
+    and stored as the op's are: docs/structured.md#attachments).
 
     Raises:
-        Refused: 413 task too long, 404 unknown agent (or agent of the thread), 429 a
-            run limit (or a run of the thread running), 400 a thread that cannot go on
-            as asked, 503 shutting down or storage failing.
+        Refused: 413 task too long, 400 a bad attachment, 404 unknown agent (or agent
+            of the thread), 429 a run limit (or a run of the thread running), 400 a
+            thread that cannot go on as asked, 503 shutting down or storage failing.
     """
     limit = app.config.limits.max_input_bytes
     if len(task.encode()) > limit:
         raise Refused(413, f"the task is over limits.max_input_bytes ({limit} bytes)")
     if app.closing:
         raise Refused(503, "the server is shutting down")
+    given: list[Attachment] = []
+    if attachments:
+        fetcher = cast("Fetcher | None", app.orchestrator.tools.get("http_get"))
+        try:
+            given = await received(attachments, app.config.limits.attachments.limits(), fetcher)
+        except AttachmentError as exc:
+            raise Refused(400, str(exc)) from None
+    options = RunOptions(attachments=tuple(infos(given))) if given else None
     try:
         return await app.runs.start(
             agent_id,
@@ -90,6 +103,8 @@ async def start_run(
             max_runs=principal.max_runs if principal.name is not None else None,
             context_id=context_id,
             thread=thread,
+            options=options,
+            blobs={a.id: a.data for a in given} or None,
         )
     except UnknownAgent as exc:
         raise Refused(404, exc.message) from None

@@ -45,12 +45,13 @@ STATIC_FILES = {
 }
 """The console's files under /static/ (a fixed list: no path from a request reaches the disk)."""
 CONSOLE_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 """The console page's Content-Security-Policy: its own scripts, styles and images only,
 no inline script, nothing loaded from elsewhere (a model's Markdown is sanitized too:
-static/markdown.js), and only its own origin to talk to (the WebSocket included)."""
+static/markdown.js), and only its own origin to talk to (the WebSocket included); an
+attachment's thumbnail is a `blob:` URL of bytes it asked for over the socket."""
 
 
 class RouteContext(Protocol):

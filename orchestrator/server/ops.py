@@ -13,6 +13,7 @@ on the principal's own things or on nothing.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -434,6 +435,24 @@ async def agents(conn: Caller, op: protocol.Agents) -> None:
     await conn.reply(protocol.encode(protocol.AgentsReply(agents=infos, id=op.id)))
 
 
+async def attachment(conn: Caller, op: protocol.GetAttachment) -> None:
+    """An attachment's bytes, if the run (visible to the caller: `dispatch`) has it."""
+    store = conn.app.journal.storage
+    found = await store.get_blobs([op.attachment_id], run_id=op.run_id)
+    data = found.get(op.attachment_id)
+    if data is None:
+        raise ProtocolError(
+            "not_found", f"run {op.run_id!r} has no attachment {op.attachment_id[:80]!r}", op.id
+        )
+    reply = protocol.AttachmentReply(
+        run_id=op.run_id,
+        attachment_id=op.attachment_id,
+        data=base64.b64encode(data).decode("ascii"),
+        id=op.id,
+    )
+    await conn.reply(protocol.encode(reply))
+
+
 OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Ping: Op(ping),
     protocol.Subscribe: Op(subscribe, run_of=lambda op: op.run_id),
@@ -447,5 +466,6 @@ OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Pending: Op(pending, run_of=lambda op: op.run_id),
     protocol.Runs: Op(runs, run_of=lambda op: op.before),
     protocol.Agents: Op(agents),
+    protocol.GetAttachment: Op(attachment, run_of=lambda op: op.run_id),
 }
 """Every client op: its handler and the run it names (authorized by `dispatch`)."""

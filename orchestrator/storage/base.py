@@ -122,8 +122,9 @@ class Storage(Protocol):
         """`run_id` refers to blobs already stored (a fork, a thread's next run)."""
         ...
 
-    async def get_blobs(self, keys: list[str]) -> dict[str, bytes]:
-        """The blobs of `keys` that are stored (a missing one is left out)."""
+    async def get_blobs(self, keys: list[str], run_id: str | None = None) -> dict[str, bytes]:
+        """The blobs of `keys` that are stored (a missing one is left out; with
+        `run_id`, one that run does not refer to as well)."""
         ...
 
     async def upkeep(self) -> None:

@@ -52,9 +52,9 @@ class MemoryStorage:
         """One more run refers to them."""
         await self.blobs.ref_blobs(run_id, keys)
 
-    async def get_blobs(self, keys: list[str]) -> dict[str, bytes]:
-        """Those kept."""
-        return await self.blobs.get_blobs(keys)
+    async def get_blobs(self, keys: list[str], run_id: str | None = None) -> dict[str, bytes]:
+        """Those kept (and referred to by `run_id`, if given)."""
+        return await self.blobs.get_blobs(keys, run_id)
 
     async def upkeep(self) -> None:
         """Nothing to keep up."""

@@ -295,9 +295,13 @@ class RedisStorage:
             if keys:
                 pipe.sadd(self._blobs_of(run_id), keys)
 
-    async def get_blobs(self, keys: list[str]) -> dict[str, bytes]:
-        """MGET of the blobs."""
+    async def get_blobs(self, keys: list[str], run_id: str | None = None) -> dict[str, bytes]:
+        """MGET of the blobs (with `run_id`: only those the run refers to)."""
         assert self._client is not None, "storage is not open"
+        if run_id is not None and keys:
+            mine = await self._client.smembers(self._blobs_of(run_id))
+            held = {_text(member) for member in mine}
+            keys = [key for key in keys if key in held]
         if not keys:
             return {}
         values = await self._client.mget([self._blob_key(key) for key in keys])

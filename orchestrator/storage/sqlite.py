@@ -477,15 +477,23 @@ class SqliteStorage:
         sql = "INSERT OR IGNORE INTO blob_refs (run_id, key) SELECT ?, key FROM blobs WHERE key = ?"
         await trio.to_thread.run_sync(self._transaction, [(sql, rows)], limiter=self._write_limiter)
 
-    async def get_blobs(self, keys: list[str]) -> dict[str, bytes]:
-        """Read on the reader connection, in a worker thread."""
+    async def get_blobs(self, keys: list[str], run_id: str | None = None) -> dict[str, bytes]:
+        """Read on the reader connection, in a worker thread (with `run_id`: only those
+        the run refers to)."""
+        sql, extra = "SELECT data FROM blobs WHERE key = ?", tuple[str, ...]()
+        if run_id is not None:
+            sql = (
+                "SELECT b.data FROM blobs b JOIN blob_refs r ON r.key = b.key "
+                "WHERE b.key = ? AND r.run_id = ?"
+            )
+            extra = (run_id,)
 
         def read() -> dict[str, bytes]:
             conn = self._reader
             assert conn is not None, "storage is not open"
             found: dict[str, bytes] = {}
             for key in keys:
-                row = conn.execute("SELECT data FROM blobs WHERE key = ?", (key,)).fetchone()
+                row = conn.execute(sql, (key, *extra)).fetchone()
                 if row is not None:
                     found[key] = bytes(row[0])
             return found

@@ -7,6 +7,7 @@ how to enable them, when Chromium or Playwright is missing; `.ci/run` installs b
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -374,6 +375,42 @@ def test_a_structured_answer_shows_as_laid_out_json(browser: Browser, tmp_path: 
         assert "answer (structured)" in page.inner_text("#detail").lower()
         # its first answer was refused, and the message that said why is listed
         assert "Your answer does not match the required JSON schema" in page.inner_text("#detail")
+        assert errors == []
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_a_file_attached_in_the_run_box_reaches_the_agent_and_shows(
+    browser: Browser, tmp_path: Path
+) -> None:
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    )
+    describer = {
+        "description": "says what it got",
+        "instructions": "look",
+        "script": {"turns": [{"say": "I got {attachments}"}]},
+    }
+    write_agents(tmp_path, 0.0, {"describer": describer})
+    srv = Server(tmp_path, config())
+    srv.start()
+    try:
+        page, errors = open_page(browser, srv.url, csp=True)
+        page.set_input_files("#files", {"name": "dot.png", "mimeType": "image/png", "buffer": png})
+        assert page.get_attribute("label.attach", "data-count") == "1"
+        start_run(page, "describer", "what is this?")
+        page.wait_for_selector("#run-status.completed", timeout=60_000)
+        node(page, "describer").first.click()
+        page.wait_for_selector("#detail .attachments img.thumb[src^='blob:']")
+        loaded = page.eval_on_selector(
+            "#detail img.thumb", "img => img.complete && img.naturalWidth"
+        )
+        assert loaded == 1  # the 1×1 PNG, read back over the socket, under the page's CSP
+        link = page.locator("#detail .attachments a").first
+        assert link.inner_text() == "dot.png (image/png, 70 bytes)"
+        assert link.get_attribute("download") == "dot.png"
+        assert "I got dot.png (image/png, 70 bytes)" in page.inner_text("#detail")
+        assert page.get_attribute("label.attach", "data-count") == ""  # cleared once sent
         assert errors == []
     finally:
         srv.stop(signal.SIGKILL)

@@ -306,3 +306,80 @@ async def test_a_message_sent_with_an_image_reaches_the_next_turn(tmp_path: Path
     last = fake.requests[-1]["messages"][-1]
     assert last["role"] == "user" and last["content"][0] == {"type": "text", "text": "here"}
     assert last["content"][2]["image_url"]["url"].endswith(IMAGE["data"])
+
+
+DESCRIBER = {
+    "description": "says what it got",
+    "instructions": "look",
+    "script": {"turns": [{"say": "I got {attachments}"}]},
+}
+
+
+async def test_ag_ui_image_parts_are_the_runs_attachments(tmp_path: Path) -> None:
+    pytest.importorskip("ag_ui.core", reason="AG-UI needs the `agui` extra")
+    import httpx
+
+    from tests.integration.test_agui import base, events_of, run_input
+    from tests.server_helpers import demo_config
+
+    config = demo_config(tmp_path, server={"ag_ui": True}, extra_agents={"describer": DESCRIBER})
+    image = {
+        "type": "image",
+        "source": {"type": "data", "value": IMAGE["data"], "mimeType": "image/png"},
+    }
+    body = run_input("x")
+    body["messages"] = [
+        {"id": "m1", "role": "user", "content": [{"type": "text", "text": "what?"}, image]}
+    ]
+    async with (
+        running_server(config) as server,
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream("POST", f"{base(server)}/ag-ui/describer", json=body) as response,
+    ):
+        got = [event async for event in events_of(response)]
+    assert got[-1].type == "RUN_FINISHED"
+    assert got[-1].result == f"I got image-2 (image/png, {len(PNG)} bytes)"
+
+
+async def test_a2a_file_parts_go_both_ways(tmp_path: Path) -> None:
+    """A FilePart sent to our A2A door is the run's attachment; a child that is an A2A
+    agent gets its attachments as FileParts."""
+    pytest.importorskip("a2a", reason="the A2A tests need the `a2a` extra")
+    from a2a.types import a2a_pb2 as pb
+
+    from tests.integration.test_a2a_serve import a2a_client, collect, http_url, text_after
+    from tests.server_helpers import demo_config
+
+    far = tmp_path / "far"
+    far.mkdir()
+    far_config = demo_config(far, server={"a2a": True}, extra_agents={"describer": DESCRIBER})
+    async with running_server(far_config) as far_server:
+        base = http_url(far_server.url)
+        sent = pb.Message(message_id="m-1", role=pb.Role.ROLE_USER)
+        sent.parts.append(pb.Part(text="what is this?"))
+        sent.parts.append(pb.Part(raw=PNG, filename="dot.png", media_type="image/png"))
+        async with a2a_client(base, "describer") as client:
+            responses = await collect(client, pb.SendMessageRequest(message=sent))
+        assert text_after(responses) == f"I got dot.png (image/png, {len(PNG)} bytes)"
+        spawn = {
+            "name": "agent_spawn",
+            "args": {"agent_id": "far", "task": "look", "attachments": ["{attachment}"]},
+        }
+        agents: dict[str, Any] = {
+            "far": {"description": "over A2A", "remote": {"a2a": f"{base}/a2a/describer"}},
+            "boss": {
+                "description": "asks",
+                "instructions": "lead",
+                "tools": ["agent_spawn"],
+                "script": {"turns": [{"calls": [spawn]}, {"say": "far: {results}"}]},
+            },
+        }
+        async with (
+            running_server(demo_config(tmp_path, extra_agents=agents)) as server,
+            connect(server.url, max_size=None) as ws,
+        ):
+            ack = await request(ws, op="run", id=1, agent="boss", input="go", attachments=[IMAGE])
+            with trio.fail_after(30):
+                events, end = await read_until_end(ws, ack["sub"])
+    assert end["status"] == "completed"
+    assert events[-1]["data"]["result"] == f"far: I got dot.png (image/png, {len(PNG)} bytes)"

@@ -136,3 +136,11 @@ async def test_a_blob_is_stored_once_and_goes_with_its_last_run(factory: Factory
         assert set(await storage.get_blobs([PNG.id, PDF.id])) == {PDF.id}
         await storage.delete_runs(["run-c"])
         assert await storage.get_blobs([PNG.id, PDF.id]) == {}
+
+
+async def test_a_run_reads_only_the_blobs_it_refers_to(factory: Factory) -> None:
+    async with factory() as storage:
+        await storage.put_blobs("run-a", {PNG.id: PNG.data})
+        await storage.put_blobs("run-b", {PDF.id: PDF.data})
+        assert await storage.get_blobs([PNG.id, PDF.id], run_id="run-a") == {PNG.id: PNG.data}
+        assert await storage.get_blobs([PNG.id], run_id="run-b") == {}

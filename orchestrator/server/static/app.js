@@ -438,6 +438,13 @@ function showAgent() {
 }
 $("agent").onchange = () => showAgent();
 
+// The paperclip says how many files go with the next run.
+function showAttached() {
+  const count = $("files").files.length;
+  $("files").parentElement.dataset.count = count ? String(count) : "";
+}
+$("files").onchange = () => showAttached();
+
 $("start").onsubmit = async (event) => {
   event.preventDefault();
   const input = $("input").value.trim();
@@ -449,8 +456,12 @@ $("start").onsubmit = async (event) => {
   $("go").disabled = true;
   try {
     const options = feed();
+    const files = $("files").files;
+    if (files.length) options.attachments = await conn.attachmentsOf(files);
     showStarted(await conn.run($("agent").value, input, options), options.recent);
     $("input").value = "";
+    $("files").value = "";
+    showAttached();
   } catch (error) {
     notice(error);
   } finally {
@@ -790,6 +801,7 @@ function renderDetail(run, key) {
   parts.push(head);
   if (state.forking && state.forking.runId === run.runId && state.forking.key === key) parts.push(forkBox(run, key, agent));
   parts.push(section("Task", agent.task, "prose"));
+  if (agent.attachments.length) parts.push(attachmentsBox("Attachments", run, agent.attachments));
   if (agent.structured !== undefined) {   // an output schema's answer: its JSON, laid out
     parts.push(section("Answer (structured)", JSON.stringify(agent.structured, null, 2), "json answer"));
   } else if (agent.text) parts.push(section("Answer", agent.text, "prose answer", true));
@@ -819,7 +831,10 @@ function renderDetail(run, key) {
   if (agent.messages.length) {
     const box = el("div", "block");
     box.append(el("div", "label", "Messages sent in"));
-    for (const m of agent.messages) box.append(el("div", "msg", `${m.from}: ${m.text}`));
+    for (const m of agent.messages) {
+      box.append(el("div", "msg", `${m.from}: ${m.text}`));
+      if (m.attachments.length) box.append(attachmentsBox(null, run, m.attachments));
+    }
     parts.push(box);
   }
   if (run.status === "running" && agent.status === "running") {
@@ -955,6 +970,28 @@ function restoreSelection(root, saved) {
   }
 }
 
+// Images and files given to an agent (or returned by a tool): a thumbnail of each
+// image and a download link, their bytes fetched over the socket once shown.
+function attachmentsBox(title, run, attachments) {
+  const box = el("div", "block attachments");
+  if (title) box.append(el("div", "label", title));
+  for (const a of attachments) {
+    const item = el("div", "attachment");
+    const link = el("a", "", `${a.name} (${a.mediaType}, ${a.size.toLocaleString()} bytes)`);
+    link.download = a.name;
+    link.href = "#";
+    const image = a.mediaType.startsWith("image/") ? el("img", "thumb") : null;
+    if (image) { image.alt = a.name; item.append(image); }
+    item.append(link);
+    conn.attachmentUrl(run.runId, a).then((url) => {
+      link.href = url;
+      if (image) image.src = url;
+    }).catch((error) => { item.title = error.message || String(error); item.classList.add("missing"); });
+    box.append(item);
+  }
+  return box;
+}
+
 function section(title, text, cls, markdown = false) {
   const box = el("div", "block");
   const label = el("div", "label");
@@ -1074,6 +1111,7 @@ function toolBox(call, ended = null) {
   const args = call.args !== undefined ? JSON.stringify(call.args, null, 2) : call.argsText;
   box.append(el("pre", "args", args || ""));
   if (call.result !== undefined) box.append(el("pre", "result" + (call.isError ? " error" : ""), call.result));
+  if (call.attachments.length && state.run) box.append(attachmentsBox(null, state.run, call.attachments));
   return box;
 }
 

@@ -103,6 +103,16 @@ export class Chat {
     send.type = "submit";
     send.disabled = this.sending || !this.conn.open;
     form.append(input);
+    const attach = el("label", "attach", "📎");
+    attach.title = "attach images or files to the message";
+    const files = el("input");
+    files.type = "file";
+    files.multiple = true;
+    files.id = "chat-files";
+    files.setAttribute("aria-label", "attach files");
+    files.onchange = () => { attach.dataset.count = files.files.length ? String(files.files.length) : ""; };
+    attach.append(files);
+    form.append(attach);
     const running = this.running;
     if (running) {
       const choice = el("select");
@@ -131,6 +141,8 @@ export class Chat {
     if (choice) options.multitask = choice.value;
     this.sending = true;
     try {
+      const files = this.root.querySelector("#chat-files");
+      if (files && files.files.length) options.attachments = await this.conn.attachmentsOf(files.files);
       const handle = await this.conn.run(null, text, options);   // (the thread's agent)
       input.value = "";
       this.started(handle);

@@ -17,6 +17,42 @@ export class Connection {
     this.client = null;
     this.readOnly = false;      // `/auth` says: a viewer token (no control may be used)
     this.maxInputBytes = 256 * 1024;   // `/auth` says: the longest task or message the server takes
+    this.maxFrameBytes = 1024 * 1024;  // `/auth` says: a request's frame (attachments included)
+    this.blobUrls = new Map();         // attachment id -> a blob: URL of its bytes (fetched once)
+  }
+
+  // Files chosen in a form, as a request's attachments (base64): refused, saying why,
+  // when they would not fit in one frame (server.max_frame_bytes).
+  async attachmentsOf(files) {
+    const out = [];
+    let size = 0;
+    for (const file of files) {
+      size += Math.ceil(file.size / 3) * 4;
+      if (size > this.maxFrameBytes - 64 * 1024) {
+        const kb = (n) => `${Math.ceil(n / 1024).toLocaleString()} KB`;
+        throw { code: "bad_request", message: `the files are ${kb(size)} as base64: one request takes at most ${kb(this.maxFrameBytes)} (server.max_frame_bytes)` };
+      }
+      const url = await new Promise((resolve, reject) => {
+        const reader = new FileReader();
+        reader.onload = () => resolve(reader.result);
+        reader.onerror = () => reject(reader.error);
+        reader.readAsDataURL(file);
+      });
+      out.push({ name: file.name, mediaType: file.type || "application/octet-stream", data: String(url).split(",", 2)[1] || "" });
+    }
+    return out;
+  }
+
+  // A blob: URL of an attachment of a run (its bytes asked for once, over the socket).
+  async attachmentUrl(runId, attachment) {
+    let url = this.blobUrls.get(attachment.id);
+    if (!url) {
+      const data = await this.client.attachment(runId, attachment.id);
+      const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+      url = URL.createObjectURL(new Blob([bytes], { type: attachment.mediaType }));
+      this.blobUrls.set(attachment.id, url);
+    }
+    return url;
   }
 
   get token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
@@ -41,6 +77,7 @@ export class Connection {
       const body = await response.json();
       this.readOnly = body.readOnly === true;   // a viewer token: watch, change nothing
       if (body.maxInputBytes) this.maxInputBytes = body.maxInputBytes;
+      if (body.maxFrameBytes) this.maxFrameBytes = body.maxFrameBytes;
       return !body.authorized;
     } catch {
       return false;   // the server is down: the client's attempts will say so

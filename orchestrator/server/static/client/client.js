@@ -62,11 +62,12 @@ export class Client {
      * null: a thread's next run, of its thread's agent). */
     async run(agent, input, options = {}) {
         const { filter, detail, threadId, multitask, agentKey, fromRun, outputSchema } = options;
+        const { attachments } = options;
         const { onEvents } = options;
         const handle = new RunHandle(this, "", { filter, detail, onEvents }, 0, options.events !== false);
         await this.request({
             op: "run", agent: agent ?? undefined, input, stream: true, filter, detail, threadId, multitask,
-            agentKey, fromRun, outputSchema,
+            agentKey, fromRun, outputSchema, attachments,
         }, handle);
         return handle;
     }
@@ -99,6 +100,12 @@ export class Client {
     async threads(options = {}) {
         const reply = await this.request({ op: "threads", ...options });
         return reply.op === "threads" ? reply.threads : [];
+    }
+    /** The bytes of an attachment of a run, in base64 (the run must be visible to the
+     * token; docs/structured.md#attachments). */
+    async attachment(runId, attachmentId) {
+        const reply = await this.request({ op: "attachment", runId, attachmentId });
+        return reply.op === "attachment" ? reply.data : "";
     }
     /** The calls waiting for a person (`runId`: of one run). */
     async pending(options = {}) {

@@ -47,6 +47,8 @@ export class AgentNode {
     turns = [newTurn()];
     tools = new Map();
     messages = [];
+    /** Images and files given with its task (the root's: with the run's input). */
+    attachments = [];
     usage = null;
     subtreeUsage = null;
     startTs = null;
@@ -232,10 +234,12 @@ export class AgentTree {
                 node.agentId = e.data.agentId;
                 node.name = e.data.agentId || "root";
                 node.task = e.data.input;
+                node.attachments = e.data.attachments ?? [];
                 this.forkedFrom = e.data.forkedFrom ?? null;
                 break;
             case "AGENT_STARTED":
                 node.task = e.data.task;
+                node.attachments = e.data.attachments ?? [];
                 break;
             case "REASONING": {
                 const turn = this.#turn(node, e.seq);
@@ -289,12 +293,13 @@ export class AgentTree {
             case "TOOL_RESULT": {
                 const call = this.#call(node, e.data.toolCallId, e.data.name, ts);
                 call.result = e.data.content;
+                call.attachments = e.data.attachments ?? [];
                 call.isError = !!e.data.isError;
                 call.endTs = ts;
                 break;
             }
             case "USER_MESSAGE":
-                node.messages.push({ text: e.data.text, from: e.data.from, ts });
+                node.messages.push({ text: e.data.text, from: e.data.from, ts, attachments: e.data.attachments ?? [] });
                 break;
             case "COMPACTION_STARTED": {
                 const last = node.turns[node.turns.length - 1];
@@ -389,7 +394,7 @@ export class AgentTree {
         let call = node.tools.get(id);
         if (!call) {
             call = {
-                id, name, argsText: "", args: undefined, result: undefined, isError: false,
+                id, name, argsText: "", args: undefined, result: undefined, isError: false, attachments: [],
                 startTs: ts, endTs: null, server: false, ready: false, seq,
             };
             node.tools.set(id, call);
