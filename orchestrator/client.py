@@ -33,6 +33,7 @@ import trio
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.trio.client import connect
 
+from agents.core.attachments import AttachmentIn
 from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.core.events import Event
 from orchestrator.core.filters import FilterSpec
@@ -166,6 +167,7 @@ class Client:
         agent_key: str | None = None,
         multitask: Multitask = "reject",
         output_schema: dict[str, Any] | None = None,
+        attachments: list[AttachmentIn] | None = None,
     ) -> str:
         """Start a run of `agent` on `input`; its runId (follow it with `follow`).
 
@@ -174,7 +176,9 @@ class Client:
         conversation, or with `agent_key` from that agent's; `agent` may then be None.
         `multitask`: what the input does while a run of the thread runs (`steer`: the
         runId is the running run's). `output_schema`: the JSON Schema the root's answer
-        must match (RUN_FINISHED's `structured` holds it; docs/structured.md)."""
+        must match (RUN_FINISHED's `structured` holds it); `attachments`: images and
+        files for the root, `AttachmentIn(name=, media_type=, data=base64 | url=)`
+        (docs/structured.md)."""
         request = StartRun(
             op="run",
             agent=agent,
@@ -184,6 +188,7 @@ class Client:
             agent_key=agent_key,
             multitask=multitask,
             output_schema=output_schema,
+            attachments=attachments,
         )
         reply = await self._ask(request)
         assert isinstance(reply, Ack) and reply.run_id is not None
@@ -235,9 +240,25 @@ class Client:
         """Cancel the run, or one agent and its subtree."""
         await self._ask(Cancel(op="cancel", run_id=run_id, agent_key=agent_key, reason=reason))
 
-    async def send(self, run_id: str, message: str, agent_key: str | None = None) -> None:
-        """Deliver a message into a running agent (default: the root)."""
-        await self._ask(Send(op="send", run_id=run_id, message=message, agent_key=agent_key))
+    async def send(
+        self,
+        run_id: str,
+        message: str,
+        agent_key: str | None = None,
+        attachments: list[AttachmentIn] | None = None,
+    ) -> list[str]:
+        """Deliver a message (with `attachments`) into a running agent (default: the
+        root); the attachments' ids."""
+        reply = await self._ask(
+            Send(
+                op="send",
+                run_id=run_id,
+                message=message,
+                agent_key=agent_key,
+                attachments=attachments,
+            )
+        )
+        return (reply.attachments or []) if isinstance(reply, Ack) else []
 
     async def approve(
         self,

@@ -192,8 +192,8 @@ class AttachmentsConfig(BaseModel):
     """Bytes of one attachment (a WebSocket frame bounds a base64 one too:
     `server.max_frame_bytes`)."""
     max_run_bytes: int = Field(default=32 * 1024 * 1024, ge=1)
-    """Bytes of the attachments given to one run: its input's, and those `agent_spawn`
-    makes anew."""
+    """Bytes of the attachments of one request together; across a run, its input's and
+    those its tools return or `agent_spawn` makes anew (past it: noted, not kept)."""
     max_count: int = Field(default=16, ge=0, le=256)
     """Attachments in one `run`, `send` or `agent_spawn` call (0: none are taken)."""
     media_types: list[str] = Field(

@@ -12,7 +12,7 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypedDict
 
 import msgspec
@@ -28,6 +28,7 @@ __all__ = [
     "AttachmentLimits",
     "BlobStore",
     "MemoryBlobs",
+    "after_results",
     "attachment_id",
     "decode_base64",
     "from_infos",
@@ -255,3 +256,19 @@ class MemoryBlobs:
         used: set[str] = set().union(*self._refs.values()) if self._refs else set()
         for key in [k for k in self._blobs if k not in used]:
             del self._blobs[key]
+
+
+def after_results(
+    held: list[tuple[str, tuple[Attachment, ...]]],
+    content: Callable[[str, tuple[Attachment, ...], Sequence[str]], Any],
+    accepts: Sequence[str],
+) -> list[dict[str, Any]]:
+    """The parts of the user message that follows tool results with attachments, in a
+    wire format whose tool results hold none (OpenAI's): each result's, captioned, in
+    the parts `content` makes; `held` is emptied."""
+    parts: list[dict[str, Any]] = []
+    for call, attachments in held:
+        made = content(f"Attachments of the result of {call}:", attachments, accepts)
+        parts.extend(made if isinstance(made, list) else [])
+    held.clear()
+    return parts

@@ -5,9 +5,6 @@ each blob once, gone with the last run that refers to it."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -24,10 +21,7 @@ from agents.core.attachments import (
 )
 from agents.errors import ToolError
 from orchestrator.runtime.attachments import received
-from orchestrator.storage.base import Storage
-from orchestrator.storage.memory import MemoryStorage
-from orchestrator.storage.redis import RedisStorage
-from orchestrator.storage.sqlite import SqliteStorage
+from tests.unit.test_journal import Factory, factory  # noqa: F401  (the fixture: every store)
 
 PNG = Attachment.of("dot.png", "image/png", b"\x89PNG fake")
 PDF = Attachment.of("a.pdf", "application/pdf", b"%PDF-1.4 fake")
@@ -110,20 +104,7 @@ async def test_a_request_is_read_fetched_and_bounded() -> None:
     assert await received([AttachmentIn(id=PNG.id)], limits, fetcher, {PNG.id: PNG}) == [PNG]
 
 
-Factory = Callable[[], AbstractAsyncContextManager[Storage]]
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-def factory(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
-    if request.param == "memory":
-        return MemoryStorage.open
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_url")
-        return lambda: RedisStorage.open(url, durability="relaxed")
-    return lambda: SqliteStorage.open(tmp_path / "j.db")
-
-
-async def test_a_blob_is_stored_once_and_goes_with_its_last_run(factory: Factory) -> None:
+async def test_a_blob_is_stored_once_and_goes_with_its_last_run(factory: Factory) -> None:  # noqa: F811
     async with factory() as storage:
         await storage.put_blobs("run-a", {PNG.id: PNG.data, PDF.id: PDF.data})
         await storage.put_blobs("run-b", {PNG.id: b"never a second copy"})
@@ -138,7 +119,7 @@ async def test_a_blob_is_stored_once_and_goes_with_its_last_run(factory: Factory
         assert await storage.get_blobs([PNG.id, PDF.id]) == {}
 
 
-async def test_a_run_reads_only_the_blobs_it_refers_to(factory: Factory) -> None:
+async def test_a_run_reads_only_the_blobs_it_refers_to(factory: Factory) -> None:  # noqa: F811
     async with factory() as storage:
         await storage.put_blobs("run-a", {PNG.id: PNG.data})
         await storage.put_blobs("run-b", {PDF.id: PDF.data})

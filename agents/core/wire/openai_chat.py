@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from agents.core.attachments import Attachment, shown
+from agents.core.attachments import Attachment, after_results, shown
 from agents.core.messages import (
     AssistantMessage,
     Finish,
@@ -135,12 +135,7 @@ def _held_results(
 ) -> dict[str, Any]:
     """A tool message holds no image: the results' attachments follow them in a user
     message (and `held` is emptied)."""
-    parts: list[dict[str, Any]] = []
-    for call, attachments in held:
-        content = _content(f"Attachments of the result of {call}:", attachments, accepts)
-        parts.extend(content if isinstance(content, list) else [])
-    held.clear()
-    return {"role": "user", "content": parts}
+    return {"role": "user", "content": after_results(held, _content, accepts)}
 
 
 class _Function(msgspec.Struct):

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from agents.core.attachments import Attachment, shown
+from agents.core.attachments import Attachment, after_results, shown
 from agents.core.messages import (
     AssistantMessage,
     Finish,
@@ -141,12 +141,7 @@ def _held_results(
     held: list[tuple[str, tuple[Attachment, ...]]], accepts: Sequence[str]
 ) -> dict[str, Any]:
     """The results' attachments, in a user item right after them (`held` is emptied)."""
-    parts: list[dict[str, Any]] = []
-    for call, attachments in held:
-        content = _content(f"Attachments of the result of {call}:", attachments, accepts)
-        parts.extend(content if isinstance(content, list) else [])
-    held.clear()
-    return {"role": "user", "content": parts}
+    return {"role": "user", "content": after_results(held, _content, accepts)}
 
 
 class _Item(msgspec.Struct):
