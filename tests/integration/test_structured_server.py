@@ -6,6 +6,7 @@ DataPart, read by the `a2a-sdk` client) and AG-UI (the run's `result` is the val
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,38 @@ async def test_ag_ui_finishes_with_the_value(tmp_path: Path) -> None:
     ):
         got = [event async for event in events_of(response)]
     assert got[-1].type == "RUN_FINISHED" and got[-1].result == {"name": "Ada", "age": 36}
+
+
+async def test_the_cli_asks_the_root_for_a_schema_from_a_file(tmp_path: Path) -> None:
+    import sys
+
+    from tests.helpers import REPO
+
+    demo_config(tmp_path, extra_agents={"extractor": extractor()})
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "age.json").write_text('{"type": "integer", "minimum": 0}')
+    person = {**PERSON, "properties": {**PERSON["properties"], "age": {"$ref": "age.json"}}}
+    (tmp_path / "schemas" / "person.json").write_text(json.dumps(person))
+    command = [sys.executable, "-m", "orchestrator", "run", "extractor", "Ada is 36"]
+    flags = ["--no-stream", "--output-schema", "schemas/person.json", "--config", "server.yaml"]
+    done = await trio.run_process(
+        [*command, *flags],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().strip() == '{"name":"Ada","age":36}'
+    (tmp_path / "schemas" / "bad.json").write_text('{"type": "int"}')
+    flags[2] = "schemas/bad.json"
+    done = await trio.run_process(
+        [*command, *flags],
+        cwd=tmp_path,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode != 0
+    assert "--output-schema schemas/bad.json.type: 'int' is not valid" in done.stderr.decode()
