@@ -19,7 +19,7 @@ from websockets.trio.client import connect
 from tests.integration.test_server_lifecycle import start_serve_process
 from tests.server_helpers import demo_config, read_until_end, recv, replay, request, running_server
 
-PERSON = {
+PERSON: dict[str, Any] = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
     "required": ["name", "age"],
