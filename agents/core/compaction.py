@@ -19,6 +19,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from agents.core.attachments import Attachment
 from agents.core.messages import (
     AssistantMessage,
     Message,
@@ -88,8 +89,23 @@ def estimate_message(message: Message) -> int:
         chars += sum(len(c.name) + len(c.arguments) + 16 for c in message.tool_calls)
         return MESSAGE_OVERHEAD + math.ceil(chars / CHARS_PER_TOKEN)
     if isinstance(message, ToolResultMessage):
-        return MESSAGE_OVERHEAD + estimate_text(message.content)
-    return MESSAGE_OVERHEAD + estimate_text(message.text)
+        return MESSAGE_OVERHEAD + estimate_text(message.content) + _attached(message.attachments)
+    return MESSAGE_OVERHEAD + estimate_text(message.text) + _attached(message.attachments)
+
+
+ATTACHMENT_TOKENS = 1600
+"""What an image or a file counts for before the provider says (a large image is
+about this many tokens at Anthropic's and OpenAI's scaling); a text file counts its
+characters."""
+
+
+def _attached(attachments: tuple[Attachment, ...]) -> int:
+    return sum(
+        math.ceil(a.size / CHARS_PER_TOKEN)
+        if a.media_type.startswith("text/")
+        else ATTACHMENT_TOKENS
+        for a in attachments
+    )
 
 
 def estimate_messages(messages: list[Message] | tuple[Message, ...]) -> int:

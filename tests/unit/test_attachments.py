@@ -125,3 +125,15 @@ async def test_a_run_reads_only_the_blobs_it_refers_to(factory: Factory) -> None
         await storage.put_blobs("run-b", {PDF.id: PDF.data})
         assert await storage.get_blobs([PNG.id, PDF.id], run_id="run-a") == {PNG.id: PNG.data}
         assert await storage.get_blobs([PNG.id], run_id="run-b") == {}
+
+
+def test_an_attachment_counts_toward_the_conversations_size() -> None:
+    from agents.core.compaction import ATTACHMENT_TOKENS, estimate_message
+    from agents.core.messages import UserMessage
+
+    bare = estimate_message(UserMessage(text="look"))
+    assert (
+        estimate_message(UserMessage(text="look", attachments=(PNG,))) == bare + ATTACHMENT_TOKENS
+    )
+    text = Attachment.of("n.txt", "text/plain", b"x" * 4000)
+    assert estimate_message(UserMessage(text="look", attachments=(text,))) == bare + 1000
