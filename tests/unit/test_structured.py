@@ -322,3 +322,24 @@ async def test_the_chain_does_not_fall_over_otherwise() -> None:
     )
     with pytest.raises(ProviderError, match="busy"):
         await _drain(last)  # nothing to fall back to
+
+
+def test_the_tree_view_shows_a_fallback_and_keeps_a_structured_answer() -> None:
+    from orchestrator.core.events import Event, EventType
+    from orchestrator.core.tree import TreeView
+
+    view = TreeView()
+    fell = {"from": "claude", "to": "gpt", "reason": "rate_limit", "error": "429"}
+    answer = {
+        "text": '{"ok":true}',
+        "structured": {"ok": True},
+        "usage": {"inputTokens": 1, "outputTokens": 1},
+        "subtreeUsage": {"inputTokens": 1, "outputTokens": 1},
+    }
+    view.apply(
+        Event("r", 1, 1.0, EventType.RUN_STARTED, None, False, {"agentId": "a", "input": "t"})
+    )
+    view.apply(Event("r", 2, 2.0, EventType.MODEL_FALLBACK, None, False, fell))
+    assert view.root.model == "gpt" and view.root.text == "⇄ model claude → gpt (rate_limit)"
+    view.apply(Event("r", 3, 3.0, EventType.AGENT_RESULT, None, True, answer))
+    assert view.root.structured == {"ok": True} and view.root.result == '{"ok":true}'

@@ -112,3 +112,30 @@ def test_content_only_when_asked() -> None:
     spawn = next(s for s in done if s.name == "execute_tool agent_spawn")
     assert '"task": "t"' in spawn.attributes[gen_ai_attributes.GEN_AI_TOOL_CALL_ARGUMENTS]
     assert boss.attributes[gen_ai_attributes.GEN_AI_PROVIDER_NAME] == "anthropic"
+
+
+def test_a_model_fallback_is_on_the_agent_span_and_names_the_next_chat() -> None:
+    builder = TraceBuilder(
+        "run-1",
+        lambda agent_id: ("anthropic", "claude-x"),
+        model_keys=lambda key: {"gpt": ("openai", "gpt-x")}.get(key, ("unknown", key)),
+    )
+    fell = {"from": "claude", "to": "gpt", "reason": "overloaded", "error": "HTTP 529"}
+    turn = {"text": "hi", "toolCalls": [], "finishReason": "stop", "model": "gpt"}
+    data: list[tuple[EventType, bool, dict[str, Any]]] = [
+        (EventType.RUN_STARTED, False, {"agentId": "boss", "input": "t"}),
+        (EventType.MODEL_FALLBACK, False, fell),
+        (EventType.REASONING, False, {"delta": "hi"}),
+        (EventType.REASONING, True, turn),
+        (EventType.RUN_FINISHED, True, {"status": "completed", "result": "hi"}),
+    ]
+    spans = [
+        span
+        for i, (kind, last, d) in enumerate(data)
+        for span in builder.feed(Event("run-1", i + 1, 100.0 + i, kind, None, last, d))
+    ]
+    chat = next(s for s in spans if s.kind == "client")
+    assert chat.name == "chat gpt-x"
+    assert chat.attributes[gen_ai_attributes.GEN_AI_REQUEST_MODEL] == "gpt-x"
+    agent = next(s for s in spans if s.attributes.get("orchestrator.model_fallbacks"))
+    assert agent.attributes["orchestrator.model_fallbacks"] == ("claude -> gpt (overloaded)",)
