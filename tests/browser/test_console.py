@@ -1046,6 +1046,30 @@ def test_a_thread_reads_as_a_chat_that_goes_on_from_its_message_box(
         assert errors == []
 
 
+def test_a_conversations_message_box_takes_a_file_too(browser: Browser, tmp_path: Path) -> None:
+    describer = {
+        "description": "says what it got",
+        "instructions": "look",
+        "script": {"turns": [{"say": "I got {attachments}"}]},
+    }
+    write_agents(tmp_path, token_delay=0.0, extra={"describer": describer})
+    with serving(tmp_path, config()) as srv:
+        page, errors = open_page(browser, srv.url)
+        start_run(page, "describer", "hello")
+        page.wait_for_selector("#chat .exchange .said.agent .answer", timeout=60_000)
+        notes = {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"remember this"}
+        page.set_input_files("#chat-files", notes)
+        page.fill("#chat-input", "and this")
+        page.press("#chat-input", "Enter")
+        page.wait_for_function(
+            "document.querySelectorAll('#chat .exchange .said.agent .answer').length === 2",
+            timeout=60_000,
+        )
+        # The thread's second run has the file (and the conversation keeps none twice).
+        assert exchanges(page)[1] == ["and this", "I got notes.txt (text/plain, 13 bytes)"]
+        assert errors == []
+
+
 def test_while_a_run_of_the_thread_runs_the_message_box_offers_the_multitask_choice(
     browser: Browser, tmp_path: Path
 ) -> None:
