@@ -1057,8 +1057,10 @@ def test_a_conversations_message_box_takes_a_file_too(browser: Browser, tmp_path
         page, errors = open_page(browser, srv.url)
         start_run(page, "describer", "hello")
         page.wait_for_selector("#chat .exchange .said.agent .answer", timeout=60_000)
-        notes = {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"remember this"}
-        page.set_input_files("#chat-files", notes)
+        page.set_input_files(
+            "#chat-files",
+            {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"remember this"},
+        )
         page.fill("#chat-input", "and this")
         page.press("#chat-input", "Enter")
         page.wait_for_function(

@@ -519,6 +519,7 @@ async def test_attachments_reach_a_worker_and_its_children_by_id(
             "description": "hands its image to a looker",
             "instructions": "look",
             "tools": ["agent_spawn", "wait"],
+            "approval": ["wait"],  # the run waits for a person while the message comes
             "script": {
                 "turns": [
                     {
@@ -533,7 +534,7 @@ async def test_attachments_reach_a_worker_and_its_children_by_id(
                             }
                         ]
                     },
-                    {"calls": [{"name": "wait", "args": {"seconds": 1}}]},
+                    {"calls": [{"name": "wait", "args": {"seconds": 0}}]},
                     {"say": "I got {attachments}"},
                 ]
             },
@@ -553,6 +554,16 @@ async def test_attachments_reach_a_worker_and_its_children_by_id(
                 a, op="run", id=1, agent="viewer", input="look", attachments=[image]
             )
             assert ack["op"] == "ack", ack
+            events: list[dict[str, Any]] = []
+
+            async def until_seen(kind: str) -> dict[str, Any]:
+                with trio.fail_after(60):
+                    while not any(e["type"] == kind for e in events):
+                        frame = json.loads(await a.recv())
+                        events.extend(frame.get("events", []))
+                return next(e for e in events if e["type"] == kind)
+
+            asked = await until_seen("APPROVAL_REQUESTED")
             note = {
                 "name": "note.txt",
                 "mediaType": "text/plain",
@@ -562,9 +573,14 @@ async def test_attachments_reach_a_worker_and_its_children_by_id(
                 b, op="send", id=2, runId=ack["runId"], message="also", attachments=[note]
             )
             assert sent["op"] == "ack", sent
-            events, status = await watch_all(a)
+            await until_seen("USER_MESSAGE")  # delivered: the worker read its bytes
+            call = asked["data"]["toolCallId"]
+            answer = {"runId": ack["runId"], "toolCallId": call, "decision": "approve"}
+            assert (await request(b, op="approve", id=3, **answer))["op"] == "ack"
+            rest, status = await watch_all(a)
+            events += rest
     assert status == "completed", c.logs()
     said = f"logo.svg (image/svg+xml, {len(png)} bytes)"
     child = next(e for e in events if e["type"] == "AGENT_RESULT" and e["source"])
     assert child["data"]["text"] == f"I got {said}"
-    assert events[-1]["data"]["result"].startswith(f"I got {said}, note.txt (text/plain, 2 bytes)")
+    assert events[-1]["data"]["result"] == f"I got {said}, note.txt (text/plain, 2 bytes)"
