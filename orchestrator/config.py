@@ -145,6 +145,10 @@ class ServerSection(BaseModel):
     """Serve `POST /ag-ui/AGENT` on this port: an AG-UI RunAgentInput in, the run as the
     AG-UI event stream out, behind the same tokens (docs/integrations.md). Needs the
     `agui` extra."""
+    hooks: bool = False
+    """Serve `POST /hooks/AGENT` on this port: another system's event (a JSON body)
+    starts a run, behind the same tokens, answered `202` with its runId; `hooks:` sets
+    a hook's input template and signature secret (docs/webhooks.md)."""
     a2a: bool = False
     """Serve each subagent as an A2A agent at `/a2a/AGENT/` on this port (its card at
     `/a2a/AGENT/.well-known/agent-card.json`), behind the same tokens (docs/remote.md).
@@ -396,6 +400,26 @@ class ClusterConfig(BaseModel):
     (`worker_lost`)."""
 
 
+class HookConfig(BaseModel):
+    """`hooks.<agentId>:` — how `POST /hooks/<agentId>` starts a run (docs/webhooks.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: str | None = Field(default=None, min_length=1, max_length=4096)
+    """The run's input, `{body.a.b}` filled from the JSON body (`{body}`: all of it);
+    None: the body's `input` field."""
+    thread: str | None = Field(default=None, min_length=1, max_length=256)
+    """The thread the run goes on in, filled as `input` is (`github-{body.repository.id}`:
+    one conversation per repository); None: a new thread each time."""
+    multitask: Literal["reject", "enqueue", "interrupt", "rollback", "steer"] = "enqueue"
+    """What a hook's run does while a run of its thread runs."""
+    secret_env: str | None = None
+    """An environment variable holding the hook's HMAC secret: the request must carry
+    `sha256=<hex HMAC-SHA256 of the body>` in `signature_header`, as GitHub signs."""
+    signature_header: str = "X-Hub-Signature-256"
+    """Where the signature is (with `secret_env`)."""
+
+
 class ServerConfig(BaseModel):
     """The whole server.yaml."""
 
@@ -429,6 +453,9 @@ class ServerConfig(BaseModel):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     cluster: ClusterConfig | None = None
     """None: one process, any storage. Set: a cluster on the `redis://` storage."""
+    hooks: dict[str, HookConfig] = Field(default_factory=dict)
+    """`POST /hooks/<agentId>`'s input template and secret, by agentId (needs
+    `server.hooks: true`; an agent not listed takes `{"input": …}`)."""
     base_dir: Path = Field(default=Path("."), exclude=True)
     """Directory of the config file; relative paths resolve against it."""
 
@@ -455,6 +482,12 @@ class ServerConfig(BaseModel):
             raise ValueError(
                 f"{key}: MCP needs the `mcp` extra: pip install 'agent-orchestrator[mcp]'"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _hooks_need_their_door(self) -> ServerConfig:
+        if self.hooks and not self.server.hooks:
+            raise ValueError("hooks: configured, but server.hooks is false (the door is off)")
         return self
 
     @model_validator(mode="after")

@@ -1,4 +1,4 @@
-"""The HTTP doors on the server's port besides `/ws` — MCP, AG-UI, A2A — as one table,
+"""The HTTP doors on the server's port besides `/ws` — MCP, hooks, AG-UI, A2A — as one table,
 like the ops (`ops.py`): a door is a path prefix, the setting that turns it on, and how
 to make its endpoint. `open_doors` makes the endpoints that are on; the front door
 (`front.py`) routes each connection to the first whose prefix its path has.
@@ -70,8 +70,15 @@ def _a2a(app: DoorContext) -> Endpoint:
     return A2aEndpoint(app)
 
 
+def _hooks(app: DoorContext) -> Endpoint:
+    from orchestrator.server.hooks_http import HooksEndpoint
+
+    return HooksEndpoint(app)
+
+
 DOORS: tuple[Door, ...] = (
     Door(b"/mcp", "mcp", _mcp, _mcp_running),
+    Door(b"/hooks", "hooks", _hooks),
     Door(b"/ag-ui", "ag_ui", _agui),
     Door(b"/a2a", "a2a", _a2a),
 )

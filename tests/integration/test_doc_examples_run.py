@@ -154,3 +154,15 @@ async def test_the_attachments_example_prints_what_the_doc_says() -> None:
     example = one("python", doc, "attachments=[LOGO]")
     printed = next(e for e in examples("text") if e.doc == doc and e.line > example.line)
     assert await python(example.text, REPO) == printed.text
+
+
+async def test_the_hooks_example_starts_a_run(tmp_path: Path) -> None:
+    example = one("python", "docs/webhooks.md", "/hooks/planner")
+    tokens = [{"name": "ci", "token": "ci-token", "role": "user"}]
+    config = demo_config(tmp_path, server={"hooks": True, "tokens": tokens})
+    async with running_server(config) as server:
+        base = f"http://{server.host}:{server.port}"
+        code = example.text.replace("http://127.0.0.1:8765", base)
+        out = await python(code, tmp_path)
+    promised = re.search(r"# (202 .*)", example.text)
+    assert promised is not None and out.strip() == promised.group(1)
