@@ -63,6 +63,9 @@ from orchestrator.protocol import (
     ThreadInfo,
     Threads,
     ThreadsReply,
+    TriggerInfo,
+    TriggersOp,
+    TriggersReply,
     decode_server_frame,
 )
 
@@ -200,6 +203,15 @@ class Client:
         reply = await self._ask(Threads(op="threads", thread_id=thread_id))
         assert isinstance(reply, ThreadsReply)
         return reply.threads
+
+    async def triggers(
+        self, action: Literal["list", "pause", "resume", "fire"] = "list", name: str | None = None
+    ) -> list[TriggerInfo]:
+        """The server's triggers (docs/triggers.md), after `action` on `name` if asked
+        (pause, resume or fire one: an admin's token)."""
+        reply = await self._ask(TriggersOp(op="triggers", action=action, name=name))
+        assert isinstance(reply, TriggersReply)
+        return reply.triggers
 
     async def delete_thread(self, thread_id: str) -> list[str]:
         """Delete a thread's runs (none may be running); their runIds."""

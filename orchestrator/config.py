@@ -19,6 +19,7 @@ from agents.core.attachments import AttachmentLimits
 from agents.model_config import ModelConfig
 from agents.spec import CompactionSpec
 from agents.yaml_loader import load_yaml_model
+from orchestrator.core.schedule import Schedule, parse_duration
 
 __all__ = [
     "ClusterConfig",
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 
+_TRIGGER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _MCP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 
 
@@ -400,6 +402,52 @@ class ClusterConfig(BaseModel):
     (`worker_lost`)."""
 
 
+class TriggerConfig(BaseModel):
+    """`triggers.<name>:` — a run that starts itself on a schedule (docs/triggers.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent: str = Field(min_length=1)
+    """The agentId it runs."""
+    input: str = Field(min_length=1, max_length=4096)
+    """The run's input; `{name}` and `{scheduled_for}` (the tick, ISO 8601 in the
+    trigger's time zone) are filled in."""
+    cron: str | None = None
+    """A 5-field cron expression (`0 3 * * *`: at 03:00), in `timezone`."""
+    every: float | str | None = None
+    """Or an interval (`30s`, `5m`, `1h`, `1d`, or seconds): ticks at its multiples
+    since the epoch."""
+    timezone: str = "UTC"
+    """The IANA time zone of `cron` (`Europe/Berlin`)."""
+    catch_up: Literal["none", "one", "all"] = "one"
+    """Ticks missed while the server was down: fired once, each (at most 100), or not."""
+    overlap: Literal["skip", "enqueue", "allow"] = "skip"
+    """A tick while the trigger's last run still runs: skipped, queued after it (in the
+    trigger's thread), or started beside it."""
+    thread: str | None = Field(default=None, min_length=1, max_length=256)
+    """The thread its runs go on in (each starts from the last one's conversation);
+    None: a new thread each run (`enqueue` then queues in `trigger-<name>`)."""
+
+    @model_validator(mode="after")
+    def _one_run_at_a_time_in_a_thread(self) -> TriggerConfig:
+        if self.overlap == "allow" and self.thread is not None:
+            raise ValueError(
+                "overlap: 'allow' starts runs beside each other, but a thread runs one "
+                "at a time: give 'enqueue' (or no thread)"
+            )
+        return self
+
+    def schedule(self) -> Schedule:
+        """Its ticks."""
+        every = parse_duration(self.every) if self.every is not None else None
+        return Schedule(cron=self.cron, every=every, timezone=self.timezone)
+
+    @model_validator(mode="after")
+    def _a_schedule(self) -> TriggerConfig:
+        self.schedule()  # (raises ValueError naming what is wrong)
+        return self
+
+
 class HookConfig(BaseModel):
     """`hooks.<agentId>:` — how `POST /hooks/<agentId>` starts a run (docs/webhooks.md)."""
 
@@ -453,6 +501,8 @@ class ServerConfig(BaseModel):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     cluster: ClusterConfig | None = None
     """None: one process, any storage. Set: a cluster on the `redis://` storage."""
+    triggers: dict[str, TriggerConfig] = Field(default_factory=dict)
+    """Runs that start themselves on a schedule, by name (docs/triggers.md)."""
     hooks: dict[str, HookConfig] = Field(default_factory=dict)
     """`POST /hooks/<agentId>`'s input template and secret, by agentId (needs
     `server.hooks: true`; an agent not listed takes `{"input": …}`)."""
@@ -481,6 +531,23 @@ class ServerConfig(BaseModel):
         if key is not None and not _installed("mcp"):
             raise ValueError(
                 f"{key}: MCP needs the `mcp` extra: pip install 'agent-orchestrator[mcp]'"
+            )
+        return self
+
+    @field_validator("triggers")
+    @classmethod
+    def _trigger_names(cls, value: dict[str, TriggerConfig]) -> dict[str, TriggerConfig]:
+        for name in value:
+            if not _TRIGGER_NAME.match(name):
+                raise ValueError(f"{name!r}: a trigger name is 1-64 letters, digits, '_.-'")
+        return value
+
+    @model_validator(mode="after")
+    def _triggers_on_one_process(self) -> ServerConfig:
+        if self.triggers and self.cluster is not None:
+            raise ValueError(
+                "triggers: not yet in cluster mode (a schedule must fire in exactly one "
+                "process): run them on a single server"
             )
         return self
 

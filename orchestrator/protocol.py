@@ -21,6 +21,7 @@ from agents.core.attachments import AttachmentIn
 from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.core.events import Event
 from orchestrator.core.filters import FilterSpec
+from orchestrator.core.schedule import TriggerInfo
 from orchestrator.core.threads import Multitask
 
 __all__ = [
@@ -57,6 +58,9 @@ __all__ = [
     "ThreadInfo",
     "Threads",
     "ThreadsReply",
+    "TriggerInfo",
+    "TriggersOp",
+    "TriggersReply",
     "Unsubscribe",
     "ack",
     "decode_server_frame",
@@ -226,6 +230,14 @@ class Ping(_Op):
     """Liveness check."""
 
 
+class TriggersOp(_Op):
+    """List the server's triggers, or `pause`, `resume` or `fire` one (`name`; an admin's
+    token): docs/triggers.md."""
+
+    action: Literal["list", "pause", "resume", "fire"] = "list"
+    name: str | None = None
+
+
 class GetAttachment(_Op):
     """The bytes of an attachment of a run (the console's thumbnails and downloads)."""
 
@@ -247,6 +259,7 @@ ClientOp = (
     | Agents
     | Ping
     | GetAttachment
+    | TriggersOp
 )
 OP_TYPES: dict[str, type[_Op]] = {
     "run": StartRun,
@@ -262,6 +275,7 @@ OP_TYPES: dict[str, type[_Op]] = {
     "agents": Agents,
     "ping": Ping,
     "attachment": GetAttachment,
+    "triggers": TriggersOp,
 }
 OP_NAMES: dict[type[_Op], str] = {kind: name for name, kind in OP_TYPES.items()}
 """Each op's name on the wire (`run` for `StartRun`)."""
@@ -425,6 +439,13 @@ class Result(_Frame, tag="result"):
     """The root's validated answer, when the run has an output schema."""
 
 
+class TriggersReply(_Frame, tag="triggers"):
+    """The server's triggers (after the action, if one was asked)."""
+
+    triggers: list[TriggerInfo]
+    id: MessageId = None
+
+
 class AttachmentReply(_Frame, tag="attachment"):
     """An attachment's bytes (`data`, base64)."""
 
@@ -447,6 +468,7 @@ ServerFrame = (
     | PendingReply
     | Result
     | AttachmentReply
+    | TriggersReply
 )
 _frame_decoder: msgspec.json.Decoder[ServerFrame] = msgspec.json.Decoder(ServerFrame)
 

@@ -40,6 +40,7 @@ __all__ = [
     "ToolCallDeltaData",
     "ToolProgressData",
     "ToolResultData",
+    "TriggerData",
     "TurnAbandonedData",
     "TurnEndData",
     "UsageData",
@@ -63,11 +64,20 @@ class ContinuesData(TypedDict):
     agentKey: str | None
 
 
+class TriggerData(TypedDict):
+    """A run a trigger started: the trigger and the tick (ISO 8601, its time zone)."""
+
+    name: str
+    scheduledFor: str
+
+
 class RunStartedData(TypedDict):
     agentId: str
     input: str
     attachments: NotRequired[list[AttachmentInfo]]
     """Images and files given with the input (docs/structured.md#attachments)."""
+    trigger: NotRequired[TriggerData]
+    """The trigger that started the run (docs/triggers.md)."""
     outputSchema: NotRequired[dict[str, Any]]
     """The schema the run's root answers with (the `run` op's `outputSchema`)."""
     forkedFrom: NotRequired[ForkedFromData]

@@ -347,6 +347,7 @@ export interface RunStartedData {
   outputSchema?: Record<string, unknown>;
   previousRunId?: string;
   threadId?: string;
+  trigger?: TriggerData;
 }
 
 /** List runs, newest first, a page at a time. */
@@ -481,6 +482,39 @@ export interface ToolResultData {
   toolCallId: string;
 }
 
+/** A run a trigger started: the trigger and the tick (ISO 8601, its time zone). */
+export interface TriggerData {
+  name: string;
+  scheduledFor: string;
+}
+
+/** One trigger as the `triggers` reply lists it. */
+export interface TriggerInfo {
+  name: string;
+  agent: string;
+  schedule: string;
+  nextAt: number | null;
+  paused?: boolean;
+  lastFiredAt?: number | null;
+  lastRun?: string | null;
+  lastOutcome?: string | null;
+}
+
+/** List the server's triggers, or `pause`, `resume` or `fire` one (`name`; an admin's token): docs/triggers.md. */
+export interface TriggersOp {
+  action?: "fire" | "list" | "pause" | "resume";
+  name?: string | null;
+  op: "triggers";
+  id?: string | number | null;
+}
+
+/** The server's triggers (after the action, if one was asked). */
+export interface TriggersReply {
+  op: "triggers";
+  triggers: TriggerInfo[];
+  id?: string | number | null;
+}
+
 export interface TurnAbandonedData {
   attempt: number;
   reason: "fork" | "restart" | "worker_lost";
@@ -562,10 +596,10 @@ export type AgentEvent = {
 }[EventType];
 
 /** Every frame a server sends. */
-export type ServerFrame = Ack | Pong | Events | End | Gap | ErrorFrame | RunsReply | ThreadsReply | AgentsReply | PendingReply | Result | AttachmentReply;
+export type ServerFrame = Ack | Pong | Events | End | Gap | ErrorFrame | RunsReply | ThreadsReply | AgentsReply | PendingReply | Result | AttachmentReply | TriggersReply;
 
 /** Every op a client sends. */
-export type ClientOp = StartRun | Fork | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | Threads | Agents | Ping | GetAttachment;
+export type ClientOp = StartRun | Fork | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | Threads | Agents | Ping | GetAttachment | TriggersOp;
 
 /** The codes of an error frame. */
 export type ErrorCode = "bad_request" | "unknown_op" | "not_found" | "unauthorized" | "limit_exceeded" | "unavailable" | "internal";

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Literal
 
 import msgspec
 import trio
@@ -74,6 +75,36 @@ async def runs_main(
         print(f"    {run.input[:100]}")
     if not page.runs:
         print("no runs")
+    return 0
+
+
+async def triggers_main(
+    url: str,
+    action: Literal["list", "pause", "resume", "fire"],
+    name: str | None,
+    *,
+    token: str | None,
+    origin: str | None = None,
+    as_json: bool,
+) -> int:
+    """The server's triggers (after pausing, resuming or firing one): a line each."""
+    try:
+        listed = await Client(url, token=token, origin=origin).triggers(action, name)
+    except ClientError as exc:
+        message, refused = refusal(exc)
+        print(f"error: {message}", file=sys.stderr)
+        return 1 if refused else 2
+    if as_json:
+        print(msgspec.json.encode(listed).decode())
+        return 0
+    for t in listed:
+        upcoming = "paused" if t.paused or t.next_at is None else f"next {_when(t.next_at)}"
+        print(f"{t.name:<20} {t.agent:<12} {t.schedule:<28} {upcoming}")
+        if t.last_fired_at is not None:
+            run = f" {t.last_run}" if t.last_run else ""
+            print(f"    last {_when(t.last_fired_at)}: {t.last_outcome}{run}")
+    if not listed:
+        print("no triggers")
     return 0
 
 

@@ -231,6 +231,19 @@ COMMANDS: tuple[Command, ...] = (
         server=True,
     ),
     Command(
+        "triggers",
+        "list a server's triggers (next and last fire, last run); pause, resume or fire one",
+        (arg("--json", action="store_true", help="print them as one JSON array"),),
+        server=True,
+        exclusive=(
+            (
+                arg("--pause", metavar="NAME", default=None, help="pause this trigger"),
+                arg("--resume", metavar="NAME", default=None, help="resume this trigger"),
+                arg("--fire", metavar="NAME", default=None, help="fire this trigger now"),
+            ),
+        ),
+    ),
+    Command(
         "threads",
         "list your threads on a server, or one thread's runs",
         (

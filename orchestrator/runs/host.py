@@ -171,6 +171,7 @@ class RunHost:
             thread=start,
             output_schema=record.options.output_schema if record.options else None,
             attachments=record.options.attachments if record.options else (),
+            trigger=record.options.trigger if record.options else None,
         )
         return self.launch(run)
 

@@ -84,6 +84,7 @@ def journaled_run(
         recording=recording,
         output_schema=record.options.output_schema if record.options else None,
         attachments=record.options.attachments if record.options else (),
+        trigger=record.options.trigger if record.options else None,
         thread=thread
         or (
             ThreadStart(record.thread_id, record.previous_run_id, record.continues_agent)

@@ -257,6 +257,12 @@ class Orchestrator:
         for spec in specs.values():
             if spec.model not in config.models:
                 raise SpecError(f"subagent {spec.id!r}: model {spec.model!r} is not configured")
+        for name, trigger in config.triggers.items():
+            if trigger.agent not in specs:
+                raise SpecError(
+                    f"triggers.{name}.agent: unknown agent {trigger.agent!r} "
+                    f"(known: {', '.join(sorted(specs))})"
+                )
         # The caller's client stays open; ours is closed on exit.
         connections = config.limits.max_http_connections
         owned: AbstractAsyncContextManager[httpx.AsyncClient] = (

@@ -115,7 +115,7 @@ class Run:
     call) its events go nowhere (`NullSink`). `thread`: where it stands in its thread
     (its root starts from the thread's conversation). `output_schema`: the one its root's
     answer must match instead of its spec's (the `run` op's `outputSchema`);
-    `attachments`: its input's images and files."""
+    `attachments`: its input's images and files; `trigger`: the trigger that started it."""
 
     def __init__(
         self,
@@ -132,11 +132,14 @@ class Run:
         thread: ThreadStart | None = None,
         output_schema: dict[str, Any] | None = None,
         attachments: Sequence[AttachmentInfo] = (),
+        trigger: dict[str, Any] | None = None,
     ) -> None:
         self.catalog = catalog
         self.agent_id = agent_id
         self.input = input
         self.output_schema = output_schema
+        self.trigger = trigger
+        """The trigger that started it (`{name, scheduledFor}`), said in RUN_STARTED."""
         self.attachments = tuple(attachments)
         """Its input's attachments (their bytes are read from the blob store as it
         starts, into `_given`)."""
@@ -337,6 +340,8 @@ class Run:
             started["outputSchema"] = self.output_schema
         if given:
             started["attachments"] = infos(given)
+        if self.trigger is not None:
+            started["trigger"] = self.trigger
         for opening in continuation.opening(spec.id, self.input, started):
             bus.at(opening.source).emit_any(opening.type, opening.data, opening.last)
         bus_token = current_bus.set(bus)

@@ -31,6 +31,7 @@ from orchestrator.cluster.leases import Leases
 from orchestrator.config import ClusterConfig, ServerConfig, ServerSection
 from orchestrator.runs.host import RunHost
 from orchestrator.runs.service import RunService
+from orchestrator.runs.triggers import Triggers
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Auth, Principal, RedactTokens
 from orchestrator.server.connection import Connection, release
@@ -89,6 +90,8 @@ class ServerApp:
         self.routes = Routes(self)
         self.telemetry: Telemetry | None = None
         """Traces of the runs this process executes (`telemetry:`; None: off)."""
+        self.triggers: Triggers | None = None
+        """The runs that start themselves (`triggers:`; None: none configured)."""
         self.registry = CollectorRegistry()
         self.registry.register(AppCollector(self))
 
@@ -304,6 +307,9 @@ async def _serve(
             port = listeners[0].socket.getsockname()[1]
             app = ServerApp(config, orch, journal, runs, node, port)
             app.telemetry = telemetry
+            if config.triggers:
+                app.triggers = Triggers(config.triggers, runs, journal)
+                await nursery.start(app.triggers.run)
             ws_options: dict[str, Any] = {
                 "process_request": app.routes.process_request,
                 "max_size": config.server.max_frame_bytes,

@@ -50,6 +50,7 @@ from orchestrator.storage.runlog import RunLog, UnknownRun
 
 if TYPE_CHECKING:  # (the cluster, and with it the Redis client, loads only in cluster mode)
     from orchestrator.cluster.node import Node
+    from orchestrator.runs.triggers import Triggers
 
 __all__ = ["OPS", "Caller", "OpContext", "dispatch"]
 
@@ -69,6 +70,8 @@ class OpContext(Protocol):
     def node(self) -> Node | None: ...
     @property
     def closing(self) -> bool: ...
+    @property
+    def triggers(self) -> Triggers | None: ...
 
 
 class Caller(Protocol):
@@ -453,6 +456,30 @@ async def attachment(conn: Caller, op: protocol.GetAttachment) -> None:
     await conn.reply(protocol.encode(reply))
 
 
+async def triggers(conn: Caller, op: protocol.TriggersOp) -> None:
+    """List the triggers; pause, resume or fire one (an admin's token)."""
+    found = conn.app.triggers
+    if op.action != "list":
+        if not conn.principal.admin:
+            raise ProtocolError(
+                "unauthorized", f"{op.action!r} a trigger needs an admin's token", op.id
+            )
+        if found is None or op.name is None:
+            raise ProtocolError(
+                "not_found",
+                f"no trigger {op.name!r}: none is configured"
+                if found is None
+                else "name the trigger",
+                op.id,
+            )
+        try:
+            await found.act(op.action, op.name)
+        except LookupError as exc:
+            raise ProtocolError("not_found", str(exc), op.id) from None
+    listed = found.listed() if found is not None else []
+    await conn.reply(protocol.encode(protocol.TriggersReply(triggers=listed, id=op.id)))
+
+
 OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Ping: Op(ping),
     protocol.Subscribe: Op(subscribe, run_of=lambda op: op.run_id),
@@ -467,5 +494,6 @@ OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Runs: Op(runs, run_of=lambda op: op.before),
     protocol.Agents: Op(agents),
     protocol.GetAttachment: Op(attachment, run_of=lambda op: op.run_id),
+    protocol.TriggersOp: Op(triggers),
 }
 """Every client op: its handler and the run it names (authorized by `dispatch`)."""

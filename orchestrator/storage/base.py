@@ -36,6 +36,8 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     """The JSON Schema its root's answer must match (docs/structured.md)."""
     attachments: tuple[AttachmentInfo, ...] = ()
     """Images and files given with its input (their bytes: the store's blobs)."""
+    trigger: dict[str, Any] | None = None
+    """The trigger that started it: `{name, scheduledFor}` (docs/triggers.md)."""
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
@@ -125,6 +127,14 @@ class Storage(Protocol):
     async def get_blobs(self, keys: list[str], run_id: str | None = None) -> dict[str, bytes]:
         """The blobs of `keys` that are stored (a missing one is left out; with
         `run_id`, one that run does not refer to as well)."""
+        ...
+
+    async def load_triggers(self) -> dict[str, bytes]:
+        """Every trigger's kept state (its encoding), by name."""
+        ...
+
+    async def save_trigger(self, name: str, state: bytes) -> None:
+        """Keep a trigger's state (when it last fired, paused, its last run)."""
         ...
 
     async def upkeep(self) -> None:

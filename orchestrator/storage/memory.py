@@ -19,6 +19,7 @@ class MemoryStorage:
 
     def __init__(self) -> None:
         self.blobs = MemoryBlobs()
+        self.triggers: dict[str, bytes] = {}
 
     @classmethod
     @asynccontextmanager
@@ -55,6 +56,14 @@ class MemoryStorage:
     async def get_blobs(self, keys: list[str], run_id: str | None = None) -> dict[str, bytes]:
         """Those kept (and referred to by `run_id`, if given)."""
         return await self.blobs.get_blobs(keys, run_id)
+
+    async def load_triggers(self) -> dict[str, bytes]:
+        """Those kept since this process started."""
+        return dict(self.triggers)
+
+    async def save_trigger(self, name: str, state: bytes) -> None:
+        """Kept for this process."""
+        self.triggers[name] = state
 
     async def upkeep(self) -> None:
         """Nothing to keep up."""

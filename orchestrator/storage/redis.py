@@ -270,6 +270,17 @@ class RedisStorage:
                 if await client.scard(self._blob_key(key) + ":runs") == 0:
                     await client.delete([self._blob_key(key), self._blob_key(key) + ":runs"])
 
+    async def load_triggers(self) -> dict[str, bytes]:
+        """HGETALL of `<prefix>triggers`."""
+        assert self._client is not None, "storage is not open"
+        found = await self._client.hgetall(self.prefix + "triggers")
+        return {_text(k): v if isinstance(v, bytes) else v.encode() for k, v in found.items()}
+
+    async def save_trigger(self, name: str, state: bytes) -> None:
+        """HSET one trigger's state."""
+        assert self._client is not None, "storage is not open"
+        await self._client.hset(self.prefix + "triggers", {name: state})
+
     def _blob_key(self, key: str) -> str:
         return f"{self.prefix}blob:{key}"
 

@@ -15,11 +15,13 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import msgspec
 import outcome
 import trio
 
+from orchestrator.storage import sqlite_extras
 from orchestrator.storage.base import ForkPoint, RunOptions, RunRecord, StorageError
 
 __all__ = ["SqliteStorage"]
@@ -52,6 +54,7 @@ CREATE TABLE IF NOT EXISTS blob_refs (
     run_id TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (run_id, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS blob_refs_by_key ON blob_refs (key);
+CREATE TABLE IF NOT EXISTS triggers (name TEXT PRIMARY KEY, state BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     run INTEGER NOT NULL,
     seq INTEGER NOT NULL,
@@ -460,45 +463,32 @@ class SqliteStorage:
             self._nums.pop(run_id, None)
 
     async def put_blobs(self, run_id: str, blobs: dict[str, bytes]) -> None:
-        """Each blob stored once (`INSERT OR IGNORE`), with the run's reference, in one
-        transaction."""
-        statements: list[tuple[str, list[tuple[object, ...]]]] = [
-            ("INSERT OR IGNORE INTO blobs (key, data) VALUES (?, ?)", list(blobs.items())),
-            (
-                "INSERT OR IGNORE INTO blob_refs (run_id, key) VALUES (?, ?)",
-                [(run_id, key) for key in blobs],
-            ),
-        ]
-        await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
+        """Each blob stored once, with the run's reference, in one transaction."""
+        await self._statements(sqlite_extras.put_blobs(run_id, blobs))
 
     async def ref_blobs(self, run_id: str, keys: list[str]) -> None:
         """The run's references to blobs stored already."""
-        rows: list[tuple[object, ...]] = [(run_id, key) for key in keys]
-        sql = "INSERT OR IGNORE INTO blob_refs (run_id, key) SELECT ?, key FROM blobs WHERE key = ?"
-        await trio.to_thread.run_sync(self._transaction, [(sql, rows)], limiter=self._write_limiter)
+        await self._statements(sqlite_extras.ref_blobs(run_id, keys))
 
     async def get_blobs(self, keys: list[str], run_id: str | None = None) -> dict[str, bytes]:
-        """Read on the reader connection, in a worker thread (with `run_id`: only those
-        the run refers to)."""
-        sql, extra = "SELECT data FROM blobs WHERE key = ?", tuple[str, ...]()
-        if run_id is not None:
-            sql = (
-                "SELECT b.data FROM blobs b JOIN blob_refs r ON r.key = b.key "
-                "WHERE b.key = ? AND r.run_id = ?"
-            )
-            extra = (run_id,)
+        """Those stored (with `run_id`: that the run refers to), read in a worker thread."""
+        return await self._read_with(sqlite_extras.get_blobs, keys, run_id)
 
-        def read() -> dict[str, bytes]:
-            conn = self._reader
-            assert conn is not None, "storage is not open"
-            found: dict[str, bytes] = {}
-            for key in keys:
-                row = conn.execute(sql, (key, *extra)).fetchone()
-                if row is not None:
-                    found[key] = bytes(row[0])
-            return found
+    async def load_triggers(self) -> dict[str, bytes]:
+        """Every trigger's state."""
+        return await self._read_with(sqlite_extras.load_triggers)
 
-        return await trio.to_thread.run_sync(read, limiter=self._read_limiter)
+    async def save_trigger(self, name: str, state: bytes) -> None:
+        """Upsert one trigger's state."""
+        await self._statements(sqlite_extras.save_trigger(name, state))
+
+    async def _statements(self, statements: list[tuple[str, list[tuple[object, ...]]]]) -> None:
+        await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)
+
+    async def _read_with(self, read: Callable[..., T], *args: Any) -> T:
+        conn = self._reader
+        assert conn is not None, "storage is not open"
+        return await trio.to_thread.run_sync(read, conn, *args, limiter=self._read_limiter)
 
     def _close(self) -> None:
         for conn in (self._reader, self._checkpointer, self._writer):
@@ -508,6 +498,7 @@ class SqliteStorage:
 
 
 _UNUSED_BLOBS = "DELETE FROM blobs WHERE key NOT IN (SELECT key FROM blob_refs)"
+T = TypeVar("T")
 _decode_fork = msgspec.json.Decoder(ForkPoint).decode
 _decode_options = msgspec.json.Decoder(RunOptions).decode
 

@@ -166,3 +166,19 @@ async def test_the_hooks_example_starts_a_run(tmp_path: Path) -> None:
         out = await python(code, tmp_path)
     promised = re.search(r"# (202 .*)", example.text)
     assert promised is not None and out.strip() == promised.group(1)
+
+
+async def test_the_triggers_example_fires_one(tmp_path: Path) -> None:
+    example = one("python", "docs/triggers.md", "client.triggers(")
+    demo_config(tmp_path)
+    path = tmp_path / "server.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["triggers"] = {"digest": {"agent": "planner", "input": "the digest", "every": "1h"}}
+    path.write_text(yaml.safe_dump(data))
+    from orchestrator.config import load_config
+
+    async with running_server(load_config(path)) as server:
+        code = example.text.replace("ws://127.0.0.1:8765/ws", server.url)
+        out = await python(code, tmp_path)
+    assert out.splitlines() == ["started True"]
+    assert "# started True" in example.text
