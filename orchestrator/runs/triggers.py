@@ -84,11 +84,11 @@ class Triggers:
         task_status.started()
         await self._fire_due(starting=True)  # what was missed while the server was down
         while True:
-            await self._fire_due()
             wait = self._next_wake() - self._now()
-            self._wake = trio.Event()
             with trio.move_on_after(max(0.0, wait)):
-                await self._wake.wait()
+                await self._wake.wait()  # (a person's pause, resume or fire wakes it)
+            self._wake = trio.Event()  # (before firing: an act meanwhile wakes the next wait)
+            await self._fire_due()
 
     def _next_wake(self) -> float:
         ticks = [

@@ -92,6 +92,19 @@ async def test_every_second_with_skip_and_enqueue(
     assert {r.thread_id for r in queued} == {"trigger-queuer"}
 
 
+async def test_a_triggers_thread_remembers_its_last_run(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    config = config_for(
+        tmp_path, {"daily": {"agent": "worker", "input": "again", "every": 1, "thread": "t1"}}
+    )
+    async with MemoryStorage.open() as storage, running(config, storage) as (_, journal):
+        await trio.sleep(3.5)
+        records = sorted(journal.records(), key=lambda r: r.created_at)
+    assert len(records) == 3 and {r.thread_id for r in records} == {"t1"}
+    assert [r.previous_run_id for r in records] == [None, records[0].run_id, records[1].run_id]
+
+
 async def test_a_cron_schedule_in_a_time_zone(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
