@@ -112,7 +112,7 @@ def config(**over: Any) -> dict[str, Any]:
         "limits": {"max_agents": 1000, "max_children": 16},
     }
     for key, value in over.items():
-        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
     return data
 
 
@@ -411,6 +411,35 @@ def test_a_file_attached_in_the_run_box_reaches_the_agent_and_shows(
         assert link.get_attribute("download") == "dot.png"
         assert "I got dot.png (image/png, 70 bytes)" in page.inner_text("#detail")
         assert page.get_attribute("label.attach", "data-count") == ""  # cleared once sent
+        assert errors == []
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_triggers_are_listed_fired_and_paused_from_the_console(
+    browser: Browser, tmp_path: Path
+) -> None:
+    write_agents(tmp_path, 0.0)
+    daily = {"agent": "planner", "input": "the daily report", "every": "1h"}
+    srv = Server(tmp_path, config(triggers={"daily": daily}))
+    srv.start()
+    try:
+        page, errors = open_page(browser, srv.url, csp=True)
+        item = page.locator("#triggers-list .trigger[data-trigger='daily']")
+        item.wait_for()
+        assert "planner · every 3600 s" in item.inner_text()
+        assert "next " in item.inner_text()
+        item.get_by_role("button", name="Fire now").click()
+        page.wait_for_selector("#triggers-list .trigger .last")
+        assert ": started" in item.locator(".last").inner_text()
+        item.get_by_role("button", name="open run").click()
+        page.wait_for_selector("#run-status.completed", timeout=60_000)
+        assert page.evaluate("window.__console.state.run.runId").startswith("run-")
+        item.get_by_role("button", name="Pause").click()
+        page.wait_for_selector("#triggers-list .trigger.paused")
+        assert "paused" in item.locator(".next").inner_text()
+        item.get_by_role("button", name="Resume").click()
+        page.wait_for_selector("#triggers-list .trigger:not(.paused)")
         assert errors == []
     finally:
         srv.stop(signal.SIGKILL)

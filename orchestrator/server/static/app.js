@@ -97,7 +97,7 @@ $("token-form").onsubmit = (event) => {
 // After every (re)connect: the lists again (the run followed resumes by itself).
 conn.onOpen = async () => {
   try {
-    const [agents] = await Promise.all([conn.request("agents"), refreshRuns()]);
+    const [agents] = await Promise.all([conn.request("agents"), refreshRuns(), refreshTriggers()]);
     state.specs = agents.agents;
     fillAgents();
   } catch (error) { notice(error); }
@@ -116,6 +116,57 @@ function notice(message, kind) {
   $("notice").className = failed ? "error" : "ok";
   clearTimeout(notice.timer);
   notice.timer = setTimeout(() => { $("notice").textContent = ""; }, 8000);
+}
+
+// -- triggers (docs/triggers.md): the runs that start themselves -------------------
+
+async function refreshTriggers() {
+  if (!conn.open) return;
+  try { renderTriggers((await conn.request("triggers")).triggers); }
+  catch { /* (a server from before triggers answers bad_request: none to show) */ }
+}
+setInterval(refreshTriggers, 30_000);
+
+function renderTriggers(triggers) {
+  for (const id of ["triggers-head", "triggers-list"]) $(id).classList.toggle("hidden", !triggers.length);
+  $("triggers-list").replaceChildren(...triggers.map(triggerItem));
+}
+
+function triggerItem(t) {
+  const item = el("li", "trigger" + (t.paused ? " paused" : ""));
+  item.dataset.trigger = t.name;
+  const when = (ts) => new Date(ts * 1000).toLocaleString();
+  item.append(el("div", "name", t.name), el("div", "meta", `${t.agent} · ${t.schedule}`));
+  item.append(el("div", "meta next", t.paused || t.nextAt == null ? "paused" : `next ${when(t.nextAt)}`));
+  if (t.lastFiredAt) {
+    const last = el("div", "meta last", `last ${when(t.lastFiredAt)}: ${t.lastOutcome || ""}`);
+    if (t.lastRun) {
+      const open = el("button", "link", "open run");
+      open.type = "button";
+      open.onclick = () => select(t.lastRun);
+      last.append(" ", open);
+    }
+    item.append(last);
+  }
+  if (conn.admin && !conn.readOnly) {   // (only an admin's token may act on a trigger)
+    const actions = el("div", "actions");
+    for (const action of ["fire", t.paused ? "resume" : "pause"]) {
+      const button = el("button", "", action === "fire" ? "Fire now" : action === "pause" ? "Pause" : "Resume");
+      button.type = "button";
+      button.onclick = () => actOnTrigger(action, t.name);
+      actions.append(button);
+    }
+    item.append(actions);
+  }
+  return item;
+}
+
+async function actOnTrigger(action, name) {
+  try {
+    renderTriggers((await conn.request("triggers", { action, name })).triggers);
+    notice(`trigger ${name}: ${action === "fire" ? "fired" : action === "pause" ? "paused" : "resumed"}`);
+    if (action === "fire") await refreshRuns();
+  } catch (error) { notice(error); }
 }
 
 // -- runs --------------------------------------------------------------------------

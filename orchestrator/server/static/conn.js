@@ -76,6 +76,7 @@ export class Connection {
       const response = await fetch("/auth", { headers, cache: "no-store" });
       const body = await response.json();
       this.readOnly = body.readOnly === true;   // a viewer token: watch, change nothing
+      this.admin = body.admin !== false;        // (no tokens: everyone is)
       if (body.maxInputBytes) this.maxInputBytes = body.maxInputBytes;
       if (body.maxFrameBytes) this.maxFrameBytes = body.maxFrameBytes;
       return !body.authorized;
