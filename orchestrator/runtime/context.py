@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, final
+from typing import Any, NamedTuple, cast, final
 
 import msgspec
 import trio
@@ -19,6 +19,7 @@ import trio
 from agents.approval import ApprovalGate, ApprovalPolicy
 from agents.core.attachments import (
     Attachment,
+    AttachmentIn,
     AttachmentLimits,
     BlobStore,
     MemoryBlobs,
@@ -37,6 +38,7 @@ from orchestrator.mcp.hub import McpError, McpHub
 from orchestrator.mcp.names import server_of, wildcard_match
 from orchestrator.mcp.tool import McpTool
 from orchestrator.runtime.approvals import NOBODY, ApprovalDesk
+from orchestrator.runtime.attachments import Fetcher, received
 from orchestrator.runtime.continuation import Continuation
 from orchestrator.runtime.remote import RemoteLink
 
@@ -231,6 +233,19 @@ class AgentCatalog:
             output_mode=self.providers.output_mode(spec),
             keep=functools.partial(self.keep, run, bus.run_id if bus.streaming else None),
         )
+
+    async def receive(
+        self, given: Sequence[AttachmentIn], known: Mapping[str, Attachment] | None = None
+    ) -> list[Attachment]:
+        """A request's attachments (a `run`'s, a `send`'s, an `agent_spawn`'s) checked
+        against `limits.attachments`, decoded or fetched with `http_get`'s rules (`known`:
+        the run's own, which may be named by id).
+
+        Raises:
+            AttachmentError: one cannot be taken; the message says which and why.
+        """
+        fetcher = cast(Fetcher | None, self.tools.get("http_get"))
+        return await received(given, self.attachment_limits, fetcher, known)
 
     async def keep(
         self, run: RunContext, run_id: str | None, given: tuple[Attachment, ...]

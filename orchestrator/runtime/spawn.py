@@ -28,7 +28,6 @@ from agents.runner import AgentRunner
 from agents.spec import AgentSpec
 from agents.tools.base import ToolContext
 from orchestrator.core.bus import AnyBus, current_bus
-from orchestrator.runtime.attachments import Fetcher, received
 from orchestrator.runtime.children import Children, New, failure_text
 from orchestrator.runtime.context import RunContext, RuntimeTools
 from orchestrator.runtime.continuation import EarlierAgent, Fresh
@@ -204,11 +203,8 @@ class AgentSpawnTool:
         and kept for the run (within `limits.attachments`)."""
         run, catalog = self._run, self._run.catalog
         given = [AttachmentIn(id=item) if isinstance(item, str) else item for item in items]
-        fetcher = cast("Fetcher | None", catalog.tools.get("http_get"))
         try:
-            found = await received(
-                given, catalog.attachment_limits, fetcher, run.attachments, where="attachments"
-            )
+            found = await catalog.receive(given, run.attachments)
         except AttachmentError as exc:
             raise ToolError(f"agent_spawn: {exc}") from None
         fresh = tuple(a for a in found if a.id not in run.attachments)

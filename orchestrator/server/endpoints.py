@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import MutableMapping, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import trio
 from websockets.datastructures import Headers
@@ -15,7 +15,6 @@ from agents.core.attachments import Attachment, AttachmentError, AttachmentIn, i
 from orchestrator.config import ServerConfig
 from orchestrator.core.threads import ThreadAsk, ThreadError
 from orchestrator.runs.service import LimitExceeded, RunService, StartedRun, StorageUnavailable
-from orchestrator.runtime.attachments import Fetcher, received
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.asgi import ASGIApp, Message, serve_http
@@ -89,9 +88,8 @@ async def start_run(
         raise Refused(503, "the server is shutting down")
     given: list[Attachment] = []
     if attachments:
-        fetcher = cast("Fetcher | None", app.orchestrator.tools.get("http_get"))
         try:
-            given = await received(attachments, app.config.limits.attachments.limits(), fetcher)
+            given = await app.orchestrator.catalog.receive(attachments)
         except AttachmentError as exc:
             raise Refused(400, str(exc)) from None
     options = RunOptions(attachments=tuple(infos(given))) if given else None

@@ -14,9 +14,9 @@ on the principal's own things or on nothing.
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -39,7 +39,6 @@ from orchestrator.runs.service import (
 )
 from orchestrator.runs.threads import ThreadInfo
 from orchestrator.runtime.approvals import ApprovalError
-from orchestrator.runtime.attachments import Fetcher, received
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Principal
@@ -281,19 +280,13 @@ async def _answer_started(
 
 
 async def attachments_of(
-    conn: Caller,
-    given: list[AttachmentIn],
-    msg_id: protocol.MessageId,
-    known: Mapping[str, Attachment] | None = None,
+    conn: Caller, given: list[AttachmentIn], msg_id: protocol.MessageId
 ) -> list[Attachment]:
     """A request's attachments, checked (and fetched), or a `bad_request` saying why."""
     if not given:
         return []
-    app = conn.app
-    fetcher = cast("Fetcher | None", app.orchestrator.tools.get("http_get"))
-    limits = app.config.limits.attachments.limits()
     try:
-        return await received(given, limits, fetcher, known)
+        return await conn.app.orchestrator.catalog.receive(given)
     except AttachmentError as exc:
         raise ProtocolError("bad_request", str(exc), msg_id) from None
 
