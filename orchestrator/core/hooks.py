@@ -20,25 +20,41 @@ __all__ = ["fill", "signature_ok"]
 _PLACE = re.compile(r"\{body((?:\.[A-Za-z0-9_-]{1,64}){0,16})\}")
 
 
-def fill(template: str, body: Any) -> str:
-    """`template` with each `{body…}` replaced by that field of `body`."""
+def fill(template: str, body: Any, limit: int = 1 << 20) -> str:
+    """`template` with each `{body…}` replaced by that field of `body`.
+
+    Raises:
+        ValueError: the filled text would pass `limit` characters (a template that
+            names a large body many times is refused before it is built).
+    """
+    made = len(template)
 
     def value(match: re.Match[str]) -> str:
-        found: Any = body
-        for key in match.group(1).split(".")[1:]:
-            if isinstance(found, dict):
-                found = found.get(key)
-            elif isinstance(found, list) and key.isdigit() and int(key) < len(found):
-                found = found[int(key)]
-            else:
-                found = None
-            if found is None:
-                return ""
-        if isinstance(found, str):
-            return found
-        return json.dumps(found, ensure_ascii=False, separators=(",", ":"))
+        nonlocal made
+        text = _field(match, body)
+        made += len(text)
+        if made > limit:
+            raise ValueError(f"the filled text passes {limit} characters")
+        return text
 
     return _PLACE.sub(value, template)
+
+
+def _field(match: re.Match[str], body: Any) -> str:
+    """The body's field a placeholder names, as text."""
+    found: Any = body
+    for key in match.group(1).split(".")[1:]:
+        if isinstance(found, dict):
+            found = found.get(key)
+        elif isinstance(found, list) and key.isdigit() and int(key) < len(found):
+            found = found[int(key)]
+        else:
+            found = None
+        if found is None:
+            return ""
+    if isinstance(found, str):
+        return found
+    return json.dumps(found, ensure_ascii=False, separators=(",", ":"))
 
 
 def signature_ok(secret: bytes, body: bytes, given: str | None) -> bool:

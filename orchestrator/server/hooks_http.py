@@ -67,10 +67,10 @@ class HooksEndpoint:
                 )
         try:
             data = json.loads(body)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # (nested past the parser's depth)
             return await refuse(send, 400, f"the body is not JSON: {exc}")
         try:
-            task, thread = _start_of(hook, data)
+            task, thread = _start_of(hook, data, self.app.config.limits.max_input_bytes)
             started = await start_run(self.app, principal, agent_id, task, thread=thread)
         except Refused as exc:
             return await refuse(send, exc.status, exc.message)
@@ -83,14 +83,20 @@ class HooksEndpoint:
         return None
 
 
-def _start_of(hook: HookConfig, data: Any) -> tuple[str, ThreadAsk | None]:
+def _start_of(hook: HookConfig, data: Any, limit: int) -> tuple[str, ThreadAsk | None]:
     """The run's input and thread, from the hook's templates (or the body's `input`).
 
     Raises:
-        Refused: 400 no input, or a thread id past its limit.
+        Refused: 400 no input, or a thread id past its limit; 413 an input past `limit`
+            (`limits.max_input_bytes`), refused while it is filled.
     """
     if hook.input is not None:
-        task = fill(hook.input, data)
+        try:
+            task = fill(hook.input, data, limit)
+        except ValueError:
+            raise Refused(
+                413, f"the input is over limits.max_input_bytes ({limit} bytes)"
+            ) from None
     else:
         given = data.get("input") if isinstance(data, dict) else None
         if not isinstance(given, str):
@@ -102,7 +108,10 @@ def _start_of(hook: HookConfig, data: Any) -> tuple[str, ThreadAsk | None]:
         raise Refused(400, "the run's input is empty")
     if hook.thread is None:
         return task, None
-    thread_id = fill(hook.thread, data)
+    try:
+        thread_id = fill(hook.thread, data, MAX_THREAD_ID)
+    except ValueError:
+        raise Refused(400, f"the hook's thread is over {MAX_THREAD_ID} characters") from None
     if not 0 < len(thread_id) <= MAX_THREAD_ID:
         raise Refused(
             400, f"the hook's thread is 1 to {MAX_THREAD_ID} characters, not {len(thread_id)}"

@@ -118,6 +118,7 @@ async def test_a_signed_event_fills_the_hooks_templates_and_thread(tmp_path: Pat
         ("/hooks/nobody", {"input": "x"}, "ci-secret", 404, "nobody"),
         ("/hooks/echo", {"text": "x"}, "ci-secret", 400, 'no "input" string'),
         ("/hooks/echo", "not json", "ci-secret", 400, "not JSON"),
+        ("/hooks/echo", "[" * 100_000, "ci-secret", 400, "not JSON"),  # nested too deep
         ("/hooks/echo", {"input": "x" * 300_000}, "ci-secret", 413, "max_input_bytes"),
         ("/hooks", {"input": "x"}, "ci-secret", 404, "POST /hooks/AGENT"),
     ],

@@ -6,6 +6,7 @@ import hashlib
 import hmac
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -41,3 +42,10 @@ def test_a_signature_is_the_bodys_hmac_and_nothing_else() -> None:
     assert not signature_ok(b"k", body + b" ", good)
     assert not signature_ok(b"k", body, good.removeprefix("sha256="))
     assert not signature_ok(b"k", body, None)
+
+
+def test_a_template_that_would_grow_past_its_limit_is_refused_while_filled() -> None:
+    big = {"text": "x" * 1000}
+    assert len(fill("{body.text}", big, limit=2000)) == 1000
+    with pytest.raises(ValueError, match="passes 2000 characters"):
+        fill("{body.text}{body.text}{body.text}", big, limit=2000)
