@@ -18,6 +18,7 @@ import type {
   RunInfo,
   ServerFrame,
   ThreadInfo,
+  TriggerInfo,
 } from "./schema.js";
 import { AgentTree, type RunStatus } from "./tree.js";
 
@@ -224,6 +225,13 @@ export class Client {
   async attachment(runId: string, attachmentId: string): Promise<string> {
     const reply = await this.request({ op: "attachment", runId, attachmentId });
     return reply.op === "attachment" ? reply.data : "";
+  }
+
+  /** The server's triggers (docs/triggers.md); with `action` (`pause`, `resume`,
+   * `fire`: an admin's token) on `name` first. */
+  async triggers(options: { action?: "list" | "pause" | "resume" | "fire"; name?: string } = {}): Promise<TriggerInfo[]> {
+    const reply = await this.request({ op: "triggers", ...options });
+    return reply.op === "triggers" ? reply.triggers : [];
   }
 
   /** The calls waiting for a person (`runId`: of one run). */

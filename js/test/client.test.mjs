@@ -312,3 +312,39 @@ test("a client that never connected fails at once; a wrong token is refused", as
     await guarded.stop();
   }
 });
+
+test("triggers, attachments and a structured answer through the package", async () => {
+  const describer = {
+    description: "says what it got, as JSON",
+    instructions: "i",
+    script: { turns: [{ say: '{"got": "{attachments}"}' }] },
+  };
+  const extra = { triggers: { digest: { agent: "describer", input: "digest", every: "1h" } } };
+  const own = await serve(writeConfig({ agents: { describer }, extra }));
+  const client = connect(own.url);
+  try {
+    const [listed] = await client.triggers();
+    assert.equal(listed.name, "digest");
+    assert.equal(listed.schedule, "every 3600 s");
+    const [fired] = await client.triggers({ action: "fire", name: "digest" });
+    assert.equal(fired.lastOutcome, "started");
+
+    const data = Buffer.from("hello").toString("base64");
+    const schema = { type: "object", properties: { got: { type: "string" } }, required: ["got"] };
+    const handle = await client.run("describer", "look", {
+      attachments: [{ name: "n.txt", mediaType: "text/plain", data }],
+      outputSchema: schema,
+    });
+    const end = await handle.done;
+    assert.equal(end.status, "completed");
+    assert.deepEqual(end.structured, { got: "n.txt (text/plain, 5 bytes)" });
+    const root = handle.tree.root;
+    assert.deepEqual(root.structured, end.structured);
+    const [given] = root.attachments;
+    assert.equal(given.name, "n.txt");
+    assert.equal(Buffer.from(await client.attachment(handle.runId, given.id), "base64").toString(), "hello");
+  } finally {
+    client.close();
+    await own.stop();
+  }
+});

@@ -24,7 +24,7 @@ export function freePort() {
 }
 
 /** Write a config (JSON is YAML) with the demo agents and `agents` (id → spec). */
-export function writeConfig({ agents = {}, storage = "memory://", server = {} } = {}) {
+export function writeConfig({ agents = {}, storage = "memory://", server = {}, extra = {} } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "orchestrator-js-"));
   const sub = join(dir, "subagents");
   mkdirSync(sub);
@@ -38,6 +38,7 @@ export function writeConfig({ agents = {}, storage = "memory://", server = {} } 
     models: { default: { provider: "scripted" } },
     subagents_dir: "subagents",
     limits: { max_depth: 4 },
+    ...extra,
   };
   writeFileSync(join(dir, "server.yaml"), JSON.stringify(config));
   return dir;

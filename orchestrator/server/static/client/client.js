@@ -107,6 +107,12 @@ export class Client {
         const reply = await this.request({ op: "attachment", runId, attachmentId });
         return reply.op === "attachment" ? reply.data : "";
     }
+    /** The server's triggers (docs/triggers.md); with `action` (`pause`, `resume`,
+     * `fire`: an admin's token) on `name` first. */
+    async triggers(options = {}) {
+        const reply = await this.request({ op: "triggers", ...options });
+        return reply.op === "triggers" ? reply.triggers : [];
+    }
     /** The calls waiting for a person (`runId`: of one run). */
     async pending(options = {}) {
         const reply = await this.request({ op: "pending", ...options });
