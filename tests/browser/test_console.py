@@ -1090,6 +1090,10 @@ def test_a_conversations_message_box_takes_a_file_too(browser: Browser, tmp_path
             "#chat-files",
             {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"remember this"},
         )
+        # Regression: the box is drawn again as the conversation moves; the new input
+        # had lost the files chosen (the message went without them).
+        page.evaluate("window.__console.chat.draw()")
+        assert page.get_attribute("#chat .attach", "data-count") == "1"
         page.fill("#chat-input", "and this")
         page.press("#chat-input", "Enter")
         page.wait_for_function(

@@ -20,6 +20,7 @@ export class Chat {
     this.notice = notice;
     this.render = render;      // render(text, element): an answer, as the detail pane shows it
     this.threadId = null;
+    this.files = [];           // the files chosen for the next message (`box`)
     this.runId = null;         // the run whose tree is shown
     this.runs = [];            // the thread's runs, oldest first, each with its answer
     this.loading = 0;
@@ -33,6 +34,7 @@ export class Chat {
     if (threadId !== this.threadId) {
       this.threadId = threadId;
       this.runs = [];
+      this.files = [];         // (chosen for another conversation)
       this.draw();
     }
     if (threadId) await this.refresh();
@@ -110,7 +112,11 @@ export class Chat {
     files.multiple = true;
     files.id = "chat-files";
     files.setAttribute("aria-label", "attach files");
-    files.onchange = () => { attach.dataset.count = files.files.length ? String(files.files.length) : ""; };
+    // The files chosen are kept here, not in the input: the box is drawn again as the
+    // conversation moves, and a new input would have lost them.
+    const shown = () => { attach.dataset.count = this.files.length ? String(this.files.length) : ""; };
+    files.onchange = () => { this.files = [...files.files]; shown(); };
+    shown();
     attach.append(files);
     form.append(attach);
     const running = this.running;
@@ -141,10 +147,10 @@ export class Chat {
     if (choice) options.multitask = choice.value;
     this.sending = true;
     try {
-      const files = this.root.querySelector("#chat-files");
-      if (files && files.files.length) options.attachments = await this.conn.attachmentsOf(files.files);
+      if (this.files.length) options.attachments = await this.conn.attachmentsOf(this.files);
       const handle = await this.conn.run(null, text, options);   // (the thread's agent)
       input.value = "";
+      this.files = [];
       this.started(handle);
     } catch (error) {
       this.notice(error);
