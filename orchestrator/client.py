@@ -66,6 +66,8 @@ from orchestrator.protocol import (
     TriggerInfo,
     TriggersOp,
     TriggersReply,
+    WebhooksOp,
+    WebhooksReply,
     decode_server_frame,
 )
 
@@ -212,6 +214,23 @@ class Client:
         reply = await self._ask(TriggersOp(op="triggers", action=action, name=name))
         assert isinstance(reply, TriggersReply)
         return reply.triggers
+
+    async def webhooks(self, redeliver: str | Literal["all"] | None = None) -> WebhooksReply:
+        """The outbox (docs/webhooks.md#webhooks-out): the server's webhooks, how many
+        deliveries wait, the dead ones; with `redeliver` (a delivery's id, or `"all"`),
+        dead ones sent again first (an admin's token)."""
+        op = (
+            WebhooksOp(op="webhooks")
+            if redeliver is None
+            else WebhooksOp(
+                op="webhooks",
+                action="redeliver",
+                delivery_id=None if redeliver == "all" else redeliver,
+            )
+        )
+        reply = await self._ask(op)
+        assert isinstance(reply, WebhooksReply)
+        return reply
 
     async def delete_thread(self, thread_id: str) -> list[str]:
         """Delete a thread's runs (none may be running); their runIds."""

@@ -9,6 +9,7 @@ path (`sqlite:////var/lib/o.db`) is taken as it is.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from agents.model_config import ModelConfig
 from agents.spec import CompactionSpec
 from agents.yaml_loader import load_yaml_model
 from orchestrator.core.schedule import Schedule, parse_duration
+from orchestrator.core.webhooks import WebhookSpec
 
 __all__ = [
     "ClusterConfig",
@@ -155,6 +157,10 @@ class ServerSection(BaseModel):
     """Serve each subagent as an A2A agent at `/a2a/AGENT/` on this port (its card at
     `/a2a/AGENT/.well-known/agent-card.json`), behind the same tokens (docs/remote.md).
     Needs the `a2a` extra."""
+    webhook_urls: list[str] = Field(default_factory=list, max_length=256)
+    """URL prefixes a client's own webhooks may go to (the `run` op's `webhooks`): the
+    same scheme, host and port, and a path at or below the prefix's. Empty: a client
+    may not ask for webhooks (docs/webhooks.md#webhooks-out)."""
     resume_runs: bool = True
     """Runs still running when the server stops (SIGTERM) or crashes continue from their
     journal at its next start; false: they end `interrupted`. Needs durable storage."""
@@ -217,6 +223,30 @@ class AttachmentsConfig(BaseModel):
         )
 
 
+class WebhookLimits(BaseModel):
+    """`limits.webhooks:` — how deliveries are sent and retried (docs/webhooks.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    """One attempt's deadline (connect, send, answer)."""
+    max_attempts: int = Field(default=8, ge=1, le=100)
+    """Attempts before a delivery is dead (listed, redelivered by a person)."""
+    retry_first_seconds: float = Field(default=1.0, gt=0)
+    """The wait after the first failed attempt; it doubles after each."""
+    retry_max_seconds: float = Field(default=600.0, gt=0)
+    """The longest wait between two attempts."""
+    concurrency: int = Field(default=16, ge=1, le=1024)
+    """Attempts under way at once, over every receiver."""
+    max_outbox: int = Field(default=100_000, ge=10)
+    """Deliveries waiting to be sent; past it, matching waits (the journal keeps the
+    events, nothing is lost) and runs are never slowed."""
+    max_dead: int = Field(default=10_000, ge=1)
+    """Dead deliveries kept; past it the oldest is forgotten (counted in /metrics)."""
+    max_per_run: int = Field(default=4, ge=0, le=64)
+    """Webhooks one `run` op may ask for."""
+
+
 class LimitsConfig(BaseModel):
     """`limits:` — bounds on every run."""
 
@@ -249,6 +279,7 @@ class LimitsConfig(BaseModel):
     """Largest `input` of a run, and `message` of a `send`, in UTF-8 bytes."""
     attachments: AttachmentsConfig = Field(default_factory=lambda: AttachmentsConfig())
     """What a run may be given as images and files."""
+    webhooks: WebhookLimits = Field(default_factory=lambda: WebhookLimits())
     approval_timeout_seconds: float = Field(default=3600.0, gt=0)
     """Seconds a tool call waits for its approval before it is answered `timeout`
     (a subagent's `approval_timeout_seconds` overrides it)."""
@@ -468,6 +499,49 @@ class HookConfig(BaseModel):
     """Where the signature is (with `secret_env`)."""
 
 
+class WebhookConfig(BaseModel):
+    """`webhooks.<name>:` — events sent to another system as they happen, signed as
+    Standard Webhooks specifies (docs/webhooks.md#webhooks-out)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(pattern=r"^https?://[^/?#\s]+", max_length=2048)
+    events: list[str] | None = Field(default=None, min_length=1)
+    """Event types sent (`RUN_FINISHED`, `APPROVAL_REQUESTED`, …); absent: every type."""
+    min_depth: int | None = Field(default=None, ge=0)
+    """Only events of agents at least this deep (the root is 0: `2` is grandchildren
+    and below)."""
+    max_depth: int | None = Field(default=None, ge=0)
+    path_glob: str | None = None
+    """Only events of agents whose path matches (`*` one segment, `**` any number)."""
+    agent_ids: list[str] | None = None
+    """Only events of these subagents."""
+    secret_env: str = Field(min_length=1)
+    """An environment variable holding its `whsec_<base64>` secret (24-64 bytes)."""
+
+    def spec(self, secret: str) -> WebhookSpec:
+        """As the outbox matches and signs it."""
+        return WebhookSpec(
+            url=self.url,
+            events=self.events,
+            min_depth=self.min_depth,
+            max_depth=self.max_depth,
+            path_glob=self.path_glob,
+            agent_ids=self.agent_ids,
+            secret=secret,
+        )
+
+    @model_validator(mode="after")
+    def _valid(self) -> WebhookConfig:
+        secret = os.environ.get(self.secret_env)
+        if secret is None:
+            raise ValueError(f"secret_env: the environment has no {self.secret_env}")
+        problems = self.spec(secret).problems("webhook")
+        if problems:
+            raise ValueError("; ".join(p.removeprefix("webhook.") for p in problems))
+        return self
+
+
 class ServerConfig(BaseModel):
     """The whole server.yaml."""
 
@@ -503,6 +577,8 @@ class ServerConfig(BaseModel):
     """None: one process, any storage. Set: a cluster on the `redis://` storage."""
     triggers: dict[str, TriggerConfig] = Field(default_factory=dict)
     """Runs that start themselves on a schedule, by name (docs/triggers.md)."""
+    webhooks: dict[str, WebhookConfig] = Field(default_factory=dict)
+    """Events sent to other systems as they happen, by name (docs/webhooks.md)."""
     hooks: dict[str, HookConfig] = Field(default_factory=dict)
     """`POST /hooks/<agentId>`'s input template and secret, by agentId (needs
     `server.hooks: true`; an agent not listed takes `{"input": …}`)."""
@@ -542,12 +618,29 @@ class ServerConfig(BaseModel):
                 raise ValueError(f"{name!r}: a trigger name is 1-64 letters, digits, '_.-'")
         return value
 
+    @field_validator("webhooks")
+    @classmethod
+    def _webhook_names(cls, value: dict[str, WebhookConfig]) -> dict[str, WebhookConfig]:
+        for name in value:
+            if not _TRIGGER_NAME.match(name):
+                raise ValueError(f"{name!r}: a webhook name is 1-64 letters, digits, '_.-'")
+        return value
+
     @model_validator(mode="after")
     def _triggers_on_one_process(self) -> ServerConfig:
         if self.triggers and self.cluster is not None:
             raise ValueError(
                 "triggers: not yet in cluster mode (a schedule must fire in exactly one "
                 "process): run them on a single server"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _webhooks_on_one_process(self) -> ServerConfig:
+        if (self.webhooks or self.server.webhook_urls) and self.cluster is not None:
+            raise ValueError(
+                "webhooks: not yet in cluster mode (one outbox must send each delivery): "
+                "run them on a single server"
             )
         return self
 

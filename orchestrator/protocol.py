@@ -23,6 +23,7 @@ from orchestrator.core.events import Event
 from orchestrator.core.filters import FilterSpec
 from orchestrator.core.schedule import TriggerInfo
 from orchestrator.core.threads import Multitask
+from orchestrator.core.webhooks import DeliveryInfo, WebhookSpec
 
 __all__ = [
     "Ack",
@@ -62,6 +63,8 @@ __all__ = [
     "TriggersOp",
     "TriggersReply",
     "Unsubscribe",
+    "WebhooksOp",
+    "WebhooksReply",
     "ack",
     "decode_server_frame",
     "encode",
@@ -126,6 +129,9 @@ class StartRun(_Op):
     """The JSON Schema the root's answer must match (docs/structured.md)."""
     attachments: list[AttachmentIn] | None = None
     """Images and files for the root, with its input (docs/structured.md#attachments)."""
+    webhooks: list[WebhookSpec] | None = None
+    """The run's own webhooks: each URL under one of the server's `webhook_urls`, with
+    its events, filters and `whsec_` secret (docs/webhooks.md#webhooks-out)."""
 
 
 class Fork(_Op):
@@ -238,6 +244,15 @@ class TriggersOp(_Op):
     name: str | None = None
 
 
+class WebhooksOp(_Op):
+    """The outbox: the server's webhooks, how many deliveries wait, the dead ones; or
+    `redeliver` a dead one (`deliveryId`; absent: every one; an admin's token):
+    docs/webhooks.md#webhooks-out."""
+
+    action: Literal["list", "redeliver"] = "list"
+    delivery_id: str | None = None
+
+
 class GetAttachment(_Op):
     """The bytes of an attachment of a run (the console's thumbnails and downloads)."""
 
@@ -260,6 +275,7 @@ ClientOp = (
     | Ping
     | GetAttachment
     | TriggersOp
+    | WebhooksOp
 )
 OP_TYPES: dict[str, type[_Op]] = {
     "run": StartRun,
@@ -276,6 +292,7 @@ OP_TYPES: dict[str, type[_Op]] = {
     "ping": Ping,
     "attachment": GetAttachment,
     "triggers": TriggersOp,
+    "webhooks": WebhooksOp,
 }
 OP_NAMES: dict[type[_Op], str] = {kind: name for name, kind in OP_TYPES.items()}
 """Each op's name on the wire (`run` for `StartRun`)."""
@@ -446,6 +463,20 @@ class TriggersReply(_Frame, tag="triggers"):
     id: MessageId = None
 
 
+class WebhooksReply(_Frame, tag="webhooks"):
+    """The outbox, as the caller may see it (a user's token: its own runs' deliveries)."""
+
+    webhooks: dict[str, WebhookSpec]
+    """The server's webhooks by name (never their secrets)."""
+    waiting: int
+    """Deliveries not yet taken by their receiver."""
+    dead: list[DeliveryInfo]
+    """Deliveries whose last attempt failed, oldest first."""
+    redelivered: int | None = None
+    """With `redeliver`: how many were sent again."""
+    id: MessageId = None
+
+
 class AttachmentReply(_Frame, tag="attachment"):
     """An attachment's bytes (`data`, base64)."""
 
@@ -469,6 +500,7 @@ ServerFrame = (
     | Result
     | AttachmentReply
     | TriggersReply
+    | WebhooksReply
 )
 _frame_decoder: msgspec.json.Decoder[ServerFrame] = msgspec.json.Decoder(ServerFrame)
 

@@ -20,6 +20,7 @@ import errno
 import ipaddress
 import os
 import stat
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -40,6 +41,7 @@ __all__ = [
     "WaitTool",
     "WriteFileTool",
     "builtin_tools",
+    "check_host",
 ]
 
 
@@ -245,28 +247,44 @@ class HttpGetTool(_PydanticTool):
         return response.status_code, response.headers.get("content-type"), body, cut
 
     async def _check_host(self, url: str) -> None:
-        """Refuse hosts that are, or resolve to, non-public addresses (unless allowed)."""
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        if not host:
-            raise ToolError(f"http_get {url}: no host in the URL")
-        if self._allow_private or host in self._allowed_hosts:
-            return
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:
-            raise ToolError(f"http_get {url}: bad port") from None
-        try:
-            infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
-        except OSError as exc:
-            raise ToolError(f"http_get {url}: cannot resolve {host!r}: {_why(exc)}") from None
-        for info in infos:
-            address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
-            if not address.is_global:
-                raise ToolError(
-                    f"http_get {url}: {host!r} is a non-public address ({address}); "
-                    "allow it with tools.http_allowed_hosts or tools.http_allow_private"
-                )
+        await check_host(url, allow_private=self._allow_private, allowed_hosts=self._allowed_hosts)
+
+
+async def check_host(
+    url: str,
+    *,
+    allow_private: bool = False,
+    allowed_hosts: Collection[str] = (),
+    what: str = "http_get",
+) -> None:
+    """Refuse a URL whose host is, or resolves to, a non-public address (loopback,
+    private, link-local, …) unless `allow_private` or the host is in `allowed_hosts`:
+    `http_get`'s rules, which webhooks follow too.
+
+    Raises:
+        ToolError: naming `what`, the URL and why.
+    """
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if not host:
+        raise ToolError(f"{what} {url}: no host in the URL")
+    if allow_private or host in allowed_hosts:
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ToolError(f"{what} {url}: bad port") from None
+    try:
+        infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ToolError(f"{what} {url}: cannot resolve {host!r}: {_why(exc)}") from None
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+        if not address.is_global:
+            raise ToolError(
+                f"{what} {url}: {host!r} is a non-public address ({address}); "
+                "allow it with tools.http_allowed_hosts or tools.http_allow_private"
+            )
 
 
 class WaitArgs(_Args):

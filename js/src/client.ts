@@ -19,6 +19,7 @@ import type {
   ServerFrame,
   ThreadInfo,
   TriggerInfo,
+  WebhooksReply,
 } from "./schema.js";
 import { AgentTree, type RunStatus } from "./tree.js";
 
@@ -232,6 +233,18 @@ export class Client {
   async triggers(options: { action?: "list" | "pause" | "resume" | "fire"; name?: string } = {}): Promise<TriggerInfo[]> {
     const reply = await this.request({ op: "triggers", ...options });
     return reply.op === "triggers" ? reply.triggers : [];
+  }
+
+  /** The outbox (docs/webhooks.md#webhooks-out): the server's webhooks, how many
+   * deliveries wait, the dead ones; with `redeliver` (a delivery's id, or `"all"`: an
+   * admin's token) dead ones are sent again first. */
+  async webhooks(options: { redeliver?: string } = {}): Promise<WebhooksReply> {
+    const asked = options.redeliver === undefined
+      ? {}
+      : { action: "redeliver", ...(options.redeliver === "all" ? {} : { deliveryId: options.redeliver }) };
+    const reply = await this.request({ op: "webhooks", ...asked });
+    if (reply.op !== "webhooks") throw new OrchestratorError("bad_request", `unexpected ${reply.op} reply`);
+    return reply;
   }
 
   /** The calls waiting for a person (`runId`: of one run). */

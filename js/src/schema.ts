@@ -165,6 +165,20 @@ export interface ContinuesData {
   runId: string;
 }
 
+/** A delivery as the `webhooks` op lists it. */
+export interface DeliveryInfo {
+  id: string;
+  webhook: string;
+  url: string;
+  runId: string;
+  seq: number;
+  type: string;
+  attempts: number;
+  createdAt: number;
+  nextAt?: number | null;
+  lastError?: string | null;
+}
+
 /** The run finished and every matching event was sent. */
 export interface End {
   op: "end";
@@ -404,6 +418,7 @@ export interface StartRun {
   multitask?: "enqueue" | "interrupt" | "reject" | "rollback" | "steer";
   outputSchema?: Record<string, unknown> | null;
   attachments?: AttachmentIn[] | null;
+  webhooks?: WebhookSpec[] | null;
   op: "run";
   id?: string | number | null;
 }
@@ -559,6 +574,35 @@ export interface UserMessageData {
   text: string;
 }
 
+/** One webhook: where it goes, which events, and how they are signed. A config's `webhooks.<name>` and a `run` op's `webhooks[i]` both become one. */
+export interface WebhookSpec {
+  url: string;
+  events?: string[] | null;
+  minDepth?: number | null;
+  maxDepth?: number | null;
+  pathGlob?: string | null;
+  agentIds?: string[] | null;
+  secret?: string;
+}
+
+/** The outbox: the server's webhooks, how many deliveries wait, the dead ones; or `redeliver` a dead one (`deliveryId`; absent: every one; an admin's token): docs/webhooks.md#webhooks-out. */
+export interface WebhooksOp {
+  action?: "list" | "redeliver";
+  deliveryId?: string | null;
+  op: "webhooks";
+  id?: string | number | null;
+}
+
+/** The outbox, as the caller may see it (a user's token: its own runs' deliveries). */
+export interface WebhooksReply {
+  op: "webhooks";
+  webhooks: Record<string, unknown>;
+  waiting: number;
+  dead: DeliveryInfo[];
+  redelivered?: number | null;
+  id?: string | number | null;
+}
+
 /** Each event type's `data`. */
 export interface EventPayloads {
   RUN_STARTED: RunStartedData;
@@ -596,10 +640,10 @@ export type AgentEvent = {
 }[EventType];
 
 /** Every frame a server sends. */
-export type ServerFrame = Ack | Pong | Events | End | Gap | ErrorFrame | RunsReply | ThreadsReply | AgentsReply | PendingReply | Result | AttachmentReply | TriggersReply;
+export type ServerFrame = Ack | Pong | Events | End | Gap | ErrorFrame | RunsReply | ThreadsReply | AgentsReply | PendingReply | Result | AttachmentReply | TriggersReply | WebhooksReply;
 
 /** Every op a client sends. */
-export type ClientOp = StartRun | Fork | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | Threads | Agents | Ping | GetAttachment | TriggersOp;
+export type ClientOp = StartRun | Fork | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | Threads | Agents | Ping | GetAttachment | TriggersOp | WebhooksOp;
 
 /** The codes of an error frame. */
 export type ErrorCode = "bad_request" | "unknown_op" | "not_found" | "unauthorized" | "limit_exceeded" | "unavailable" | "internal";

@@ -108,6 +108,38 @@ async def triggers_main(
     return 0
 
 
+async def webhooks_main(
+    url: str,
+    redeliver: str | None,
+    *,
+    token: str | None,
+    origin: str | None = None,
+    as_json: bool,
+) -> int:
+    """The outbox: the server's webhooks, deliveries waiting, dead ones (after
+    redelivering one, or `all`)."""
+    try:
+        reply = await Client(url, token=token, origin=origin).webhooks(redeliver)
+    except ClientError as exc:
+        message, refused = refusal(exc)
+        print(f"error: {message}", file=sys.stderr)
+        return 1 if refused else 2
+    if as_json:
+        print(msgspec.json.encode(reply).decode())
+        return 0
+    if reply.redelivered is not None:
+        print(f"redelivered {reply.redelivered}")
+    for name, spec in reply.webhooks.items():
+        print(f"{name:<20} {spec.url}  {', '.join(spec.events or ['every event'])}")
+    if not reply.webhooks:
+        print("no webhooks configured")
+    print(f"{reply.waiting} waiting, {len(reply.dead)} dead")
+    for d in reply.dead:
+        print(f"  {d.id}  {d.type} of {d.run_id} seq {d.seq} to {d.webhook}")
+        print(f"    {d.attempts} attempts, last: {d.last_error}")
+    return 0
+
+
 async def threads_main(
     url: str,
     thread_id: str | None,

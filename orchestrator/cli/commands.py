@@ -231,6 +231,20 @@ COMMANDS: tuple[Command, ...] = (
         server=True,
     ),
     Command(
+        "webhooks",
+        "show a server's outbox: its webhooks, deliveries waiting, dead ones; redeliver",
+        (
+            arg("--json", action="store_true", help="print the reply as one JSON object"),
+            arg(
+                "--redeliver",
+                metavar="ID",
+                default=None,
+                help="send a dead delivery again (`all`: every dead one; an admin's token)",
+            ),
+        ),
+        server=True,
+    ),
+    Command(
         "triggers",
         "list a server's triggers (next and last fire, last run); pause, resume or fire one",
         (arg("--json", action="store_true", help="print them as one JSON array"),),

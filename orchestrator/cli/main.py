@@ -26,7 +26,7 @@ from agents.errors import SpecError
 from agents.schema_files import inline_file_refs
 from agents.spec import load_specs
 from orchestrator.cli.approver import Mode, TerminalApprover, pausing
-from orchestrator.cli.chat import chat_main, runs_main, threads_main, triggers_main
+from orchestrator.cli.chat import chat_main, runs_main, threads_main, triggers_main, webhooks_main
 from orchestrator.cli.commands import parser
 from orchestrator.cli.control import approve_main, cancel_main, pending_main
 from orchestrator.cli.render import render_tree
@@ -460,6 +460,8 @@ def _main(args: argparse.Namespace) -> int:
         return _control(args, runs_main, limit=args.limit, as_json=args.json)
     if args.command == "threads":
         return _control(args, threads_main, args.thread_id, as_json=args.json)
+    if args.command == "webhooks":
+        return _control(args, webhooks_main, args.redeliver, as_json=args.json)
     if args.command == "triggers":
         acted = [(a, n) for a in ("pause", "resume", "fire") if (n := getattr(args, a))]
         action, name = acted[0] if acted else ("list", None)

@@ -5,7 +5,7 @@ One task sleeps until the next tick of any trigger, then fires what is due
 due and how missed ones are caught up). Firing starts a run as the `run` op would —
 with `trigger: {name, scheduledFor}` in its RUN_STARTED, in the trigger's thread if it
 has one — unless its last run still runs and its `overlap` says `skip`. What each
-trigger last did is kept in the journal's store (`save_trigger`), so a restart goes
+trigger last did is kept in the journal's store (`keep`), so a restart goes
 on from there. A person lists, pauses, resumes and fires them (`triggers` op,
 `orchestrator triggers`; docs/triggers.md).
 """
@@ -32,6 +32,8 @@ from orchestrator.storage.runlog import UNFINISHED, UnknownRun
 __all__ = ["TriggerState", "Triggers"]
 
 logger = logging.getLogger(__name__)
+SPACE = "triggers"
+"""Where their states are kept in the journal's store."""
 
 
 class TriggerState(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
@@ -77,7 +79,7 @@ class Triggers:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fire the triggers on their schedules until cancelled."""
-        kept = await self._storage.load_triggers()
+        kept = await self._storage.load_kept(SPACE)
         for name, raw in kept.items():
             if name in self.states:
                 self.states[name] = msgspec.json.decode(raw, type=TriggerState)
@@ -145,7 +147,7 @@ class Triggers:
 
     async def _save(self, name: str) -> None:
         try:
-            await self._storage.save_trigger(name, msgspec.json.encode(self.states[name]))
+            await self._storage.keep(SPACE, {name: msgspec.json.encode(self.states[name])})
         except Exception:  # (the next change writes it again)
             logger.exception("trigger %s: its state was not stored", name)
 

@@ -21,6 +21,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import httpx
 import trio
 from prometheus_client import CollectorRegistry
 from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
@@ -43,6 +44,8 @@ from orchestrator.storage.journal import Journal
 from orchestrator.storage.open import open_journal
 from orchestrator.storage.owner import this_server
 from orchestrator.telemetry import traced
+from orchestrator.webhooks.outbox import Outbox
+from orchestrator.webhooks.sender import Sender
 
 if TYPE_CHECKING:
     from orchestrator.cluster.node import Node
@@ -92,6 +95,8 @@ class ServerApp:
         """Traces of the runs this process executes (`telemetry:`; None: off)."""
         self.triggers: Triggers | None = None
         """The runs that start themselves (`triggers:`; None: none configured)."""
+        self.outbox: Outbox | None = None
+        """Webhooks out and A2A push notifications (None: none can be asked for)."""
         self.registry = CollectorRegistry()
         self.registry.register(AppCollector(self))
 
@@ -298,6 +303,7 @@ async def _serve(
             trio.open_nursery() as run_nursery,
         ):
             runs = RunHost(orch, journal, run_nursery)
+            outbox = await nursery.start(_outbox, config, journal) if _outboxed(config) else None
             if journal.resumable:
                 count = await runs.resume_left(journal.resumable)
                 logger.warning("resumed %d runs left running by the last server", count)
@@ -307,6 +313,7 @@ async def _serve(
             port = listeners[0].socket.getsockname()[1]
             app = ServerApp(config, orch, journal, runs, node, port)
             app.telemetry = telemetry
+            app.outbox = outbox
             if config.triggers:
                 app.triggers = Triggers(config.triggers, runs, journal)
                 await nursery.start(app.triggers.run)
@@ -319,6 +326,34 @@ async def _serve(
                 "extensions": deflate(config.server) if config.server.compression else None,
             }
             await _serve_with_front_door(app, stop, listeners, ws_options, task_status)
+
+
+def _outboxed(config: ServerConfig) -> bool:
+    """Can anything ask for a delivery: a webhook, a client's own, an A2A push config?"""
+    asked = config.webhooks or config.server.webhook_urls or config.server.a2a
+    return bool(asked) and config.cluster is None
+
+
+async def _outbox(
+    config: ServerConfig, journal: Journal, task_status: trio.TaskStatus[Outbox]
+) -> None:
+    """The outbox, with its HTTP client, until cancelled."""
+    limits = config.limits.webhooks
+    specs = {
+        name: hook.spec(os.environ.get(hook.secret_env, ""))
+        for name, hook in config.webhooks.items()
+    }
+    async with httpx.AsyncClient(timeout=limits.timeout_seconds, follow_redirects=False) as client:
+        sender = Sender(
+            client,
+            timeout=limits.timeout_seconds,
+            allow_private=config.tools.http_allow_private,
+            allowed_hosts=config.tools.http_allowed_hosts,
+        )
+        outbox = Outbox(specs, limits, journal, sender)
+        await outbox.start()
+        task_status.started(outbox)
+        await outbox.run()
 
 
 def deflate(server: ServerSection) -> list[ServerPerMessageDeflateFactory]:

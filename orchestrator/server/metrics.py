@@ -16,8 +16,18 @@ if TYPE_CHECKING:
     from orchestrator.cluster.node import Node
     from orchestrator.cluster.worker import Worker
     from orchestrator.telemetry.export import Telemetry
+    from orchestrator.webhooks.outbox import Outbox
 
-__all__ = ["CLUSTER", "SERVER", "TELEMETRY", "WORKER", "AppCollector", "Metric", "MetricsContext"]
+__all__ = [
+    "CLUSTER",
+    "SERVER",
+    "TELEMETRY",
+    "WEBHOOKS",
+    "WORKER",
+    "AppCollector",
+    "Metric",
+    "MetricsContext",
+]
 
 T = TypeVar("T")
 
@@ -40,6 +50,8 @@ class MetricsContext(Protocol):
     def node(self) -> Node | None: ...
     @property
     def telemetry(self) -> Telemetry | None: ...
+    @property
+    def outbox(self) -> Outbox | None: ...
     def slowest_lag(self) -> int: ...
     def stalled_agents(self) -> int: ...
 
@@ -132,6 +144,44 @@ TELEMETRY: tuple[Metric[dict[str, int]], ...] = (
 )
 """With telemetry on, after the spans by outcome (read from `Telemetry.stats`)."""
 
+WEBHOOKS: tuple[Metric[Outbox], ...] = (
+    Metric(
+        "orchestrator_webhook_deliveries_delivered",
+        "Deliveries their receiver took (2xx)",
+        lambda outbox: outbox.delivered,
+        counter=True,
+    ),
+    Metric(
+        "orchestrator_webhook_attempts_failed",
+        "Delivery attempts that failed (each is retried, up to limits.webhooks.max_attempts)",
+        lambda outbox: outbox.failed_attempts,
+        counter=True,
+    ),
+    Metric(
+        "orchestrator_webhook_deliveries_waiting",
+        "Deliveries in the outbox not yet taken by their receiver",
+        lambda outbox: len(outbox.waiting),
+    ),
+    Metric(
+        "orchestrator_webhook_dead_letters",
+        "Dead deliveries kept (their last attempt failed), until a person redelivers them",
+        lambda outbox: len(outbox.dead),
+    ),
+    Metric(
+        "orchestrator_webhook_deliveries_died",
+        "Deliveries that became dead",
+        lambda outbox: outbox.dead_total,
+        counter=True,
+    ),
+    Metric(
+        "orchestrator_webhook_dead_letters_dropped",
+        "Dead deliveries forgotten past limits.webhooks.max_dead",
+        lambda outbox: outbox.dead_dropped,
+        counter=True,
+    ),
+)
+"""With the outbox on (webhooks, a client's own, A2A push)."""
+
 CLUSTER: tuple[Metric[Node], ...] = (
     Metric(
         "orchestrator_cluster_queue_depth",
@@ -202,6 +252,8 @@ class AppCollector(Collector):
                 spans.add_metric([outcome], stats[outcome])
             yield spans
             yield from (metric.family(stats) for metric in TELEMETRY)
+        if app.outbox is not None:
+            yield from (metric.family(app.outbox) for metric in WEBHOOKS)
         node = app.node
         if node is not None:
             yield from (metric.family(node) for metric in CLUSTER)

@@ -28,6 +28,7 @@ from orchestrator.core.approvals import Answer
 from orchestrator.core.filters import FilterSpec
 from orchestrator.core.fork import ForkError
 from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
+from orchestrator.core.webhooks import WebhookSpec, url_allowed
 from orchestrator.protocol import ProtocolError
 from orchestrator.runs.service import (
     AgentNotRunning,
@@ -50,6 +51,7 @@ from orchestrator.storage.runlog import RunLog, UnknownRun
 if TYPE_CHECKING:  # (the cluster, and with it the Redis client, loads only in cluster mode)
     from orchestrator.cluster.node import Node
     from orchestrator.runs.triggers import Triggers
+    from orchestrator.webhooks.outbox import Outbox
 
 __all__ = ["OPS", "Caller", "OpContext", "dispatch"]
 
@@ -71,6 +73,8 @@ class OpContext(Protocol):
     def closing(self) -> bool: ...
     @property
     def triggers(self) -> Triggers | None: ...
+    @property
+    def outbox(self) -> Outbox | None: ...
 
 
 class Caller(Protocol):
@@ -210,10 +214,11 @@ async def run(conn: Caller, op: protocol.StartRun) -> None:
             schema = check_schema(op.output_schema, where="outputSchema", untrusted=True)
         except SchemaError as exc:
             raise ProtocolError("bad_request", str(exc), op.id) from None
+    hooks = tuple(_own_webhooks(app.config, op))
     given = await attachments_of(conn, op.attachments or [], op.id)
     options = None
-    if schema is not None or given:
-        options = RunOptions(output_schema=schema, attachments=tuple(infos(given)))
+    if schema is not None or given or hooks:
+        options = RunOptions(output_schema=schema, attachments=tuple(infos(given)), webhooks=hooks)
     started = await app.runs.start(
         op.agent,
         op.input,
@@ -225,6 +230,33 @@ async def run(conn: Caller, op: protocol.StartRun) -> None:
         blobs={a.id: a.data for a in given} or None,
     )
     await _answer_started(conn, started, op, [a.id for a in given] or None)
+
+
+def _own_webhooks(config: ServerConfig, op: protocol.StartRun) -> list[WebhookSpec]:
+    """The run's own webhooks, checked: each URL allowed by `server.webhook_urls`."""
+    given = op.webhooks or []
+    if not given:
+        return []
+    most = config.limits.webhooks.max_per_run
+    if len(given) > most:
+        raise ProtocolError(
+            "bad_request",
+            f"webhooks: {len(given)} given; limits.webhooks.max_per_run is {most}",
+            op.id,
+        )
+    for i, spec in enumerate(given):
+        problems = spec.problems(f"webhooks[{i}]")
+        if not spec.secret:
+            problems.append(f"webhooks[{i}].secret: give a whsec_ secret to sign with")
+        elif not url_allowed(spec.url, config.server.webhook_urls):
+            problems.append(
+                f"webhooks[{i}].url is not under one of the server's webhook_urls"
+                if config.server.webhook_urls
+                else "webhooks: this server takes none from a client (server.webhook_urls is empty)"
+            )
+        if problems:
+            raise ProtocolError("bad_request", "; ".join(problems[:5]), op.id)
+    return given
 
 
 async def fork(conn: Caller, op: protocol.Fork) -> None:
@@ -473,6 +505,46 @@ async def triggers(conn: Caller, op: protocol.TriggersOp) -> None:
     await conn.reply(protocol.encode(protocol.TriggersReply(triggers=listed, id=op.id)))
 
 
+async def webhooks(conn: Caller, op: protocol.WebhooksOp) -> None:
+    """The outbox as the caller may see it; redeliver dead deliveries (an admin's token)."""
+    outbox = conn.app.outbox
+    redelivered = None
+    if op.action == "redeliver":
+        if not conn.principal.admin:
+            raise ProtocolError("unauthorized", "redeliver needs an admin's token", op.id)
+        if outbox is None:
+            raise ProtocolError("not_found", "no webhooks: the outbox is off", op.id)
+        try:
+            redelivered = await outbox.redeliver(op.delivery_id)
+        except LookupError as exc:
+            raise ProtocolError("not_found", str(exc), op.id) from None
+    shown, waiting, dead = {}, 0, []
+    if outbox is not None:
+        mine = _owned_by(conn)
+        shown = {
+            name: msgspec.structs.replace(spec, secret="") for name, spec in outbox.webhooks.items()
+        }
+        waiting = sum(1 for d in outbox.waiting.values() if mine(d.run_id))
+        dead = [d for d in outbox.listed(dead=True) if mine(d.run_id)]
+    reply = protocol.WebhooksReply(
+        webhooks=shown, waiting=waiting, dead=dead, redelivered=redelivered, id=op.id
+    )
+    await conn.reply(protocol.encode(reply))
+
+
+def _owned_by(conn: Caller) -> Callable[[str], bool]:
+    """Whether the caller may see a run's deliveries (an admin: every run's)."""
+    principal, journal = conn.principal, conn.app.journal
+    if principal.admin:
+        return lambda run_id: True
+
+    def mine(run_id: str) -> bool:
+        log = journal.logs.get(run_id)
+        return log is not None and log.record.owner == principal.name
+
+    return mine
+
+
 OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Ping: Op(ping),
     protocol.Subscribe: Op(subscribe, run_of=lambda op: op.run_id),
@@ -488,5 +560,6 @@ OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Agents: Op(agents),
     protocol.GetAttachment: Op(attachment, run_of=lambda op: op.run_id),
     protocol.TriggersOp: Op(triggers),
+    protocol.WebhooksOp: Op(webhooks),
 }
 """Every client op: its handler and the run it names (authorized by `dispatch`)."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import msgspec
 
 from agents.core.attachments import AttachmentInfo, BlobStore
+from orchestrator.core.webhooks import WebhookSpec
 
 __all__ = ["BlobStore", "RunOptions", "RunRecord", "Storage", "StorageError"]
 
@@ -38,6 +40,8 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
     """Images and files given with its input (their bytes: the store's blobs)."""
     trigger: dict[str, Any] | None = None
     """The trigger that started it: `{name, scheduledFor}` (docs/triggers.md)."""
+    webhooks: tuple[WebhookSpec, ...] = ()
+    """Its own webhooks, as its `run` op gave them (docs/webhooks.md#webhooks-out)."""
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
@@ -129,12 +133,14 @@ class Storage(Protocol):
         `run_id`, one that run does not refer to as well)."""
         ...
 
-    async def load_triggers(self) -> dict[str, bytes]:
-        """Every trigger's kept state (its encoding), by name."""
+    async def load_kept(self, space: str) -> dict[str, bytes]:
+        """Every value kept in `space` (`triggers`: each trigger's state; `outbox`: the
+        webhooks' deliveries and cursors), by key."""
         ...
 
-    async def save_trigger(self, name: str, state: bytes) -> None:
-        """Keep a trigger's state (when it last fired, paused, its last run)."""
+    async def keep(self, space: str, put: dict[str, bytes], delete: Sequence[str] = ()) -> None:
+        """Replace the values of `put` and remove the keys of `delete` in `space`,
+        atomically."""
         ...
 
     async def upkeep(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from agents.core.attachments import MemoryBlobs
@@ -19,7 +19,7 @@ class MemoryStorage:
 
     def __init__(self) -> None:
         self.blobs = MemoryBlobs()
-        self.triggers: dict[str, bytes] = {}
+        self.kept: dict[str, dict[str, bytes]] = {}
 
     @classmethod
     @asynccontextmanager
@@ -57,13 +57,16 @@ class MemoryStorage:
         """Those kept (and referred to by `run_id`, if given)."""
         return await self.blobs.get_blobs(keys, run_id)
 
-    async def load_triggers(self) -> dict[str, bytes]:
+    async def load_kept(self, space: str) -> dict[str, bytes]:
         """Those kept since this process started."""
-        return dict(self.triggers)
+        return dict(self.kept.get(space, {}))
 
-    async def save_trigger(self, name: str, state: bytes) -> None:
+    async def keep(self, space: str, put: dict[str, bytes], delete: Sequence[str] = ()) -> None:
         """Kept for this process."""
-        self.triggers[name] = state
+        values = self.kept.setdefault(space, {})
+        values.update(put)
+        for key in delete:
+            values.pop(key, None)
 
     async def upkeep(self) -> None:
         """Nothing to keep up."""

@@ -22,7 +22,7 @@ a power loss, not on a Redis restart); `"relaxed"` logs a warning and goes on.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -270,16 +270,20 @@ class RedisStorage:
                 if await client.scard(self._blob_key(key) + ":runs") == 0:
                     await client.delete([self._blob_key(key), self._blob_key(key) + ":runs"])
 
-    async def load_triggers(self) -> dict[str, bytes]:
-        """HGETALL of `<prefix>triggers`."""
+    async def load_kept(self, space: str) -> dict[str, bytes]:
+        """HGETALL of `<prefix><space>`."""
         assert self._client is not None, "storage is not open"
-        found = await self._client.hgetall(self.prefix + "triggers")
+        found = await self._client.hgetall(self.prefix + space)
         return {_text(k): v if isinstance(v, bytes) else v.encode() for k, v in found.items()}
 
-    async def save_trigger(self, name: str, state: bytes) -> None:
-        """HSET one trigger's state."""
+    async def keep(self, space: str, put: dict[str, bytes], delete: Sequence[str] = ()) -> None:
+        """HSET and HDEL on `<prefix><space>`, in one MULTI."""
         assert self._client is not None, "storage is not open"
-        await self._client.hset(self.prefix + "triggers", {name: state})
+        async with self._client.pipeline(transaction=True) as pipe:
+            if put:
+                pipe.hset(self.prefix + space, dict(put))
+            if delete:
+                pipe.hdel(self.prefix + space, list(delete))
 
     def _blob_key(self, key: str) -> str:
         return f"{self.prefix}blob:{key}"

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,12 +49,6 @@ CREATE TABLE IF NOT EXISTS runs (
     options TEXT
 );
 CREATE TABLE IF NOT EXISTS run_nums (num INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS blobs (key TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS blob_refs (
-    run_id TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (run_id, key)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS blob_refs_by_key ON blob_refs (key);
-CREATE TABLE IF NOT EXISTS triggers (name TEXT PRIMARY KEY, state BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     run INTEGER NOT NULL,
     seq INTEGER NOT NULL,
@@ -94,6 +88,17 @@ ALTER TABLE events_by_num RENAME TO events;
 CREATE UNIQUE INDEX events_by_run ON events (run, seq);
 """
 # Columns added after the first release: added in place to older files.
+_ADDED_TABLES = """
+CREATE TABLE IF NOT EXISTS blobs (key TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS blob_refs (
+    run_id TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS blob_refs_by_key ON blob_refs (key);
+CREATE TABLE IF NOT EXISTS kept (
+    space TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, PRIMARY KEY (space, key)
+) WITHOUT ROWID;
+"""
+"""Tables added since the first layout: created in a file of any age when it is opened."""
 _ADDED_COLUMNS = {
     "owner": "TEXT",
     "first_seq": "INTEGER NOT NULL DEFAULT 1",
@@ -198,6 +203,8 @@ class SqliteStorage:
             }
             if not existing:
                 self._writer.executescript(_SCHEMA)
+            self._writer.executescript(_ADDED_TABLES)
+            sqlite_extras.move_triggers(self._writer)
             for column, decl in _ADDED_COLUMNS.items():
                 if existing and column not in existing:
                     self._writer.execute(f"ALTER TABLE runs ADD COLUMN {column} {decl}")
@@ -474,13 +481,13 @@ class SqliteStorage:
         """Those stored (with `run_id`: that the run refers to), read in a worker thread."""
         return await self._read_with(sqlite_extras.get_blobs, keys, run_id)
 
-    async def load_triggers(self) -> dict[str, bytes]:
-        """Every trigger's state."""
-        return await self._read_with(sqlite_extras.load_triggers)
+    async def load_kept(self, space: str) -> dict[str, bytes]:
+        """Every value kept in `space`."""
+        return await self._read_with(sqlite_extras.load_kept, space)
 
-    async def save_trigger(self, name: str, state: bytes) -> None:
-        """Upsert one trigger's state."""
-        await self._statements(sqlite_extras.save_trigger(name, state))
+    async def keep(self, space: str, put: dict[str, bytes], delete: Sequence[str] = ()) -> None:
+        """Upserts and deletes in `space`, in one transaction."""
+        await self._statements(sqlite_extras.keep(space, put, delete))
 
     async def _statements(self, statements: list[tuple[str, list[tuple[object, ...]]]]) -> None:
         await trio.to_thread.run_sync(self._transaction, statements, limiter=self._write_limiter)

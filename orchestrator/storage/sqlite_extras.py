@@ -1,12 +1,14 @@
-"""SQLite's blob store (attachments, content-addressed) and triggers' state: the
-statements `SqliteStorage` runs in its writer's transactions and the reads it runs on
-its reader connection (docs/structured.md#attachments, docs/triggers.md)."""
+"""SQLite's blob store (attachments, content-addressed) and kept state (triggers',
+the webhooks' outbox): the statements `SqliteStorage` runs in its writer's
+transactions and the reads it runs on its reader connection
+(docs/structured.md#attachments, docs/triggers.md, docs/webhooks.md)."""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
-__all__ = ["get_blobs", "load_triggers", "put_blobs", "ref_blobs", "save_trigger"]
+__all__ = ["get_blobs", "keep", "load_kept", "move_triggers", "put_blobs", "ref_blobs"]
 
 Statements = list[tuple[str, list[tuple[object, ...]]]]
 
@@ -45,12 +47,36 @@ def get_blobs(conn: sqlite3.Connection, keys: list[str], run_id: str | None) -> 
     return found
 
 
-def load_triggers(conn: sqlite3.Connection) -> dict[str, bytes]:
-    """Every trigger's kept state, by name."""
-    rows = conn.execute("SELECT name, state FROM triggers").fetchall()
-    return {str(name): bytes(state) for name, state in rows}
+def load_kept(conn: sqlite3.Connection, space: str) -> dict[str, bytes]:
+    """Every value kept in `space`, by key."""
+    rows = conn.execute("SELECT key, value FROM kept WHERE space = ?", (space,)).fetchall()
+    return {str(key): bytes(value) for key, value in rows}
 
 
-def save_trigger(name: str, state: bytes) -> Statements:
-    """One trigger's state, replaced."""
-    return [("INSERT OR REPLACE INTO triggers (name, state) VALUES (?, ?)", [(name, state)])]
+def keep(space: str, put: dict[str, bytes], delete: Sequence[str]) -> Statements:
+    """Values of `space` replaced and removed."""
+    return [
+        (
+            "INSERT OR REPLACE INTO kept (space, key, value) VALUES (?, ?, ?)",
+            [(space, key, value) for key, value in put.items()],
+        ),
+        ("DELETE FROM kept WHERE space = ? AND key = ?", [(space, key) for key in delete]),
+    ]
+
+
+def move_triggers(conn: sqlite3.Connection) -> None:
+    """A file written when triggers had their own table: its rows moved into `kept`."""
+    found = conn.execute("SELECT name FROM sqlite_master WHERE name = 'triggers'").fetchone()
+    if found is None:
+        return
+    conn.execute("BEGIN")
+    try:
+        conn.execute(
+            "INSERT OR IGNORE INTO kept (space, key, value) "
+            "SELECT 'triggers', name, state FROM triggers"
+        )
+        conn.execute("DROP TABLE triggers")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

@@ -445,6 +445,65 @@ def test_triggers_are_listed_fired_and_paused_from_the_console(
         srv.stop(signal.SIGKILL)
 
 
+def test_a_dead_webhook_delivery_is_shown_and_redelivered_from_the_console(
+    browser: Browser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import http.server
+    import threading
+
+    up = threading.Event()
+    got: list[str] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            got.append(self.headers["webhook-id"])
+            self.send_response(200 if up.is_set() else 503)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    monkeypatch.setenv("CONSOLE_HOOK_SECRET", "whsec_" + base64.b64encode(b"s" * 32).decode())
+    write_agents(tmp_path, 0.0)
+    hook = {
+        "url": f"http://127.0.0.1:{receiver.server_port}/hook",
+        "events": ["RUN_FINISHED"],
+        "secret_env": "CONSOLE_HOOK_SECRET",
+    }
+    srv = Server(
+        tmp_path,
+        config(
+            webhooks={"ci": hook},
+            tools={"http_allowed_hosts": ["127.0.0.1"]},
+            limits={"webhooks": {"max_attempts": 1}},
+        ),
+    )
+    srv.start()
+    try:
+        page, errors = open_page(browser, srv.url, csp=True)
+        start_run(page, "researcher", "q")
+        page.wait_for_selector("#run-status.completed", timeout=60_000)
+        item = page.locator("#webhooks-list li.dead")  # (the panel is read every 10 s)
+        item.wait_for()
+        assert "RUN_FINISHED → ci" in item.inner_text()
+        assert "1 attempts · HTTP 503" in item.inner_text()
+        assert page.text_content("#webhooks-count") == "0 waiting · 1 dead"
+        up.set()
+        item.get_by_role("button", name="Redeliver").click()
+        page.wait_for_selector("#notice.ok:has-text('redelivered 1')")
+        page.wait_for_selector("#webhooks-list li.dead", state="detached")
+        assert len(got) == 2 and got[0] == got[1]  # the same delivery, sent again
+        assert errors == []
+    finally:
+        srv.stop(signal.SIGKILL)
+        receiver.shutdown()
+        receiver.server_close()
+
+
 def test_a_compaction_shows_in_the_detail_pane(browser: Browser, tmp_path: Path) -> None:
     pages = " ".join(["word"] * 200)
     reader = {

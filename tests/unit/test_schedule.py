@@ -73,9 +73,15 @@ def test_due_fires_the_tick_that_came_and_catches_up_as_asked() -> None:
     assert len(fired) == MAX_CATCH_UP and last == fired[-1]  # the newest, bounded
 
 
-async def test_a_triggers_state_is_kept_by_every_store(factory: Factory) -> None:  # noqa: F811
+async def test_state_is_kept_by_every_store_in_its_space(factory: Factory) -> None:  # noqa: F811
     async with factory() as storage:
-        await storage.save_trigger("daily", b'{"lastTick":1.0}')
-        await storage.save_trigger("daily", b'{"lastTick":2.0}')
-        await storage.save_trigger("hourly", b"{}")
-        assert await storage.load_triggers() == {"daily": b'{"lastTick":2.0}', "hourly": b"{}"}
+        await storage.keep("triggers", {"daily": b'{"lastTick":1.0}', "hourly": b"{}"})
+        await storage.keep("triggers", {"daily": b'{"lastTick":2.0}'})
+        await storage.keep("outbox", {"d:1": b"x", "d:2": b"y"})
+        await storage.keep("outbox", {"d:3": b"z"}, delete=["d:1", "d:9"])
+        assert await storage.load_kept("triggers") == {
+            "daily": b'{"lastTick":2.0}',
+            "hourly": b"{}",
+        }
+        assert await storage.load_kept("outbox") == {"d:2": b"y", "d:3": b"z"}
+        assert await storage.load_kept("nothing") == {}

@@ -208,3 +208,33 @@ async def test_the_wal_is_checkpointed_beside_the_writer_not_in_its_commits(
             assert writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
             nursery.cancel_scope.cancel()
         assert len(await storage.read("run-1", 0, 5000)) == 2000
+
+
+async def test_a_file_from_before_blobs_and_kept_state_gets_their_tables(tmp_path: Path) -> None:
+    """A bug: the tables added after the first layout were only made in a new file, so a
+    file written before attachments could not keep one."""
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(RUNS + BY_RUN_ID)
+    conn.commit()
+    conn.close()
+    async with SqliteStorage.open(path) as storage:
+        await storage.put_blobs("run-1", {"k": b"bytes"})
+        assert await storage.get_blobs(["k"]) == {"k": b"bytes"}
+        await storage.keep("outbox", {"a": b"1"})
+        assert await storage.load_kept("outbox") == {"a": b"1"}
+
+
+async def test_triggers_kept_in_their_own_table_move_to_the_kept_state(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    async with SqliteStorage.open(path):
+        pass
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE triggers (name TEXT PRIMARY KEY, state BLOB NOT NULL)")
+    conn.execute("INSERT INTO triggers VALUES ('daily', x'7b7d')")
+    conn.commit()
+    conn.close()
+    async with SqliteStorage.open(path) as storage:
+        assert await storage.load_kept("triggers") == {"daily": b"{}"}
+    async with SqliteStorage.open(path) as storage:  # moved once; the old table is gone
+        assert await storage.load_kept("triggers") == {"daily": b"{}"}

@@ -97,7 +97,7 @@ $("token-form").onsubmit = (event) => {
 // After every (re)connect: the lists again (the run followed resumes by itself).
 conn.onOpen = async () => {
   try {
-    const [agents] = await Promise.all([conn.request("agents"), refreshRuns(), refreshTriggers()]);
+    const [agents] = await Promise.all([conn.request("agents"), refreshRuns(), refreshTriggers(), refreshWebhooks()]);
     state.specs = agents.agents;
     fillAgents();
   } catch (error) { notice(error); }
@@ -166,6 +166,61 @@ async function actOnTrigger(action, name) {
     renderTriggers((await conn.request("triggers", { action, name })).triggers);
     notice(`trigger ${name}: ${action === "fire" ? "fired" : action === "pause" ? "paused" : "resumed"}`);
     if (action === "fire") await refreshRuns();
+  } catch (error) { notice(error); }
+}
+
+// -- webhooks out (docs/webhooks.md#webhooks-out): dead deliveries, redelivered ------
+
+async function refreshWebhooks() {
+  if (!conn.open) return;
+  try { renderWebhooks(await conn.request("webhooks")); }
+  catch { /* (a server from before webhooks answers bad_request: none to show) */ }
+}
+setInterval(refreshWebhooks, 10_000);
+
+function renderWebhooks(reply) {
+  const shown = Object.keys(reply.webhooks).length > 0 || reply.waiting > 0 || reply.dead.length > 0;
+  for (const id of ["webhooks-head", "webhooks-list"]) $(id).classList.toggle("hidden", !shown);
+  $("webhooks-count").textContent = `${reply.waiting} waiting · ${reply.dead.length} dead`;
+  const items = reply.dead.map(deadItem);
+  if (reply.dead.length > 1 && conn.admin && !conn.readOnly) {
+    const all = el("button", "", `Redeliver all ${reply.dead.length}`);
+    all.type = "button";
+    all.onclick = () => redeliver("all");
+    const item = el("li", "dead-all");
+    item.append(all);
+    items.push(item);
+  }
+  $("webhooks-list").replaceChildren(...items);
+}
+
+function deadItem(d) {
+  const item = el("li", "dead");
+  item.dataset.delivery = d.id;
+  item.append(el("div", "name", `${d.type} → ${d.webhook}`));
+  item.append(el("div", "meta", `${d.attempts} attempts · ${d.lastError || ""}`));
+  const open = el("button", "link", `run ${d.runId} · seq ${d.seq}`);
+  open.type = "button";
+  open.onclick = () => select(d.runId);
+  const where = el("div", "meta");
+  where.append(open);
+  item.append(where);
+  if (conn.admin && !conn.readOnly) {   // (only an admin's token may redeliver)
+    const again = el("button", "", "Redeliver");
+    again.type = "button";
+    again.onclick = () => redeliver(d.id);
+    const actions = el("div", "actions");
+    actions.append(again);
+    item.append(actions);
+  }
+  return item;
+}
+
+async function redeliver(id) {
+  try {
+    const reply = await conn.request("webhooks", id === "all" ? { action: "redeliver" } : { action: "redeliver", deliveryId: id });
+    renderWebhooks(reply);
+    notice(`redelivered ${reply.redelivered}`);
   } catch (error) { notice(error); }
 }
 

@@ -1,0 +1,2 @@
+"""Webhooks out: journaled events delivered to other systems, signed, at least once
+(docs/webhooks.md#webhooks-out)."""
