@@ -21,7 +21,7 @@ from agents.model_config import ModelConfig
 from agents.spec import CompactionSpec
 from agents.yaml_loader import load_yaml_model
 from orchestrator.core.schedule import Schedule, parse_duration
-from orchestrator.core.webhooks import WebhookSpec
+from orchestrator.core.webhooks import WebhookSpec, secret_key
 
 __all__ = [
     "ClusterConfig",
@@ -533,13 +533,29 @@ class WebhookConfig(BaseModel):
 
     @model_validator(mode="after")
     def _valid(self) -> WebhookConfig:
+        problems = self.spec("").problems("webhook")
+        problems = [p.removeprefix("webhook.") for p in problems if ".secret:" not in p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def secret(self, name: str) -> str:
+        """Its secret, read from the environment when the server starts (a client's
+        command that only reads the config's URL does not need it).
+
+        Raises:
+            ConfigError: the variable is missing or not a `whsec_` secret.
+        """
         secret = os.environ.get(self.secret_env)
         if secret is None:
-            raise ValueError(f"secret_env: the environment has no {self.secret_env}")
-        problems = self.spec(secret).problems("webhook")
-        if problems:
-            raise ValueError("; ".join(p.removeprefix("webhook.") for p in problems))
-        return self
+            raise ConfigError(
+                f"webhooks.{name}.secret_env: the environment has no {self.secret_env}"
+            )
+        try:
+            secret_key(secret)
+        except ValueError as exc:
+            raise ConfigError(f"webhooks.{name}.secret_env ({self.secret_env}): {exc}") from None
+        return secret
 
 
 class ServerConfig(BaseModel):

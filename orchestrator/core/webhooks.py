@@ -196,7 +196,8 @@ def secret_key(secret: str) -> bytes:
     if not secret.startswith(SECRET_PREFIX):
         raise ValueError(f"a webhook secret starts with {SECRET_PREFIX!r} (then base64)")
     try:
-        key = base64.b64decode(secret[len(SECRET_PREFIX) :] + "==", validate=False)
+        text = secret[len(SECRET_PREFIX) :]
+        key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("a webhook secret's part after 'whsec_' must be base64") from None
     if not 24 <= len(key) <= 64:

@@ -245,7 +245,10 @@ async def serve(
         CannotListen: the address cannot be bound.
         JournalInUse: another live server owns the journal.
         StorageError: the storage cannot be opened (one line naming it and why).
+        ConfigError: a webhook's secret is missing from the environment, or malformed.
     """
+    for name, hook in config.webhooks.items():
+        hook.secret(name)  # (before anything is bound or opened)
     host = config.server.host if host is None else host
     port = config.server.port if port is None else port
     listeners = await listen(host, port)
@@ -339,10 +342,7 @@ async def _outbox(
 ) -> None:
     """The outbox, with its HTTP client, until cancelled."""
     limits = config.limits.webhooks
-    specs = {
-        name: hook.spec(os.environ.get(hook.secret_env, ""))
-        for name, hook in config.webhooks.items()
-    }
+    specs = {name: hook.spec(hook.secret(name)) for name, hook in config.webhooks.items()}
     async with httpx.AsyncClient(timeout=limits.timeout_seconds, follow_redirects=False) as client:
         sender = Sender(
             client,

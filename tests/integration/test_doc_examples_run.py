@@ -16,7 +16,7 @@ import yaml
 
 from tests.doc_examples import Example, examples, shell_lines
 from tests.helpers import REPO
-from tests.server_helpers import demo_config, running_server
+from tests.server_helpers import demo_config, run_to_end, running_server
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -182,3 +182,49 @@ async def test_the_triggers_example_fires_one(tmp_path: Path) -> None:
         out = await python(code, tmp_path)
     assert out.splitlines() == ["started True"]
     assert "# started True" in example.text
+
+
+async def test_the_webhook_receiver_example_gets_a_finished_run(tmp_path: Path) -> None:
+    import base64
+    import socket
+
+    example = one("python", "docs/webhooks.md", "standardwebhooks import Webhook")
+    secret = "whsec_" + base64.b64encode(b"r" * 32).decode()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = example.text.replace("9000", str(port))
+    demo_config(tmp_path)
+    path = tmp_path / "server.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["webhooks"] = {
+        "ci": {
+            "url": f"http://127.0.0.1:{port}/agents",
+            "events": ["RUN_FINISHED"],
+            "secret_env": "CI_WEBHOOK_SECRET",
+        }
+    }
+    data["tools"] = {"http_allowed_hosts": ["127.0.0.1"]}
+    data["limits"]["webhooks"] = {"retry_first_seconds": 0.05, "retry_max_seconds": 0.2}
+    path.write_text(yaml.safe_dump(data))
+    from orchestrator.config import load_config
+
+    printed: list[str] = []
+    received = trio.Event()
+
+    async def receive() -> None:
+        printed.append(await python(code, tmp_path, CI_WEBHOOK_SECRET=secret))
+        received.set()
+
+    os.environ["CI_WEBHOOK_SECRET"] = secret  # (the server reads it when it starts)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive)
+            async with running_server(load_config(path)) as server:
+                await run_to_end(server.url, agent="researcher", task="q")
+                with trio.fail_after(20):
+                    await received.wait()
+    finally:
+        del os.environ["CI_WEBHOOK_SECRET"]
+    assert printed == ["RUN_FINISHED completed\n"]
+    assert "# RUN_FINISHED completed" in example.text

@@ -264,14 +264,16 @@ async def test_no_client_webhooks_unless_the_config_names_urls(tmp_path: Path) -
         assert "server.webhook_urls is empty" in refused["message"]
 
 
-def test_a_webhooks_secret_is_checked_when_the_config_loads(
+async def test_a_webhooks_secret_is_checked_before_the_server_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from orchestrator.config import ConfigError
+    from orchestrator.server.app import serve
 
+    config = config_with(tmp_path, {"ci": hook("https://example.com/x")})
     monkeypatch.setenv("TEST_WEBHOOK_SECRET", "whsec_c2hvcnQ=")
-    with pytest.raises(ConfigError, match="24-64 bytes"):
-        config_with(tmp_path, {"ci": hook("https://example.com/x")})
+    with pytest.raises(ConfigError, match=r"webhooks\.ci\.secret_env .*24-64 bytes, not 5"):
+        await serve(config, port=0)
     monkeypatch.delenv("TEST_WEBHOOK_SECRET")
-    with pytest.raises(ConfigError, match="environment has no TEST_WEBHOOK_SECRET"):
-        config_with(tmp_path, {"ci": hook("https://example.com/x")})
+    with pytest.raises(ConfigError, match="the environment has no TEST_WEBHOOK_SECRET"):
+        await serve(config, port=0)
