@@ -39,7 +39,9 @@ from starlette.requests import Request
 
 from orchestrator.a2a.mapping import TaskUpdate, TaskView, answer_of, files_of, text_of
 from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
+from orchestrator.core.webhooks import url_allowed
 from orchestrator.runtime.approvals import ApprovalError
+from orchestrator.server.a2a_push import KIND, config_of, spec_of
 from orchestrator.server.auth import Principal
 from orchestrator.server.endpoints import (
     DoorContext,
@@ -56,6 +58,7 @@ from orchestrator.storage.runlog import UnknownRun
 
 if TYPE_CHECKING:
     from orchestrator.storage.journal import RunLog
+    from orchestrator.webhooks.outbox import Outbox
 
 __all__ = ["A2aEndpoint"]
 
@@ -63,6 +66,8 @@ PREFIX = "/a2a"
 CARD_PATH = "/.well-known/agent-card.json"
 _PRINCIPAL, _AGENT = "orchestrator.principal", "orchestrator.agent"
 MAX_CONTEXT_ID = MAX_THREAD_ID
+MAX_PUSH_ID = 256
+"""Longest push config id kept."""
 _INPUT_REQUIRED = pb.TaskState.TASK_STATE_INPUT_REQUIRED
 """Longest `contextId` a message may give (it is kept with the run)."""
 AFTER_SEQ_HEADER = "a2a-orchestrator-after-seq"
@@ -120,6 +125,8 @@ class A2aEndpoint:
             default_output_modes=["text/plain"],
             capabilities=pb.AgentCapabilities(
                 streaming=True,
+                push_notifications=self.app.outbox is not None
+                and bool(self.app.config.server.webhook_urls),
                 extensions=[
                     pb.AgentExtension(
                         uri=CURSOR_EXTENSION,
@@ -282,6 +289,12 @@ class RunTasks(RequestHandler):
         except Refused as exc:
             raise InvalidRequestError(message=exc.message) from None
         run_id = started.run_id
+        if params.configuration.HasField("task_push_notification_config"):
+            push = pb.TaskPushNotificationConfig()
+            push.CopyFrom(params.configuration.task_push_notification_config)
+            push.task_id = run_id
+            await self._push(push, from_start=True)  # (checked after the start: a refused
+            # URL is this request's error; the run goes on without it)
         return TaskView(run_id, context_id or started.thread_id or run_id)
 
     async def _answer(
@@ -392,25 +405,75 @@ class RunTasks(RequestHandler):
     ) -> pb.ListTasksResponse:
         raise UnsupportedOperationError(message="list the runs with the runs op on /ws")
 
+    # -- push notifications: channels of the webhooks outbox ---------------------------
+
     async def on_create_task_push_notification_config(
         self, params: pb.TaskPushNotificationConfig, context: ServerCallContext
     ) -> pb.TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError()
+        await self._visible(params.task_id, context)
+        return await self._push(params, from_start=False)
+
+    async def _push(
+        self, params: pb.TaskPushNotificationConfig, *, from_start: bool
+    ) -> pb.TaskPushNotificationConfig:
+        """Keep `params` as a channel of its task: every update from now (`from_start`:
+        from the task's first) is pushed to its URL."""
+        outbox = self._outbox()
+        allowed = self.app.config.server.webhook_urls
+        if not params.url or not url_allowed(params.url, allowed):
+            raise InvalidParamsError(
+                message=f"url {params.url[:200]!r} is not under one of this server's "
+                f"webhook_urls ({', '.join(allowed)})"
+            )
+        config = pb.TaskPushNotificationConfig()
+        config.CopyFrom(params)
+        config.id = config.id or config.task_id
+        if len(config.id) > MAX_PUSH_ID:
+            raise InvalidParamsError(message=f"a push config's id is 1 to {MAX_PUSH_ID} characters")
+        try:
+            await outbox.add_channel(
+                config.task_id, f"{KIND}:{config.id}", spec_of(config), from_start=from_start
+            )
+        except LookupError as exc:
+            raise InvalidParamsError(message=str(exc)) from None
+        return config
 
     async def on_get_task_push_notification_config(
         self, params: pb.GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> pb.TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError()
+        await self._visible(params.task_id, context)
+        kept = self._outbox().channels(params.task_id, KIND).get(params.id or params.task_id)
+        if kept is None:
+            raise TaskNotFoundError(
+                message=f"task {params.task_id} has no push config {params.id!r}"
+            )
+        return config_of(kept)
 
     async def on_list_task_push_notification_configs(
         self, params: pb.ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> pb.ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError()
+        await self._visible(params.task_id, context)
+        kept = self._outbox().channels(params.task_id, KIND)
+        return pb.ListTaskPushNotificationConfigsResponse(
+            configs=[config_of(spec) for spec in kept.values()]
+        )
 
     async def on_delete_task_push_notification_config(
         self, params: pb.DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        raise PushNotificationNotSupportedError()
+        await self._visible(params.task_id, context)
+        if not await self._outbox().remove_channel(params.task_id, f"{KIND}:{params.id}"):
+            raise TaskNotFoundError(
+                message=f"task {params.task_id} has no push config {params.id!r}"
+            )
+
+    def _outbox(self) -> Outbox:
+        outbox = self.app.outbox
+        if outbox is None or not self.app.config.server.webhook_urls:
+            raise PushNotificationNotSupportedError(
+                message="push notifications need server.webhook_urls (the URLs they may go to)"
+            )
+        return outbox
 
     async def on_get_extended_agent_card(
         self, params: pb.GetExtendedAgentCardRequest, context: ServerCallContext

@@ -351,6 +351,10 @@ async def _outbox(
             allowed_hosts=config.tools.http_allowed_hosts,
         )
         outbox = Outbox(specs, limits, journal, sender)
+        if config.server.a2a:  # (before any run is matched: its push configs need it)
+            from orchestrator.server.a2a_push import KIND, A2aPush
+
+            outbox.kinds[KIND] = A2aPush
         await outbox.start()
         task_status.started(outbox)
         await outbox.run()

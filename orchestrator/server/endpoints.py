@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import MutableMapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from websockets.datastructures import Headers
@@ -21,6 +21,9 @@ from orchestrator.server.asgi import ASGIApp, Message, serve_http
 from orchestrator.server.auth import Auth, Principal, bad_headers
 from orchestrator.storage.base import RunOptions
 from orchestrator.storage.journal import Journal
+
+if TYPE_CHECKING:
+    from orchestrator.webhooks.outbox import Outbox
 
 __all__ = [
     "HOST_REFUSED",
@@ -52,6 +55,8 @@ class DoorContext(Protocol):
     def orchestrator(self) -> Orchestrator: ...
     @property
     def closing(self) -> bool: ...
+    @property
+    def outbox(self) -> Outbox | None: ...
 
 
 class Refused(Exception):

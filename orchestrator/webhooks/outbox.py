@@ -32,6 +32,7 @@ import trio
 
 from orchestrator.config import WebhookLimits
 from orchestrator.core.webhooks import Delivery, DeliveryInfo, WebhookSpec, retry_delay, secret_key
+from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import Entry, RunLog, UnknownRun
 from orchestrator.webhooks.matching import Channel, RunSubscriptions
@@ -48,8 +49,8 @@ _BACKOFF_MAX = 5.0
 _decode = msgspec.json.Decoder(Delivery).decode
 _encode = msgspec.json.Encoder().encode
 
-ChannelMaker = Callable[[str, int, bytes], Channel]
-"""Builds a kept channel again: (its name, from_seq, its spec as kept)."""
+ChannelMaker = Callable[[RunRecord, str, int, bytes], Channel]
+"""Builds a kept channel again: (its run, its name, from_seq, its spec as kept)."""
 
 
 class Attempts(Protocol):
@@ -247,7 +248,7 @@ class Outbox:
         for name, (from_seq, spec) in self._channels.get(log.record.run_id, {}).items():
             maker = self.kinds.get(name.partition(":")[0])
             if maker is not None:
-                channels.append(maker(name, from_seq, spec))
+                channels.append(maker(log.record, name, from_seq, spec))
         subs = RunSubscriptions(log.record, self.webhooks, channels)
         if subs.has_channels and cursor:  # they see the run from its start
             subs.see(await self._journal.read_all(log.record.run_id, cursor))
@@ -262,11 +263,24 @@ class Outbox:
 
     # -- channels (an A2A push config) -----------------------------------------------
 
-    async def add_channel(self, run_id: str, name: str, spec: bytes) -> None:
-        """Send the run's events from now on through the channel `name` (`<kind>:<id>`,
-        replacing one of that name), built from `spec` by its kind's maker."""
+    async def add_channel(
+        self, run_id: str, name: str, spec: bytes, *, from_start: bool = False
+    ) -> None:
+        """Send the run's events from now on (`from_start`: from its first) through the
+        channel `name` (`<kind>:<id>`, replacing one of that name), built from `spec` by
+        its kind's maker.
+
+        Raises:
+            UnknownRun: no such run.
+            LookupError: the run has `limits.webhooks.max_per_run` channels already.
+        """
         log = self._journal.get(run_id)
-        from_seq = log.committed
+        held = self._channels.get(run_id, {})
+        if name not in held and len(held) >= self.limits.max_per_run:
+            raise LookupError(
+                f"run {run_id} has {len(held)} push configs: limits.webhooks.max_per_run"
+            )
+        from_seq = 0 if from_start else log.committed
         await self._storage.keep(SPACE, {f"s:{run_id}:{name}": b"%d %s" % (from_seq, spec)})
         self._channels.setdefault(run_id, {})[name] = (from_seq, spec)
         self._subs.pop(run_id, None)  # (rebuilt with it at the next match)

@@ -54,9 +54,9 @@ class Sender:
         """POST `delivery` once (signed with `key` when there is one)."""
         headers = {"content-type": "application/json", "user-agent": "agent-orchestrator"}
         headers.update(delivery.headers or {})
+        headers["webhook-id"] = delivery.id  # (unsigned too: a receiver dedupes by it)
         if key is not None:
             stamp = int(self._now())
-            headers["webhook-id"] = delivery.id
             headers["webhook-timestamp"] = str(stamp)
             headers["webhook-signature"] = sign(key, delivery.id, stamp, delivery.body)
         with trio.move_on_after(self._timeout) as deadline:

@@ -1,0 +1,161 @@
+"""A2A push notifications (docs/remote.md#push-notifications), driven by the `a2a-sdk`'s
+own client: a push config registered for a task (or given with the message that starts
+it) gets the task's status updates and, once it ends, the whole task, posted to a real
+receiver with the config's token and authentication; configs are read, listed and
+deleted; a URL outside `server.webhook_urls` is refused; the card says push is on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+import yaml
+
+from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.helpers import eventually
+from tests.server_helpers import demo_config, running_server
+
+pytest.importorskip("a2a", reason="the A2A tests need the `a2a` extra (pip install -e '.[dev]')")
+
+from a2a.types import a2a_pb2 as pb
+from google.protobuf import json_format
+
+from orchestrator.config import ServerConfig, load_config
+from tests.integration.test_a2a_serve import a2a_client, collect, http_url, message
+
+TOKENS = [{"name": "ann", "token": "ann-secret", "role": "user"}]
+
+
+def config_with(tmp_path: Path, receiver: WebhookReceiver) -> ServerConfig:
+    demo_config(tmp_path, token_delay=0.02)
+    path = tmp_path / "server.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["server"].update({"a2a": True, "tokens": TOKENS, "webhook_urls": [receiver.url("/a2a")]})
+    data["tools"] = {"http_allowed_hosts": ["127.0.0.1"]}
+    data["limits"]["webhooks"] = {"retry_first_seconds": 0.05, "retry_max_seconds": 0.2}
+    path.write_text(yaml.safe_dump(data))
+    return load_config(path)
+
+
+def pushed(receiver: WebhookReceiver, path: str) -> list[pb.StreamResponse]:
+    out = []
+    for got in receiver.delivered:
+        if got.path == path:
+            response = pb.StreamResponse()
+            json_format.Parse(got.body, response)
+            out.append(response)
+    return out
+
+
+def push_config(task_id: str, url: str, config_id: str = "") -> pb.TaskPushNotificationConfig:
+    config = pb.TaskPushNotificationConfig(task_id=task_id, id=config_id, url=url, token="tok-1")
+    config.authentication.scheme = "Bearer"
+    config.authentication.credentials = "receiver-cred"
+    return config
+
+
+async def test_a_registered_push_config_gets_the_tasks_updates_and_its_end(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    receiver = WebhookReceiver(answer=lambda n: 503 if n == 1 else 200)  # (one outage)
+    await nursery.start(receiver.serve)
+    async with running_server(config_with(tmp_path, receiver)) as server:
+        base = http_url(server.url)
+        async with httpx.AsyncClient() as http:
+            card = (await http.get(f"{base}/a2a/planner/.well-known/agent-card.json")).json()
+        assert card["capabilities"]["pushNotifications"] is True
+        async with a2a_client(base, "planner", "ann-secret", streaming=False) as client:
+            request = pb.SendMessageRequest()
+            request.CopyFrom(message("compare trio"))
+            request.configuration.return_immediately = True
+            (started,) = await collect(client, request)
+            task_id = started.task.id
+            made = await client.create_task_push_notification_config(
+                push_config(task_id, receiver.url("/a2a/mine"), "cfg-1")
+            )
+            assert made.id == "cfg-1" and made.task_id == task_id
+            got = await client.get_task_push_notification_config(
+                pb.GetTaskPushNotificationConfigRequest(task_id=task_id, id="cfg-1")
+            )
+            assert got.url == receiver.url("/a2a/mine") and got.token == "tok-1"
+            listed = await client.list_task_push_notification_configs(
+                pb.ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            )
+            assert [c.id for c in listed.configs] == ["cfg-1"]
+            with pytest.raises(Exception, match="not under one of this server's webhook_urls"):
+                await client.create_task_push_notification_config(
+                    push_config(task_id, "http://127.0.0.1:1/elsewhere", "cfg-2")
+                )
+
+            def ended() -> bool:
+                updates = pushed(receiver, "/a2a/mine")
+                return bool(updates) and updates[-1].WhichOneof("payload") == "task"
+
+            await eventually(ended, within=30)
+            final = await client.get_task(pb.GetTaskRequest(id=task_id))
+            await client.delete_task_push_notification_config(
+                pb.DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="cfg-1")
+            )
+            listed = await client.list_task_push_notification_configs(
+                pb.ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            )
+            assert list(listed.configs) == []
+    updates = pushed(receiver, "/a2a/mine")
+    kinds = [u.WhichOneof("payload") for u in updates]
+    assert kinds[-1] == "task" and set(kinds[:-1]) <= {"status_update"} and len(kinds) > 1
+    last = updates[-1].task
+    assert last.id == task_id and last.status.state == pb.TaskState.TASK_STATE_COMPLETED
+    assert last.artifacts[0].parts[0].text == final.artifacts[0].parts[0].text != ""
+    mine = [g for g in receiver.got if g.path == "/a2a/mine"]
+    assert all(g.headers["x-a2a-notification-token"] == "tok-1" for g in mine)
+    assert all(g.headers["authorization"] == "Bearer receiver-cred" for g in mine)
+    assert len({g.headers["webhook-id"] for g in mine}) == len(updates)  # (one retried)
+
+
+async def test_a_push_config_given_with_the_message_sees_the_task_from_its_start(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    receiver = WebhookReceiver()
+    await nursery.start(receiver.serve)
+    async with running_server(config_with(tmp_path, receiver)) as server:
+        base = http_url(server.url)
+        async with a2a_client(base, "researcher", "ann-secret", streaming=False) as client:
+            request = pb.SendMessageRequest()
+            request.CopyFrom(message("quick"))
+            request.configuration.return_immediately = True
+            request.configuration.task_push_notification_config.CopyFrom(
+                push_config("", receiver.url("/a2a/from-start"))
+            )
+            (started,) = await collect(client, request)
+
+            def ended() -> bool:
+                updates = pushed(receiver, "/a2a/from-start")
+                return bool(updates) and updates[-1].WhichOneof("payload") == "task"
+
+            await eventually(ended, within=30)
+    updates = pushed(receiver, "/a2a/from-start")
+    first = updates[0].status_update
+    assert first.task_id == started.task.id
+    assert first.status.state == pb.TaskState.TASK_STATE_WORKING
+    assert first.status.message.parts[0].text == "started"  # (RUN_STARTED: the first)
+    assert updates[-1].task.status.state == pb.TaskState.TASK_STATE_COMPLETED
+
+
+async def test_no_push_without_webhook_urls(tmp_path: Path) -> None:
+    config = demo_config(tmp_path, server={"a2a": True})
+    async with running_server(config) as server:
+        base = http_url(server.url)
+        async with httpx.AsyncClient() as http:
+            card = (await http.get(f"{base}/a2a/planner/.well-known/agent-card.json")).json()
+        assert card["capabilities"].get("pushNotifications") in (None, False)
+        async with a2a_client(base, "researcher", streaming=False) as client:
+            request = pb.SendMessageRequest()
+            request.CopyFrom(message("quick"))
+            request.configuration.return_immediately = True
+            (started,) = await collect(client, request)
+            with pytest.raises(Exception, match=r"server\.webhook_urls"):
+                await client.create_task_push_notification_config(
+                    push_config(started.task.id, "https://example.com/x")
+                )
