@@ -643,15 +643,6 @@ class ServerConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _triggers_on_one_process(self) -> ServerConfig:
-        if self.triggers and self.cluster is not None:
-            raise ValueError(
-                "triggers: not yet in cluster mode (a schedule must fire in exactly one "
-                "process): run them on a single server"
-            )
-        return self
-
-    @model_validator(mode="after")
     def _webhooks_on_one_process(self) -> ServerConfig:
         if (self.webhooks or self.server.webhook_urls) and self.cluster is not None:
             raise ValueError(

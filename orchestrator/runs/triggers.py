@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -33,7 +33,12 @@ __all__ = ["TriggerState", "Triggers"]
 
 logger = logging.getLogger(__name__)
 SPACE = "triggers"
-"""Where their states are kept in the journal's store."""
+"""Where their states are kept in the journal's store: `<name>` what it last did,
+`paused:<name>` while it is paused (a key of its own: whoever fires never overwrites
+a pause another gateway made)."""
+PAUSED = "paused:"
+Claim = Callable[[str, float], Awaitable[bool]]
+"""May this process fire tick `t` of trigger `name`? (a cluster's lease)"""
 
 
 class TriggerState(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
@@ -59,6 +64,8 @@ class Triggers:
         journal: says whether a trigger's last run still runs; its store keeps each
             trigger's state.
         now: the wall clock (a test gives one that follows trio's clock).
+        shared: the store is a cluster's, shared by its gateways: what a person does
+            reads the states there first (another gateway may hold them newer).
     """
 
     def __init__(
@@ -67,6 +74,8 @@ class Triggers:
         runs: RunService,
         journal: Journal,
         now: Callable[[], float] = time.time,
+        *,
+        shared: bool = False,
     ) -> None:
         self.configs = dict(configs)
         self._schedules: dict[str, Schedule] = {n: c.schedule() for n, c in configs.items()}
@@ -76,21 +85,49 @@ class Triggers:
         self._now = now
         self.states: dict[str, TriggerState] = {name: TriggerState() for name in configs}
         self._wake = trio.Event()
+        self._claim: Claim | None = None
+        self._shared = shared
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Fire the triggers on their schedules until cancelled."""
-        kept = await self._storage.load_kept(SPACE)
-        for name, raw in kept.items():
-            if name in self.states:
-                self.states[name] = msgspec.json.decode(raw, type=TriggerState)
+    async def run(
+        self,
+        *,
+        claim: Claim | None = None,
+        poll: float | None = None,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Fire the triggers on their schedules until cancelled.
+
+        Args:
+            claim: asked before each tick is fired (a cluster's lease: the holder may,
+                once); None: this process alone fires them.
+            poll: the states are read again from the store at least this often (in a
+                cluster another gateway may pause, resume or fire one).
+        """
+        self._claim = claim
+        await self.refresh()
         task_status.started()
         await self._fire_due(starting=True)  # what was missed while the server was down
         while True:
             wait = self._next_wake() - self._now()
+            if poll is not None:
+                wait = min(wait, poll)
             with trio.move_on_after(max(0.0, wait)):
                 await self._wake.wait()  # (a person's pause, resume or fire wakes it)
             self._wake = trio.Event()  # (before firing: an act meanwhile wakes the next wait)
+            if poll is not None:
+                await self.refresh()
             await self._fire_due()
+
+    async def refresh(self) -> None:
+        """Read every trigger's state from the store (a cluster's gateways share it)."""
+        kept = await self._storage.load_kept(SPACE)
+        for name in self.configs:
+            raw = kept.get(name)
+            read = msgspec.json.decode(raw, type=TriggerState) if raw else TriggerState()
+            read.paused = read.paused or f"{PAUSED}{name}" in kept  # (a state from before
+            state = self.states[name]  # the pause flag: paused inside it)
+            for field in msgspec.structs.fields(TriggerState):  # (in place: a fire under
+                setattr(state, field.name, getattr(read, field.name))  # way keeps it)
 
     def _next_wake(self) -> float:
         ticks = [
@@ -114,9 +151,12 @@ class Triggers:
             if changed and not ticks:
                 await self._save(name)
 
-    async def _fire(self, name: str, tick: float) -> None:
-        """Start the trigger's run for `tick`, or skip it (its last run still runs)."""
+    async def _fire(self, name: str, tick: float, *, claimed: bool = False) -> None:
+        """Start the trigger's run for `tick`, or skip it (its last run still runs; in a
+        cluster, the tick was claimed by another gateway, or the lease is lost)."""
         config, state = self.configs[name], self.states[name]
+        if self._claim is not None and not claimed and not await self._claim(name, tick):
+            return
         state.last_fired_at = self._now()
         if config.overlap == "skip" and state.last_run and await self._running(state.last_run):
             state.last_outcome = f"skipped: run {state.last_run} still runs"
@@ -140,18 +180,28 @@ class Triggers:
         await self._save(name)
 
     async def _running(self, run_id: str) -> bool:
+        lookup = self._journal.mirrors.lookup
+        if self._shared and lookup is not None:  # (it may run anywhere in the cluster)
+            record = await lookup(run_id)
+            return record is not None and record.status in UNFINISHED
         try:
             return self._journal.get(run_id).record.status in UNFINISHED
         except UnknownRun:  # (retention removed it: it ended)
             return False
 
     async def _save(self, name: str) -> None:
+        state = msgspec.structs.replace(self.states[name], paused=False)  # (its own key)
         try:
-            await self._storage.keep(SPACE, {name: msgspec.json.encode(self.states[name])})
+            await self._storage.keep(SPACE, {name: msgspec.json.encode(state)})
         except Exception:  # (the next change writes it again)
             logger.exception("trigger %s: its state was not stored", name)
 
     # -- what a person does -----------------------------------------------------------
+
+    @property
+    def shared(self) -> bool:
+        """The states live in a cluster's store (read them again before listing)."""
+        return self._shared
 
     def listed(self) -> list[TriggerInfo]:
         """Every trigger, with its next and last fire times and last outcome."""
@@ -189,13 +239,19 @@ class Triggers:
             raise LookupError(
                 f"no trigger {name!r} (triggers: {', '.join(self.configs) or 'none'})"
             )
+        if self._shared:
+            await self.refresh()
+            state = self.states[name]
         if action == "fire":
-            await self._fire(name, self._now())
+            await self._fire(name, self._now(), claimed=True)  # (a person's: not a tick)
+        elif action == "pause":
+            state.paused = True
+            await self._storage.keep(SPACE, {f"{PAUSED}{name}": b"1"})
         else:
-            state.paused = action == "pause"
-            if not state.paused:  # ticks missed while paused are not caught up
-                state.last_tick = self._now()
-            await self._save(name)
+            state.paused = False
+            state.last_tick = self._now()  # ticks missed while paused are not caught up
+            kept = msgspec.json.encode(msgspec.structs.replace(state, paused=False))
+            await self._storage.keep(SPACE, {name: kept}, [f"{PAUSED}{name}"])
         self._wake.set()
 
 

@@ -317,9 +317,8 @@ async def _serve(
             app = ServerApp(config, orch, journal, runs, node, port)
             app.telemetry = telemetry
             app.outbox = outbox
-            if config.triggers:
-                app.triggers = Triggers(config.triggers, runs, journal)
-                await nursery.start(app.triggers.run)
+            if config.triggers and (node is None or node.gateway is not None):
+                app.triggers = await _start_triggers(config, app, node, nursery)
             ws_options: dict[str, Any] = {
                 "process_request": app.routes.process_request,
                 "max_size": config.server.max_frame_bytes,
@@ -329,6 +328,23 @@ async def _serve(
                 "extensions": deflate(config.server) if config.server.compression else None,
             }
             await _serve_with_front_door(app, stop, listeners, ws_options, task_status)
+
+
+async def _start_triggers(
+    config: ServerConfig, app: ServerApp, node: Node | None, nursery: trio.Nursery
+) -> Triggers:
+    """The triggers, fired here (one process), or by the gateway holding the cluster's
+    triggers lease (cluster/trigger_lease.py)."""
+    triggers = Triggers(config.triggers, app.runs, app.journal, shared=node is not None)
+    if node is None:
+        await nursery.start(triggers.run)
+        return triggers
+    from orchestrator.cluster.node import instance_name
+    from orchestrator.cluster.trigger_lease import TriggerLease, hold_triggers
+
+    lease = TriggerLease(node.store.client, node.store.prefix, instance_name())
+    await nursery.start(hold_triggers, triggers, lease, node.config.lease_seconds)
+    return triggers
 
 
 def _outboxed(config: ServerConfig) -> bool:

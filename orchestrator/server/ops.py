@@ -501,6 +501,8 @@ async def triggers(conn: Caller, op: protocol.TriggersOp) -> None:
             await found.act(op.action, op.name)
         except LookupError as exc:
             raise ProtocolError("not_found", str(exc), op.id) from None
+    if found is not None and found.shared and op.action == "list":
+        await found.refresh()  # (the gateway firing them may be another)
     listed = found.listed() if found is not None else []
     await conn.reply(protocol.encode(protocol.TriggersReply(triggers=listed, id=op.id)))
 
