@@ -6,8 +6,9 @@
 Scenarios: resume (1,000 disconnect/resume cycles), slow (stalled and slow clients
 vs run time and memory), storage (Redis killed and restarted under a run),
 provider (a provider that hangs, floods or sends garbage), fuzz (hypothesis-made
-frames), runs (3,000 small runs vs memory). Everything runs on loopback and stops
-by itself.
+frames), runs (3,000 small runs vs memory), webhooks (1,000 deliveries to a receiver
+that fails one in three, across a restart: nothing lost, nothing twice under two ids).
+Everything runs on loopback and stops by itself.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from bench.soak import (
     resume,
     slow_clients,
     storage_outage,
+    webhooks,
 )
 
 SCENARIOS: dict[str, Callable[[], Awaitable[list[str]]]] = {
@@ -33,6 +35,7 @@ SCENARIOS: dict[str, Callable[[], Awaitable[list[str]]]] = {
     "provider": provider_faults.main,
     "fuzz": fuzz_frames.main,
     "runs": many_runs.main,
+    "webhooks": webhooks.main,
 }
 
 

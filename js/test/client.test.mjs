@@ -2,6 +2,7 @@
 
 import assert from "node:assert/strict";
 import { createServer, connect as tcp } from "node:net";
+import { createServer as createHttpServer } from "node:http";
 import { after, before, test } from "node:test";
 
 import { AgentTree, OrchestratorError, connect } from "../dist/index.js";
@@ -346,5 +347,55 @@ test("triggers, attachments and a structured answer through the package", async 
   } finally {
     client.close();
     await own.stop();
+  }
+});
+
+test("webhooks: a dead delivery listed and redelivered through the package", async () => {
+  let up = false;
+  const got = [];
+  const receiver = createHttpServer((request, response) => {
+    request.resume();
+    request.on("end", () => {
+      got.push(request.headers["webhook-id"]);
+      response.writeHead(up ? 204 : 503).end();
+    });
+  });
+  await new Promise((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+  process.env.JS_TEST_WEBHOOK_SECRET = "whsec_" + Buffer.alloc(32, 7).toString("base64");
+  const extra = {
+    webhooks: {
+      ci: {
+        url: `http://127.0.0.1:${receiver.address().port}/hook`,
+        events: ["RUN_FINISHED"],
+        secret_env: "JS_TEST_WEBHOOK_SECRET",
+      },
+    },
+    tools: { http_allowed_hosts: ["127.0.0.1"] },
+  };
+  const own = await serve(writeConfig({ extra: { ...extra, limits: { max_depth: 4, webhooks: { max_attempts: 1 } } } }));
+  const client = connect(own.url);
+  try {
+    const handle = await client.run("researcher", "q");
+    await handle.done;
+    let listed = await client.webhooks();
+    for (let i = 0; i < 200 && listed.dead.length === 0; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      listed = await client.webhooks();
+    }
+    assert.equal(listed.webhooks.ci.url, extra.webhooks.ci.url);
+    assert.equal(listed.webhooks.ci.secret, undefined);
+    const [dead] = listed.dead;
+    assert.equal(dead.type, "RUN_FINISHED");
+    assert.equal(dead.runId, handle.runId);
+    assert.equal(dead.lastError, "HTTP 503");
+    up = true;
+    const again = await client.webhooks({ redeliver: dead.id });
+    assert.equal(again.redelivered, 1);
+    for (let i = 0; i < 200 && got.length < 2; i++) await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.deepEqual(got, [dead.id, dead.id]);
+  } finally {
+    client.close();
+    await own.stop();
+    receiver.close();
   }
 });

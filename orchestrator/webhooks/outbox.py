@@ -37,6 +37,7 @@ from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import Entry, RunLog, UnknownRun
 from orchestrator.webhooks.matching import Channel, RunSubscriptions
 from orchestrator.webhooks.sender import Attempt
+from orchestrator.webhooks.writes import KeptWrites
 
 __all__ = ["SPACE", "ChannelMaker", "Outbox"]
 
@@ -84,6 +85,7 @@ class Outbox:
         self._journal = journal
         self._storage = journal.storage
         self._sender = sender
+        self._writes = KeptWrites(journal.storage, SPACE)
         self._now = now
         self.kinds: dict[str, ChannelMaker] = {}
         """Channel kinds by prefix (`a2a`), registered by the doors that make them."""
@@ -124,6 +126,7 @@ class Outbox:
         """Match and send until cancelled (after `start`)."""
         try:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writes.run)
                 nursery.start_soon(self._match_loop)
                 nursery.start_soon(self._send_loop)
         finally:
@@ -350,10 +353,7 @@ class Outbox:
         finally:
             limiter.release_on_behalf_of(delivery.id)
             self._in_flight.discard(delivery.id)
-        try:
-            await self._settle(delivery, outcome)
-        except Exception:  # (the store failed: it is sent again; the receiver dedupes)
-            logger.exception("webhooks: delivery %s's outcome was not stored", delivery.id)
+        self._settle(delivery, outcome)
 
     def _key_of(self, delivery: Delivery) -> bytes | str | None:
         """Its signing key, None for a channel's (unsigned), or why there is none."""
@@ -364,13 +364,13 @@ class Outbox:
         key = self._keys.get(delivery.webhook)
         return key if key is not None else f"webhook {delivery.webhook!r} is no longer configured"
 
-    async def _settle(self, delivery: Delivery, outcome: Attempt) -> None:
+    def _settle(self, delivery: Delivery, outcome: Attempt) -> None:
         delivery.attempts += 1
         if outcome is None:
             self.delivered += 1
             self.waiting.pop(delivery.id, None)
             self._room.set()
-            await self._storage.keep(SPACE, {}, [f"d:{delivery.id}"])
+            self._writes.note({}, [f"d:{delivery.id}"])
             return
         self.failed_attempts += 1
         delivery.last_error = outcome
@@ -381,7 +381,7 @@ class Outbox:
             delivery.next_at = self._now() + wait
             heapq.heappush(self._heap, (delivery.next_at, delivery.id))
             self._scheduled.set()
-            await self._storage.keep(SPACE, {f"d:{delivery.id}": _encode(delivery)})
+            self._writes.note({f"d:{delivery.id}": _encode(delivery)})
             return
         logger.warning(
             "webhooks: delivery %s (%s of run %s seq %d to %s) is dead after %d attempts: %s",
@@ -398,9 +398,14 @@ class Outbox:
             dropped.append(f"d:{next(iter(self.dead))}")
             del self.dead[dropped[-1][2:]]
             self.dead_dropped += 1
-        await self._storage.keep(SPACE, {f"d:{delivery.id}": _encode(delivery)}, dropped)
+        self._writes.note({f"d:{delivery.id}": _encode(delivery)}, dropped)
 
     # -- what a person does ----------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to match and nothing waiting to be sent (dead ones aside)."""
+        return not self._dirty and not self.waiting
 
     def listed(self, *, dead: bool) -> list[DeliveryInfo]:
         """The dead deliveries (oldest first), or those waiting (soonest first)."""

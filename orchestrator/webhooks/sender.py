@@ -71,6 +71,7 @@ class Sender:
                     "POST", delivery.url, content=delivery.body, headers=headers
                 ) as response:
                     status = response.status_code
+                    await _drain(response)  # (read: the connection is then reused)
             except ToolError as exc:
                 return str(exc)[:MAX_ERROR]
             except httpx.HTTPError as exc:
@@ -78,3 +79,12 @@ class Sender:
         if deadline.cancelled_caught:
             return f"no answer in {self._timeout:g} s"
         return None if 200 <= status < 300 else f"HTTP {status}"
+
+
+async def _drain(response: httpx.Response, most: int = 64 * 1024) -> None:
+    """Read (and drop) the answer's body, up to `most` bytes."""
+    read = 0
+    async for chunk in response.aiter_raw():
+        read += len(chunk)
+        if read > most:
+            break
