@@ -218,7 +218,8 @@ class Outbox:
             self._cursors[run_id] = log.committed
             del self._dirty[run_id]
             return
-        entries = await self._journal.read(run_id, cursor, _READ)
+        room = self.limits.max_outbox - len(self.waiting)  # (one delivery an event, mostly)
+        entries = await self._journal.read(run_id, cursor, max(1, min(_READ, room)))
         if not entries:
             self._caught_up(log)
             return
