@@ -382,7 +382,7 @@ test("webhooks: a dead delivery listed and redelivered through the package", asy
       await new Promise((resolve) => setTimeout(resolve, 50));
       listed = await client.webhooks();
     }
-    assert.equal(listed.webhooks.ci.url, extra.webhooks.ci.url);
+    assert.equal(listed.webhooks.ci.url, `http://127.0.0.1:${receiver.address().port}/…`);
     assert.equal(listed.webhooks.ci.secret, undefined);
     const [dead] = listed.dead;
     assert.equal(dead.type, "RUN_FINISHED");

@@ -31,6 +31,7 @@ __all__ = [
     "message_id",
     "retry_delay",
     "secret_key",
+    "shown_url",
     "sign",
     "standard_body",
     "url_allowed",
@@ -142,7 +143,7 @@ class Delivery(msgspec.Struct, kw_only=True, omit_defaults=True):
         return DeliveryInfo(
             id=self.id,
             webhook=self.webhook,
-            url=self.url,
+            url=shown_url(self.url),
             run_id=self.run_id,
             seq=self.seq,
             type=self.type,
@@ -216,6 +217,14 @@ def retry_delay(attempts: int, first: float, most: float) -> float:
     """Seconds before the next attempt after `attempts` failed ones: `first`, doubling,
     at most `most`."""
     return min(first * 2.0 ** min(attempts - 1, 60), most)
+
+
+def shown_url(url: str) -> str:
+    """A receiver's URL as lists and errors show it: its origin, then `/…` for a path or
+    query (a URL may carry a secret there: a Slack webhook's path is one)."""
+    parts = urlsplit(url)
+    origin = f"{parts.scheme}://{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return origin + ("/…" if parts.path.strip("/") or parts.query else "")
 
 
 def url_allowed(url: str, prefixes: list[str]) -> bool:

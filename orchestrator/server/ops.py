@@ -28,7 +28,7 @@ from orchestrator.core.approvals import Answer
 from orchestrator.core.filters import FilterSpec
 from orchestrator.core.fork import ForkError
 from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
-from orchestrator.core.webhooks import WebhookSpec, url_allowed
+from orchestrator.core.webhooks import WebhookSpec, shown_url, url_allowed
 from orchestrator.protocol import ProtocolError
 from orchestrator.runs.service import (
     AgentNotRunning,
@@ -524,7 +524,8 @@ async def webhooks(conn: Caller, op: protocol.WebhooksOp) -> None:
     if outbox is not None:
         mine = _owned_by(conn)
         shown = {
-            name: msgspec.structs.replace(spec, secret="") for name, spec in outbox.webhooks.items()
+            name: msgspec.structs.replace(spec, secret="", url=shown_url(spec.url))
+            for name, spec in outbox.webhooks.items()
         }
         waiting = sum(1 for d in outbox.waiting.values() if mine(d.run_id))
         dead = [d for d in outbox.listed(dead=True) if mine(d.run_id)]

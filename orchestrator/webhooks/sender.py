@@ -17,7 +17,7 @@ import trio
 
 from agents.errors import ToolError
 from agents.tools.builtin import check_host
-from orchestrator.core.webhooks import MAX_ERROR, Delivery, sign
+from orchestrator.core.webhooks import MAX_ERROR, Delivery, shown_url, sign
 
 __all__ = ["Attempt", "Sender"]
 
@@ -51,7 +51,8 @@ class Sender:
         self._now = now
 
     async def attempt(self, delivery: Delivery, key: bytes | None) -> Attempt:
-        """POST `delivery` once (signed with `key` when there is one)."""
+        """POST `delivery` once (signed with `key` when there is one). A failure's reason
+        shows the URL as `shown_url` does (its path may be a secret)."""
         headers = {"content-type": "application/json", "user-agent": "agent-orchestrator"}
         headers.update(delivery.headers or {})
         headers["webhook-id"] = delivery.id  # (unsigned too: a receiver dedupes by it)
@@ -61,24 +62,33 @@ class Sender:
             headers["webhook-signature"] = sign(key, delivery.id, stamp, delivery.body)
         with trio.move_on_after(self._timeout) as deadline:
             try:
-                await check_host(
-                    delivery.url,
-                    allow_private=self._allow_private,
-                    allowed_hosts=self._allowed_hosts,
-                    what="webhook",
-                )
-                async with self._client.stream(
-                    "POST", delivery.url, content=delivery.body, headers=headers
-                ) as response:
-                    status = response.status_code
-                    await _drain(response)  # (read: the connection is then reused)
+                status = await self._post(delivery, headers)
             except ToolError as exc:
-                return str(exc)[:MAX_ERROR]
+                return _hidden(str(exc), delivery.url)
             except httpx.HTTPError as exc:
-                return f"{type(exc).__name__}: {exc}".rstrip(": ")[:MAX_ERROR]
+                return _hidden(f"{type(exc).__name__}: {exc}".rstrip(": "), delivery.url)
         if deadline.cancelled_caught:
             return f"no answer in {self._timeout:g} s"
         return None if 200 <= status < 300 else f"HTTP {status}"
+
+    async def _post(self, delivery: Delivery, headers: dict[str, str]) -> int:
+        """The POST's status (its body read and dropped)."""
+        await check_host(
+            delivery.url,
+            allow_private=self._allow_private,
+            allowed_hosts=self._allowed_hosts,
+            what="webhook",
+        )
+        async with self._client.stream(
+            "POST", delivery.url, content=delivery.body, headers=headers
+        ) as response:
+            await _drain(response)  # (read: the connection is then reused)
+            return response.status_code
+
+
+def _hidden(error: str, url: str) -> str:
+    """An attempt's error as kept and shown: the URL as `shown_url` has it, cut."""
+    return error.replace(url, shown_url(url))[:MAX_ERROR]
 
 
 async def _drain(response: httpx.Response, most: int = 64 * 1024) -> None:

@@ -19,6 +19,7 @@ from orchestrator.core.webhooks import (
     message_id,
     retry_delay,
     secret_key,
+    shown_url,
     sign,
     standard_body,
     url_allowed,
@@ -165,3 +166,16 @@ def test_a_spec_names_what_is_wrong_with_it() -> None:
     assert "webhooks[0].minDepth must be 0 or more" in problems
     assert "webhooks[0].pathGlob must not be empty" in problems
     assert any(p.startswith("webhooks[0].secret: ") for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://hooks.slack.com/services/T0/B0/SECRET", "https://hooks.slack.com/…"),
+        ("https://user:pw@ci.example.com:8443/x?token=t", "https://ci.example.com:8443/…"),
+        ("http://127.0.0.1:9000/", "http://127.0.0.1:9000"),
+        ("https://ci.example.com?token=t", "https://ci.example.com/…"),
+    ],
+)
+def test_a_url_is_shown_without_what_may_be_secret(url: str, shown: str) -> None:
+    assert shown_url(url) == shown
