@@ -1,11 +1,13 @@
-"""`orchestrator chat | runs | threads`: a conversation with a server's agent, and the
-runs and threads a token has (docs/threads.md, docs/cli.md)."""
+"""`orchestrator chat | runs | threads | triggers | webhooks`: a conversation with a
+server's agent, the runs and threads a token has, the server's triggers and outbox
+(docs/threads.md, docs/triggers.md, docs/webhooks.md, docs/cli.md)."""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Literal
+from collections.abc import Awaitable
+from typing import Literal, TypeVar
 
 import msgspec
 import trio
@@ -14,7 +16,9 @@ from orchestrator.cli.watch import refusal, watch_main
 from orchestrator.client import Client, ClientError
 from orchestrator.core.threads import new_thread_id
 
-__all__ = ["chat_main", "runs_main", "threads_main"]
+__all__ = ["chat_main", "runs_main", "threads_main", "triggers_main", "webhooks_main"]
+
+T = TypeVar("T")
 
 
 async def chat_main(
@@ -56,16 +60,24 @@ async def chat_main(
     return 0
 
 
-async def runs_main(
-    url: str, *, token: str | None, origin: str | None = None, limit: int, as_json: bool
-) -> int:
-    """The token's runs, newest first: one line each, or one JSON array."""
+async def _asked(request: Awaitable[T]) -> T | int:
+    """The server's answer, or the exit code after saying why there is none (1: it
+    refused; 2: it could not be reached)."""
     try:
-        page = await Client(url, token=token, origin=origin).runs(limit=limit)
+        return await request
     except ClientError as exc:
         message, refused = refusal(exc)
         print(f"error: {message}", file=sys.stderr)
         return 1 if refused else 2
+
+
+async def runs_main(
+    url: str, *, token: str | None, origin: str | None = None, limit: int, as_json: bool
+) -> int:
+    """The token's runs, newest first: one line each, or one JSON array."""
+    page = await _asked(Client(url, token=token, origin=origin).runs(limit=limit))
+    if isinstance(page, int):
+        return page
     if as_json:
         print(msgspec.json.encode(page.runs).decode())
         return 0
@@ -88,12 +100,9 @@ async def triggers_main(
     as_json: bool,
 ) -> int:
     """The server's triggers (after pausing, resuming or firing one): a line each."""
-    try:
-        listed = await Client(url, token=token, origin=origin).triggers(action, name)
-    except ClientError as exc:
-        message, refused = refusal(exc)
-        print(f"error: {message}", file=sys.stderr)
-        return 1 if refused else 2
+    listed = await _asked(Client(url, token=token, origin=origin).triggers(action, name))
+    if isinstance(listed, int):
+        return listed
     if as_json:
         print(msgspec.json.encode(listed).decode())
         return 0
@@ -118,12 +127,9 @@ async def webhooks_main(
 ) -> int:
     """The outbox: the server's webhooks, deliveries waiting, dead ones (after
     redelivering one, or `all`)."""
-    try:
-        reply = await Client(url, token=token, origin=origin).webhooks(redeliver)
-    except ClientError as exc:
-        message, refused = refusal(exc)
-        print(f"error: {message}", file=sys.stderr)
-        return 1 if refused else 2
+    reply = await _asked(Client(url, token=token, origin=origin).webhooks(redeliver))
+    if isinstance(reply, int):
+        return reply
     if as_json:
         print(msgspec.json.encode(reply).decode())
         return 0
@@ -149,12 +155,9 @@ async def threads_main(
     as_json: bool,
 ) -> int:
     """The token's threads (most recently active first), or one thread's runs."""
-    try:
-        threads = await Client(url, token=token, origin=origin).threads(thread_id)
-    except ClientError as exc:
-        message, refused = refusal(exc)
-        print(f"error: {message}", file=sys.stderr)
-        return 1 if refused else 2
+    threads = await _asked(Client(url, token=token, origin=origin).threads(thread_id))
+    if isinstance(threads, int):
+        return threads
     if as_json:
         print(msgspec.json.encode(threads).decode())
         return 0

@@ -50,6 +50,9 @@ from orchestrator.storage.paging import RunPaging
 from orchestrator.storage.redis import RedisStorage
 
 __all__ = [
+    "ACQUIRE_LEASE",
+    "DROP_LEASE",
+    "RENEW_LEASE",
     "ApproveControl",
     "CancelControl",
     "ClusterStore",
@@ -69,7 +72,7 @@ CONTROL_KEPT = 1000
 """About the most control requests a run's stream keeps (older ones are trimmed)."""
 
 # KEYS: lease, epoch. ARGV: worker, lease ms. Returns the token, or nil when leased.
-_ACQUIRE = """
+ACQUIRE_LEASE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local epoch = redis.call('INCR', KEYS[2])
 local token = ARGV[1] .. ':' .. epoch
@@ -78,7 +81,7 @@ return token
 """
 
 # KEYS: lease. ARGV: token, lease ms. 1: renewed; 0: the lease is someone else's or gone.
-_RENEW = """
+RENEW_LEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
@@ -88,7 +91,7 @@ return 0
 
 # KEYS: lease. ARGV: token. Lets go of a lease (if still ours) and nothing else: the
 # run's request stays pending, for another worker to claim.
-_DROP = """
+DROP_LEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
 return 0
 """
@@ -188,10 +191,10 @@ class ClusterStore:
         self.queue = f"{prefix}cluster:{name}:queue"
         self.index = f"{prefix}runs:index"
         self.runs = f"{prefix}runs"
-        self._acquire = self.client.register_script(_ACQUIRE)
-        self._renew = self.client.register_script(_RENEW)
+        self._acquire = self.client.register_script(ACQUIRE_LEASE)
+        self._renew = self.client.register_script(RENEW_LEASE)
         self._release = self.client.register_script(_RELEASE)
-        self._drop = self.client.register_script(_DROP)
+        self._drop = self.client.register_script(DROP_LEASE)
         self._hand_over = self.client.register_script(_HAND_OVER)
         self._answer = self.client.register_script(_ANSWER)
 

@@ -18,34 +18,12 @@ import logging
 import coredis
 import trio
 
+from orchestrator.cluster.store import ACQUIRE_LEASE, DROP_LEASE, RENEW_LEASE
 from orchestrator.runs.triggers import Triggers
 
 __all__ = ["TriggerLease", "hold_triggers"]
 
 logger = logging.getLogger(__name__)
-
-# KEYS: lease, epoch. ARGV: holder, lease ms. The token, or nil while another holds it.
-_ACQUIRE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return false end
-local token = ARGV[1] .. ':' .. redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-return token
-"""
-
-# KEYS: lease. ARGV: token, lease ms. 1: renewed; 0: lost.
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-"""
-
-# KEYS: lease. ARGV: token. Let go (if still ours).
-_DROP = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end
-return 0
-"""
 
 # KEYS: lease, ticks. ARGV: token, trigger, tick. 1: ours to fire; 0: claimed before;
 # -1: the lease is not ours (any more).
@@ -66,9 +44,9 @@ class TriggerLease:
         self._lease = f"{prefix}triggers:lease"
         self._epoch = f"{prefix}triggers:epoch"
         self._ticks = f"{prefix}triggers:ticks"
-        self._acquire = client.register_script(_ACQUIRE)
-        self._renew = client.register_script(_RENEW)
-        self._drop = client.register_script(_DROP)
+        self._acquire = client.register_script(ACQUIRE_LEASE)  # (the runs' lease scripts)
+        self._renew = client.register_script(RENEW_LEASE)
+        self._drop = client.register_script(DROP_LEASE)
         self._claim = client.register_script(_CLAIM)
         self.token: str | None = None
         """The fencing token while this instance holds the lease."""
