@@ -14,7 +14,8 @@ has the same `webhook-id` both times.
 Runs never wait for it: a run's journal follower only marks the run; matching reads
 committed events back from the journal's tail on its own task. When `max_outbox`
 deliveries wait, matching pauses (the cursors stay, the journal keeps the events) and
-goes on as deliveries leave. Attempts run `concurrency` at a time, each under one
+goes on as deliveries leave. Attempts run `concurrency` at a time (a quarter of them to
+one receiver at most: one that hangs does not hold up the others), each under one
 deadline; failed ones wait `retry_first_seconds`, doubling up to `retry_max_seconds`.
 """
 
@@ -24,8 +25,10 @@ import heapq
 import logging
 import math
 import time
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import msgspec
 import trio
@@ -102,6 +105,12 @@ class Outbox:
         self._epoch = 0.0
         self._heap: list[tuple[float, str]] = []
         self._in_flight: set[str] = set()
+        self._per_host = max(1, limits.concurrency // 4)
+        """Attempts under way to one receiver (host and port) at most: one that hangs
+        takes a quarter of `concurrency`, the other receivers the rest."""
+        self._busy: Counter[str] = Counter()
+        self._parked: dict[str, deque[str]] = {}
+        """Due deliveries waiting for their receiver's turn."""
         self._marked = trio.Event()
         """Set when a run has new events to match."""
         self._scheduled = trio.Event()
@@ -343,8 +352,13 @@ class Outbox:
                     or delivery_id in self._in_flight
                 ):
                     continue  # (delivered, redelivered, or rescheduled since)
+                host = _host(delivery.url)
+                if self._busy[host] >= self._per_host:  # (its turn comes when one of
+                    self._parked.setdefault(host, deque()).append(delivery_id)  # its ends)
+                    continue
                 await limiter.acquire_on_behalf_of(delivery_id)
                 self._in_flight.add(delivery_id)
+                self._busy[host] += 1
                 nursery.start_soon(self._attempt, delivery, limiter)
 
     async def _attempt(self, delivery: Delivery, limiter: trio.CapacityLimiter) -> None:
@@ -354,7 +368,23 @@ class Outbox:
         finally:
             limiter.release_on_behalf_of(delivery.id)
             self._in_flight.discard(delivery.id)
+            self._next_of(_host(delivery.url))
         self._settle(delivery, outcome)
+
+    def _next_of(self, host: str) -> None:
+        """An attempt to `host` ended: its next parked delivery is due again."""
+        self._busy[host] -= 1
+        if self._busy[host] <= 0:
+            del self._busy[host]
+        parked = self._parked.get(host)
+        while parked:
+            delivery = self.waiting.get(parked.popleft())
+            if delivery is not None:
+                heapq.heappush(self._heap, (delivery.next_at, delivery.id))
+                self._scheduled.set()
+                break
+        if parked is not None and not parked:
+            del self._parked[host]
 
     def _key_of(self, delivery: Delivery) -> bytes | str | None:
         """Its signing key, None for a channel's (unsigned), or why there is none."""
@@ -435,6 +465,10 @@ class Outbox:
             heapq.heappush(self._heap, (delivery.next_at, delivery.id))
         self._scheduled.set()
         return len(again)
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).netloc.lower()
 
 
 class _Marker:

@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from agents.core.events import UsageData
+from agents.core.payloads import AgentResultData
 from orchestrator.config import WebhookLimits
 from orchestrator.core.bus import Bus, RunSink
 from orchestrator.core.events import EventType
@@ -121,3 +123,35 @@ async def test_a_webhook_no_longer_configured_kills_its_deliveries_at_once() -> 
         assert {d.last_error for d in outbox.dead.values()} == {
             "webhook 'ci' is no longer configured"
         }
+
+
+async def test_a_receiver_that_hangs_takes_a_quarter_of_the_attempts_at_most() -> None:
+    slow = WebhookSpec(url="https://slow.example.com/h", events=["AGENT_STARTED"], secret=SECRET)
+    fast = WebhookSpec(url="https://fast.example.com/h", events=["AGENT_RESULT"], secret=SECRET)
+    hung = trio.Event()  # (never set: the slow receiver never answers)
+    taken: list[str] = []
+
+    class Hosts(Recorder):
+        async def attempt(self, delivery: Delivery, key: bytes | None) -> str | None:
+            if "slow" in delivery.url:
+                self.sent.append(delivery.id)
+                await hung.wait()
+            taken.append(delivery.id)
+            return None
+
+    sender = Hosts()
+    hooks = {"slow": slow, "fast": fast}
+    async with (
+        Journal.open(MemoryStorage()) as journal,
+        running(journal, sender, hooks, concurrency=8) as outbox,
+    ):
+        bus = emit(journal, "run-1", 10)  # ten for the slow receiver, due first
+        await eventually(lambda: len(sender.sent) == 2)
+        none: UsageData = {"inputTokens": 0, "outputTokens": 0}
+        result: AgentResultData = {"text": "ok", "usage": none, "subtreeUsage": none}
+        for _ in range(5):
+            bus.emit_nowait(EventType.AGENT_RESULT, result)
+        await eventually(lambda: len(taken) == 5)  # the fast one is not held up
+        await trio.sleep(0.1)
+        assert len(sender.sent) == 2  # 8 // 4 at a time to one receiver
+        assert len(outbox.waiting) == 10
