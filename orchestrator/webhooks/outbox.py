@@ -26,7 +26,7 @@ import logging
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -105,12 +105,7 @@ class Outbox:
         self._epoch = 0.0
         self._heap: list[tuple[float, str]] = []
         self._in_flight: set[str] = set()
-        self._per_host = max(1, limits.concurrency // 4)
-        """Attempts under way to one receiver (host and port) at most: one that hangs
-        takes a quarter of `concurrency`, the other receivers the rest."""
-        self._busy: Counter[str] = Counter()
-        self._parked: dict[str, deque[str]] = {}
-        """Due deliveries waiting for their receiver's turn."""
+        self._turns = _Turns(max(1, limits.concurrency // 4))
         self._marked = trio.Event()
         """Set when a run has new events to match."""
         self._scheduled = trio.Event()
@@ -352,13 +347,10 @@ class Outbox:
                     or delivery_id in self._in_flight
                 ):
                     continue  # (delivered, redelivered, or rescheduled since)
-                host = _host(delivery.url)
-                if self._busy[host] >= self._per_host:  # (its turn comes when one of
-                    self._parked.setdefault(host, deque()).append(delivery_id)  # its ends)
-                    continue
+                if not self._turns.take(_host(delivery.url), delivery_id):
+                    continue  # (its turn comes when an attempt to its receiver ends)
                 await limiter.acquire_on_behalf_of(delivery_id)
                 self._in_flight.add(delivery_id)
-                self._busy[host] += 1
                 nursery.start_soon(self._attempt, delivery, limiter)
 
     async def _attempt(self, delivery: Delivery, limiter: trio.CapacityLimiter) -> None:
@@ -368,23 +360,13 @@ class Outbox:
         finally:
             limiter.release_on_behalf_of(delivery.id)
             self._in_flight.discard(delivery.id)
-            self._next_of(_host(delivery.url))
+            for parked in self._turns.done(_host(delivery.url)):
+                again = self.waiting.get(parked)
+                if again is not None:  # (its receiver's turn: due again)
+                    heapq.heappush(self._heap, (again.next_at, again.id))
+                    self._scheduled.set()
+                    break
         self._settle(delivery, outcome)
-
-    def _next_of(self, host: str) -> None:
-        """An attempt to `host` ended: its next parked delivery is due again."""
-        self._busy[host] -= 1
-        if self._busy[host] <= 0:
-            del self._busy[host]
-        parked = self._parked.get(host)
-        while parked:
-            delivery = self.waiting.get(parked.popleft())
-            if delivery is not None:
-                heapq.heappush(self._heap, (delivery.next_at, delivery.id))
-                self._scheduled.set()
-                break
-        if parked is not None and not parked:
-            del self._parked[host]
 
     def _key_of(self, delivery: Delivery) -> bytes | str | None:
         """Its signing key, None for a channel's (unsigned), or why there is none."""
@@ -465,6 +447,36 @@ class Outbox:
             heapq.heappush(self._heap, (delivery.next_at, delivery.id))
         self._scheduled.set()
         return len(again)
+
+
+class _Turns:
+    """Attempts under way to each receiver (host and port), at most `most` at once: one
+    that hangs takes a quarter of `concurrency`, the other receivers the rest."""
+
+    def __init__(self, most: int) -> None:
+        self._most = most
+        self._busy: Counter[str] = Counter()
+        self._parked: dict[str, deque[str]] = {}
+        """Due deliveries waiting for their receiver's turn."""
+
+    def take(self, host: str, delivery_id: str) -> bool:
+        """A turn for the delivery now; False: it is parked until one ends."""
+        if self._busy[host] >= self._most:
+            self._parked.setdefault(host, deque()).append(delivery_id)
+            return False
+        self._busy[host] += 1
+        return True
+
+    def done(self, host: str) -> Iterator[str]:
+        """An attempt to `host` ended: its parked deliveries, first parked first (the
+        caller takes the first that is still waiting)."""
+        self._busy[host] -= 1
+        if self._busy[host] <= 0:
+            del self._busy[host]
+        parked = self._parked.get(host)
+        while parked:
+            yield parked.popleft()
+        self._parked.pop(host, None)
 
 
 def _host(url: str) -> str:
