@@ -50,14 +50,20 @@ class RunSubscriptions:
         record: the run (its own webhooks are in its options).
         config: the server's webhooks, by name (their secrets stay with the config).
         channels: the run's channels.
+        its_own: match the run's own webhooks too (False: only `config` and `channels`).
     """
 
     def __init__(
-        self, record: RunRecord, config: Mapping[str, WebhookSpec], channels: Sequence[Channel]
+        self,
+        record: RunRecord,
+        config: Mapping[str, WebhookSpec],
+        channels: Sequence[Channel],
+        *,
+        its_own: bool = True,
     ) -> None:
         self.run_id = record.run_id
         self._hooks = [_Hook(name, spec, record, False) for name, spec in config.items()]
-        own = record.options.webhooks if record.options else ()
+        own = record.options.webhooks if record.options and its_own else ()
         self._hooks += [_Hook(f"run:{i}", spec, record, True) for i, spec in enumerate(own)]
         self._channels = list(channels)
         self.seen = 0

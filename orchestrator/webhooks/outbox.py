@@ -139,24 +139,7 @@ class Outbox:
     async def _load(self) -> None:
         kept = await self._storage.load_kept(SPACE)
         known = self._journal.logs
-        gone = []
-        for key, value in kept.items():
-            kind, _, rest = key.partition(":")
-            if kind == "d":
-                delivery = _decode(value)
-                (self.dead if delivery.dead else self.waiting)[delivery.id] = delivery
-            elif kind == "c":
-                if rest in known:
-                    self._cursors[rest] = int(value)
-                else:  # (retention deleted the run)
-                    gone.append(key)
-            elif kind == "s":
-                run_id, _, name = rest.partition(":")
-                if run_id in known:
-                    seq, _, spec = value.partition(b" ")
-                    self._channels.setdefault(run_id, {})[name] = (int(seq), spec)
-                else:
-                    gone.append(key)
+        gone = _read_kept(self, kept, known)
         self._epoch = float(kept.get("epoch", b"0")) or self._now()
         await self._storage.keep(SPACE, {"epoch": repr(self._epoch).encode()}, gone)
         self.dead = dict(sorted(self.dead.items(), key=lambda item: item[1].created_at))
@@ -295,9 +278,28 @@ class Outbox:
         if run_id not in self._cursors and not self._had_hooks(log):
             self._cursors[run_id] = from_seq  # (nothing matched it before: from now)
             await self._storage.keep(SPACE, {f"c:{run_id}": b"%d" % from_seq})
+        elif self._cursors.get(run_id, 0) > from_seq:  # (events matched for webhooks
+            await self._catch_up(log, name, from_seq, spec)  # before it was kept)
         if not log.finished:
             self._follow(log)
         self._mark(run_id)
+
+    async def _catch_up(self, log: RunLog, name: str, from_seq: int, spec: bytes) -> None:
+        """A new channel's deliveries of the events matched before it was kept."""
+        maker = self.kinds.get(name.partition(":")[0])
+        if maker is None:
+            return
+        run_id = log.record.run_id
+        cursor = self._cursors[run_id]
+        channel = maker(log.record, name, from_seq, spec)
+        alone = RunSubscriptions(log.record, {}, [channel], its_own=False)
+        made = alone.match(await self._journal.read_all(run_id, cursor), self._now())
+        made = [d for d in made if d.id not in self.waiting and d.id not in self.dead]
+        await self._storage.keep(SPACE, {f"d:{d.id}": _encode(d) for d in made})
+        for delivery in made:
+            self.waiting[delivery.id] = delivery
+            heapq.heappush(self._heap, (delivery.next_at, delivery.id))
+        self._scheduled.set()
 
     def _had_hooks(self, log: RunLog) -> bool:
         options = log.record.options
@@ -447,6 +449,30 @@ class Outbox:
             heapq.heappush(self._heap, (delivery.next_at, delivery.id))
         self._scheduled.set()
         return len(again)
+
+
+def _read_kept(outbox: Outbox, kept: dict[str, bytes], known: Mapping[str, RunLog]) -> list[str]:
+    """The outbox's deliveries, cursors and channels as kept; the keys of runs gone
+    (retention deleted them)."""
+    gone = []
+    for key, value in kept.items():
+        kind, _, rest = key.partition(":")
+        if kind == "d":
+            delivery = _decode(value)
+            (outbox.dead if delivery.dead else outbox.waiting)[delivery.id] = delivery
+        elif kind == "c":
+            if rest in known:
+                outbox._cursors[rest] = int(value)
+            else:
+                gone.append(key)
+        elif kind == "s":
+            run_id, _, name = rest.partition(":")
+            if run_id in known:
+                seq, _, spec = value.partition(b" ")
+                outbox._channels.setdefault(run_id, {})[name] = (int(seq), spec)
+            else:
+                gone.append(key)
+    return gone
 
 
 class _Turns:

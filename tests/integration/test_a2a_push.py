@@ -28,10 +28,15 @@ from tests.integration.test_a2a_serve import a2a_client, collect, http_url, mess
 TOKENS = [{"name": "ann", "token": "ann-secret", "role": "user"}]
 
 
-def config_with(tmp_path: Path, receiver: WebhookReceiver) -> ServerConfig:
+def config_with(
+    tmp_path: Path, receiver: WebhookReceiver, *, webhook: bool = False
+) -> ServerConfig:
     demo_config(tmp_path, token_delay=0.02)
     path = tmp_path / "server.yaml"
     data = yaml.safe_load(path.read_text())
+    if webhook:  # (it matches the run's first events, maybe before a push config is kept)
+        hook = {"url": receiver.url("/all"), "secret_env": "A2A_TEST_WEBHOOK_SECRET"}
+        data["webhooks"] = {"all": hook}
     data["server"].update({"a2a": True, "tokens": TOKENS, "webhook_urls": [receiver.url("/a2a")]})
     data["tools"] = {"http_allowed_hosts": ["127.0.0.1"]}
     data["limits"]["webhooks"] = {"retry_first_seconds": 0.05, "retry_max_seconds": 0.2}
@@ -114,12 +119,14 @@ async def test_a_registered_push_config_gets_the_tasks_updates_and_its_end(
     assert len({g.headers["webhook-id"] for g in mine}) == len(updates)  # (one retried)
 
 
+@pytest.mark.parametrize("webhook", [False, True], ids=["alone", "beside-a-webhook"])
 async def test_a_push_config_given_with_the_message_sees_the_task_from_its_start(
-    tmp_path: Path, nursery: trio.Nursery
+    tmp_path: Path, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, webhook: bool
 ) -> None:
+    monkeypatch.setenv("A2A_TEST_WEBHOOK_SECRET", "whsec_" + "QUJD" * 8)
     receiver = WebhookReceiver()
     await nursery.start(receiver.serve)
-    async with running_server(config_with(tmp_path, receiver)) as server:
+    async with running_server(config_with(tmp_path, receiver, webhook=webhook)) as server:
         base = http_url(server.url)
         async with a2a_client(base, "researcher", "ann-secret", streaming=False) as client:
             request = pb.SendMessageRequest()
