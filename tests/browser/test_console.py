@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -487,7 +488,15 @@ def test_a_dead_webhook_delivery_is_shown_and_redelivered_from_the_console(
         page, errors = open_page(browser, srv.url, csp=True)
         start_run(page, "researcher", "q")
         page.wait_for_selector("#run-status.completed", timeout=60_000)
-        item = page.locator("#webhooks-list li.dead")  # (the panel is read every 10 s)
+        ws_url = srv.url.replace("http://", "ws://") + "ws"
+        with sync_connect(ws_url) as ws:  # (until the delivery is dead: then the page
+            for _ in range(200):  # reads it at once, not at its next 10 s look)
+                ws.send(json.dumps({"op": "webhooks"}))
+                if json.loads(ws.recv(timeout=10))["dead"]:
+                    break
+                time.sleep(0.05)
+        page.reload()
+        item = page.locator("#webhooks-list li.dead")
         item.wait_for()
         assert "RUN_FINISHED → ci" in item.inner_text()
         assert "1 attempts · HTTP 503" in item.inner_text()
