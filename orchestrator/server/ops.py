@@ -536,14 +536,12 @@ async def webhooks(conn: Caller, op: protocol.WebhooksOp) -> None:
 
 
 def _owned_by(conn: Caller) -> Callable[[str], bool]:
-    """Whether the caller may see a run's deliveries (an admin: every run's)."""
-    principal, journal = conn.principal, conn.app.journal
-    if principal.admin:
-        return lambda run_id: True
+    """Whether the caller may see a run's deliveries: as it may see the run."""
+    principal, logs = conn.principal, conn.app.journal.logs
 
     def mine(run_id: str) -> bool:
-        log = journal.logs.get(run_id)
-        return log is not None and log.record.owner == principal.name
+        log = logs.get(run_id)
+        return log is not None and principal.may_see(log.record.owner)
 
     return mine
 

@@ -139,7 +139,9 @@ class Outbox:
     async def _load(self) -> None:
         kept = await self._storage.load_kept(SPACE)
         known = self._journal.logs
-        gone = _read_kept(self, kept, known)
+        read = _Kept(kept, known)
+        self.waiting, self.dead = read.waiting, read.dead
+        self._cursors, self._channels, gone = read.cursors, read.channels, read.gone
         self._epoch = float(kept.get("epoch", b"0")) or self._now()
         await self._storage.keep(SPACE, {"epoch": repr(self._epoch).encode()}, gone)
         self.dead = dict(sorted(self.dead.items(), key=lambda item: item[1].created_at))
@@ -451,28 +453,29 @@ class Outbox:
         return len(again)
 
 
-def _read_kept(outbox: Outbox, kept: dict[str, bytes], known: Mapping[str, RunLog]) -> list[str]:
-    """The outbox's deliveries, cursors and channels as kept; the keys of runs gone
-    (retention deleted them)."""
-    gone = []
-    for key, value in kept.items():
-        kind, _, rest = key.partition(":")
-        if kind == "d":
-            delivery = _decode(value)
-            (outbox.dead if delivery.dead else outbox.waiting)[delivery.id] = delivery
-        elif kind == "c":
-            if rest in known:
-                outbox._cursors[rest] = int(value)
-            else:
-                gone.append(key)
-        elif kind == "s":
+class _Kept:
+    """The outbox as the store keeps it: deliveries, cursors, channels; and the keys of
+    runs gone (retention deleted them)."""
+
+    def __init__(self, kept: dict[str, bytes], known: Mapping[str, RunLog]) -> None:
+        self.waiting: dict[str, Delivery] = {}
+        self.dead: dict[str, Delivery] = {}
+        self.cursors: dict[str, int] = {}
+        self.channels: dict[str, dict[str, tuple[int, bytes]]] = {}
+        self.gone: list[str] = []
+        for key, value in kept.items():
+            kind, _, rest = key.partition(":")
             run_id, _, name = rest.partition(":")
-            if run_id in known:
+            if kind == "d":
+                delivery = _decode(value)
+                (self.dead if delivery.dead else self.waiting)[delivery.id] = delivery
+            elif kind in ("c", "s") and run_id not in known:
+                self.gone.append(key)
+            elif kind == "c":
+                self.cursors[run_id] = int(value)
+            elif kind == "s":
                 seq, _, spec = value.partition(b" ")
-                outbox._channels.setdefault(run_id, {})[name] = (int(seq), spec)
-            else:
-                gone.append(key)
-    return gone
+                self.channels.setdefault(run_id, {})[name] = (int(seq), spec)
 
 
 class _Turns:
