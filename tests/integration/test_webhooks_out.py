@@ -279,3 +279,38 @@ async def test_a_webhooks_secret_is_checked_before_the_server_starts(
     monkeypatch.delenv("TEST_WEBHOOK_SECRET")
     with pytest.raises(ConfigError, match="the environment has no TEST_WEBHOOK_SECRET"):
         await serve(config, port=0)
+
+
+async def test_a_token_sees_the_dead_deliveries_of_the_runs_it_may_see(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    receiver = WebhookReceiver(secret=SECRET, answer=lambda n: 503)
+    await nursery.start(receiver.serve)
+    tokens = [
+        {"name": "root", "token": "root", "role": "admin"},
+        {"name": "ann", "token": "ann", "role": "user"},
+        {"name": "bob", "token": "bob", "role": "user"},
+        {"name": "eve", "token": "eve", "role": "viewer"},
+    ]
+    config = config_with(
+        tmp_path,
+        {"ci": hook(receiver.url(), events=["RUN_FINISHED"])},
+        limits={"max_attempts": 1},
+        server={"tokens": tokens},
+    )
+    async with running_server(config) as server:
+        async with connect(server.url, additional_headers={"Authorization": "Bearer ann"}) as ws:
+            ack = await request(ws, op="run", id="r", agent="researcher", input="q")
+            await read_until_end(ws, ack["sub"])
+        await dead_letters(server, 1)
+        seen = {}
+        for name in ("ann", "bob", "eve"):
+            auth = {"Authorization": f"Bearer {name}"}
+            async with connect(server.url, additional_headers=auth) as ws:
+                seen[name] = await request(ws, op="webhooks", id="w")
+            async with connect(server.url, additional_headers=auth) as ws:
+                refused = await request(ws, op="webhooks", id="w", action="redeliver")
+            assert refused["code"] == "unauthorized"
+    assert [d["runId"] for d in seen["ann"]["dead"]] == [ack["runId"]]
+    assert seen["bob"]["dead"] == [] and seen["bob"]["waiting"] == 0
+    assert len(seen["eve"]["dead"]) == 1
