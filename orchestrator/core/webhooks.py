@@ -17,7 +17,7 @@ import binascii
 import hashlib
 import hmac
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import msgspec
 
@@ -227,10 +227,23 @@ def shown_url(url: str) -> str:
     return origin + ("/…" if parts.path.strip("/") or parts.query else "")
 
 
+def _dot_segments(path: str) -> bool:
+    """Does `path` have a `.` or `..` segment, however its dots (or slashes, or a
+    backslash a server may take for one) are escaped?"""
+    decoded = unquote(path).replace("\\", "/")
+    return any(segment in (".", "..") for segment in decoded.split("/"))
+
+
 def url_allowed(url: str, prefixes: list[str]) -> bool:
     """True if `url` is under one of `prefixes`: the same scheme, host and port, and a
-    path at or below the prefix's (whole segments). A run's own webhook must be."""
+    path at or below the prefix's (whole segments). A run's own webhook must be.
+
+    A path with a `.` or `..` segment (`%2e` spelt or not) is never under a prefix:
+    an HTTP client resolves them before sending, so `/client/../cfg` would reach `/cfg`.
+    """
     parts = urlsplit(url)
+    if _dot_segments(parts.path):
+        return False
     for prefix in prefixes:
         allowed = urlsplit(prefix)
         if (parts.scheme, parts.netloc.lower()) != (allowed.scheme, allowed.netloc.lower()):

@@ -225,6 +225,17 @@ def _cursor(context: ServerCallContext) -> int | None:
     return int(whole)
 
 
+def _shown(config: pb.TaskPushNotificationConfig) -> pb.TaskPushNotificationConfig:
+    """A push config as it is sent back: without its token and credentials, to anyone
+    (the owner and an admin too): like a webhook's secret, they only go to its URL."""
+    shown = pb.TaskPushNotificationConfig()
+    shown.CopyFrom(config)
+    shown.ClearField("token")
+    if shown.HasField("authentication"):
+        shown.authentication.ClearField("credentials")
+    return shown
+
+
 def _view(log: RunLog) -> TaskView:
     """A run's task, in the context its first message named (else the runId)."""
     record = log.record
@@ -387,6 +398,19 @@ class RunTasks(RequestHandler):
         async for update in self._follow(view, after=seen):
             yield update
 
+    async def _owned(self, run_id: str, context: ServerCallContext) -> RunLog:
+        """`_visible`, and the asker may change the task: its owner or an admin (a
+        viewer sees every task and changes none; another user sees none of it).
+
+        Raises:
+            InvalidRequestError: a viewer token.
+        """
+        log = await self._visible(run_id, context)
+        principal: Principal = context.state[_PRINCIPAL]
+        if principal.read_only:
+            raise InvalidRequestError(message="a viewer token may not change a task's push configs")
+        return log
+
     async def _visible(self, run_id: str, context: ServerCallContext) -> RunLog:
         principal: Principal = context.state[_PRINCIPAL]
         try:
@@ -410,8 +434,8 @@ class RunTasks(RequestHandler):
     async def on_create_task_push_notification_config(
         self, params: pb.TaskPushNotificationConfig, context: ServerCallContext
     ) -> pb.TaskPushNotificationConfig:
-        await self._visible(params.task_id, context)
-        return await self._push(params, from_start=False)
+        await self._owned(params.task_id, context)
+        return _shown(await self._push(params, from_start=False))
 
     async def _push(
         self, params: pb.TaskPushNotificationConfig, *, from_start: bool
@@ -447,7 +471,7 @@ class RunTasks(RequestHandler):
             raise TaskNotFoundError(
                 message=f"task {params.task_id} has no push config {params.id!r}"
             )
-        return config_of(kept)
+        return _shown(config_of(kept))
 
     async def on_list_task_push_notification_configs(
         self, params: pb.ListTaskPushNotificationConfigsRequest, context: ServerCallContext
@@ -455,13 +479,13 @@ class RunTasks(RequestHandler):
         await self._visible(params.task_id, context)
         kept = self._outbox().channels(params.task_id, KIND)
         return pb.ListTaskPushNotificationConfigsResponse(
-            configs=[config_of(spec) for spec in kept.values()]
+            configs=[_shown(config_of(spec)) for spec in kept.values()]
         )
 
     async def on_delete_task_push_notification_config(
         self, params: pb.DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        await self._visible(params.task_id, context)
+        await self._owned(params.task_id, context)
         if not await self._outbox().remove_channel(params.task_id, f"{KIND}:{params.id}"):
             raise TaskNotFoundError(
                 message=f"task {params.task_id} has no push config {params.id!r}"

@@ -25,7 +25,12 @@ from google.protobuf import json_format
 from orchestrator.config import ServerConfig, load_config
 from tests.integration.test_a2a_serve import a2a_client, collect, http_url, message
 
-TOKENS = [{"name": "ann", "token": "ann-secret", "role": "user"}]
+TOKENS = [
+    {"name": "ann", "token": "ann-secret", "role": "user"},
+    {"name": "bob", "token": "bob-secret", "role": "user"},
+    {"name": "eve", "token": "eve-secret", "role": "viewer"},
+    {"name": "root", "token": "root-secret", "role": "admin"},
+]
 
 
 def config_with(
@@ -84,7 +89,10 @@ async def test_a_registered_push_config_gets_the_tasks_updates_and_its_end(
             got = await client.get_task_push_notification_config(
                 pb.GetTaskPushNotificationConfigRequest(task_id=task_id, id="cfg-1")
             )
-            assert got.url == receiver.url("/a2a/mine") and got.token == "tok-1"
+            assert got.url == receiver.url("/a2a/mine")
+            assert got.token == "" and got.authentication.credentials == ""  # (never shown)
+            assert got.authentication.scheme == "Bearer"
+            assert made.token == "" and made.authentication.credentials == ""
             listed = await client.list_task_push_notification_configs(
                 pb.ListTaskPushNotificationConfigsRequest(task_id=task_id)
             )
@@ -166,3 +174,79 @@ async def test_no_push_without_webhook_urls(tmp_path: Path) -> None:
                 await client.create_task_push_notification_config(
                     push_config(started.task.id, "https://example.com/x")
                 )
+
+
+async def test_only_the_owner_or_an_admin_changes_a_tasks_push_configs_and_none_reads_secrets(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """Issue 57, defect 1: a viewer reads, a user sees none of another's task, and no
+    one (the owner and an admin included) gets a config's token or credentials back."""
+    receiver = WebhookReceiver()
+    await nursery.start(receiver.serve)
+    async with running_server(config_with(tmp_path, receiver)) as server:
+        base = http_url(server.url)
+        async with a2a_client(base, "planner", "ann-secret", streaming=False) as ann:
+            request = pb.SendMessageRequest()
+            request.CopyFrom(message("compare trio"))
+            request.configuration.return_immediately = True
+            (started,) = await collect(ann, request)
+            task_id = started.task.id
+            cfg = push_config(task_id, receiver.url("/a2a/ann"), "ann-cfg")
+            cfg.token, cfg.authentication.credentials = "ANN-TOKEN", "ANN-CRED"
+            made = await ann.create_task_push_notification_config(cfg)
+            assert "ANN" not in json_format.MessageToJson(made)
+        get = pb.GetTaskPushNotificationConfigRequest(task_id=task_id, id="ann-cfg")
+        listing = pb.ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        delete = pb.DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="ann-cfg")
+        async with a2a_client(base, "planner", "eve-secret", streaming=False) as eve:
+            seen = await eve.get_task_push_notification_config(get)
+            listed = await eve.list_task_push_notification_configs(listing)
+            for shown in (seen, *listed.configs):
+                assert "ANN-" not in json_format.MessageToJson(shown)
+                assert shown.url == receiver.url("/a2a/ann")
+            with pytest.raises(Exception, match="viewer token may not"):
+                await eve.create_task_push_notification_config(
+                    push_config(task_id, receiver.url("/a2a/eve"), "eve-cfg")
+                )
+            with pytest.raises(Exception, match="viewer token may not"):
+                await eve.delete_task_push_notification_config(delete)
+        async with a2a_client(base, "planner", "bob-secret", streaming=False) as bob:
+            with pytest.raises(Exception, match=f"no task {task_id}"):
+                await bob.create_task_push_notification_config(
+                    push_config(task_id, receiver.url("/a2a/bob"), "bob-cfg")
+                )
+            for call, params in (
+                (bob.get_task_push_notification_config, get),
+                (bob.list_task_push_notification_configs, listing),
+                (bob.delete_task_push_notification_config, delete),
+            ):
+                with pytest.raises(Exception, match=f"no task {task_id}"):
+                    await call(params)  # type: ignore[operator]
+        async with a2a_client(base, "planner", "root-secret", streaming=False) as admin:
+            listed = await admin.list_task_push_notification_configs(listing)
+            assert [c.id for c in listed.configs] == ["ann-cfg"]
+            assert "ANN-" not in json_format.MessageToJson(listed)
+            await admin.delete_task_push_notification_config(delete)
+            assert list((await admin.list_task_push_notification_configs(listing)).configs) == []
+    assert not any(g.path in ("/a2a/eve", "/a2a/bob") for g in receiver.got)
+
+
+async def test_a_push_url_with_dot_segments_is_refused(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """Issue 57, defect 2: `/a2a/../cfg` is not under `/a2a` once an HTTP client
+    resolves it."""
+    receiver = WebhookReceiver()
+    await nursery.start(receiver.serve)
+    async with running_server(config_with(tmp_path, receiver)) as server:
+        base = http_url(server.url)
+        async with a2a_client(base, "planner", "ann-secret", streaming=False) as ann:
+            request = pb.SendMessageRequest()
+            request.CopyFrom(message("compare trio"))
+            request.configuration.return_immediately = True
+            (started,) = await collect(ann, request)
+            for path in ("/a2a/../cfg", "/a2a/./../x", "/a2a/%2e%2e/cfg"):
+                with pytest.raises(Exception, match="not under one of this server's"):
+                    await ann.create_task_push_notification_config(
+                        push_config(started.task.id, receiver.url(path), "c")
+                    )

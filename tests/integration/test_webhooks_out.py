@@ -240,6 +240,10 @@ async def test_a_runs_own_webhooks_must_go_where_the_config_allows(
                     "not under one of the server's webhook_urls",
                 ),
                 ({**mine, "url": "http://169.254.169.254/runs"}, "not under one of"),
+                # dot segments would reach another path once resolved (issue 57, 2)
+                ({**mine, "url": receiver.url("/runs/../cfg")}, "not under one of"),
+                ({**mine, "url": receiver.url("/runs/./../x")}, "not under one of"),
+                ({**mine, "url": receiver.url("/runs/%2e%2E/x")}, "not under one of"),
                 ({k: v for k, v in mine.items() if k != "secret"}, "give a whsec_ secret"),
                 ({**mine, "secret": "plain"}, "starts with 'whsec_'"),
                 ({**mine, "events": ["NOPE"]}, "unknown event type 'NOPE'"),

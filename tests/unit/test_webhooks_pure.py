@@ -118,6 +118,18 @@ def test_retry_waits_double_up_to_the_most() -> None:
         ("https://hooks.example.com@evil.test/runs", False),
         ("https://evil.test/runs", False),
         ("https://ci.example.com/anything", True),
+        # dot segments: an HTTP client resolves them before it sends (issue 57, defect 2)
+        ("https://hooks.example.com/runs/../cfg", False),
+        ("https://hooks.example.com/runs/./../x", False),
+        ("https://hooks.example.com/runs/%2e%2e/cfg", False),
+        ("https://hooks.example.com/runs/%2E./cfg", False),
+        ("https://hooks.example.com/runs/.%2e", False),
+        ("https://hooks.example.com/runs/..%2fcfg", False),
+        ("https://hooks.example.com/runs/..%5ccfg", False),
+        ("https://hooks.example.com/runs/./42", False),
+        ("https://ci.example.com/a/../b", False),
+        ("https://hooks.example.com/runs/...", True),
+        ("https://hooks.example.com/runs/v1.2/x", True),
     ],
 )
 def test_a_runs_own_url_must_be_under_a_configured_prefix(url: str, allowed: bool) -> None:
