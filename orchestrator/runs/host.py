@@ -23,7 +23,7 @@ from orchestrator.core.rebuild import ResumePlan
 from orchestrator.core.threads import ThreadAsk, ThreadError
 from orchestrator.runs.fork import fork_record, start_fork
 from orchestrator.runs.restart import MAX_RESTARTS, resume_left
-from orchestrator.runs.resume import journaled_run
+from orchestrator.runs.resume import end_unresumable, journaled_run
 from orchestrator.runs.service import (
     AgentNotRunning,
     LimitExceeded,
@@ -76,6 +76,10 @@ class HostedRun:
     def fail(self, reason: str) -> None:
         """End the run `failed` with `reason` (`Run.fail`)."""
         self.run.fail(reason)
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the run for `reason` (`Run.cancel`): it ends `cancelled`."""
+        self.run.cancel(reason=reason)
 
 
 class RunHost:
@@ -212,10 +216,13 @@ class RunHost:
                 )
 
     async def durable(self, run_id: str, seq: int) -> None:
-        """Wait until the run's events up to `seq` are committed, bounded: a store that
-        fails for that long fails the run meanwhile."""
+        """Wait until the run's events up to `seq` are committed (0: its record only, as
+        a queued run has no event yet), bounded: a store that fails for that long fails
+        the run meanwhile."""
         with trio.move_on_after(self.journal.writer.fail_runs_after):
-            if not await self.journal.wait_durable(run_id, seq):
+            journal = self.journal
+            stored = journal.wait_durable(run_id, seq) if seq else journal.wait_stored(run_id)
+            if not await stored:
                 raise StorageUnavailable(
                     "this server's journal was taken over by another server: "
                     "nothing it starts is stored"
@@ -460,6 +467,22 @@ class RunHost:
         """Continue the runs a previous server left running (`runs/restart.py`); the
         number resumed."""
         return await resume_left(self, run_ids)
+
+    async def requeue(self, records: list[RunRecord]) -> None:
+        """Start the runs a previous server had queued in their threads, each in its
+        turn (`ThreadStarts.requeue`); one whose agent is gone ends `interrupted`."""
+        known = [r for r in records if r.agent_id in self.orchestrator.specs]
+        for record in records:
+            if record.agent_id not in self.orchestrator.specs:
+                why = f"its agent {record.agent_id!r} is no longer defined"
+                logger.warning("queued run %s is not started: %s", record.run_id, why)
+                await end_unresumable(
+                    self.journal,
+                    record,
+                    error_type="interrupted",
+                    message=f"interrupted: not started after a restart: {why}",
+                )
+        self._thread_starts.requeue(known)
 
 
 async def _deliver(

@@ -41,6 +41,7 @@ class Launched(Protocol):
     def run_id(self) -> str: ...
     async def wait(self) -> RunResult: ...
     def fail(self, reason: str) -> None: ...
+    def cancel(self, reason: str) -> None: ...
 
 
 class ThreadHost(Protocol):
@@ -113,6 +114,10 @@ class ThreadStarts:
 
     def __init__(self, host: ThreadHost) -> None:
         self.host = host
+        self._deciding: dict[tuple[str | None, str], _Turn] = {}
+        """By thread (its owner, its id): the inputs deciding now, one at a time."""
+        self._dropped: dict[str, str] = {}
+        """Queued runs an `interrupt` or `rollback` ended before they started: why."""
 
     async def start(
         self,
@@ -127,11 +132,46 @@ class ThreadStarts:
         blobs: dict[str, bytes] | None = None,
     ) -> StartedRun:
         """Start the run (`RunHost.start` says what it raises); `blobs`: its
-        attachments' bytes, stored for it before it starts."""
+        attachments' bytes, stored for it before it starts.
+
+        The inputs of one thread decide one at a time, each once the one before it has
+        started its run (or been refused): two `interrupt`s at once cancel the running
+        run, then the first one's new run; never two runs side by side.
+        """
+        if ask.thread_id is None:  # a new thread: no other input can name it yet
+            return await self._start(
+                new_thread_id(), None, agent_id, input, owner, max_runs, context_id, ask,
+                options, blobs,
+            )  # fmt: skip
+        key = (owner, ask.thread_id)
+        turn = self._deciding.get(key) or self._deciding.setdefault(key, _Turn())
+        turn.waiting += 1
+        try:
+            async with turn.lock:
+                known = self.host.threads.of(ask.thread_id, owner)
+                return await self._start(
+                    ask.thread_id, known, agent_id, input, owner, max_runs, context_id, ask,
+                    options, blobs,
+                )  # fmt: skip
+        finally:
+            turn.waiting -= 1
+            if not turn.waiting:
+                del self._deciding[key]
+
+    async def _start(
+        self,
+        thread_id: str,
+        known: ThreadInfo | None,
+        agent_id: str | None,
+        input: str,
+        owner: str | None,
+        max_runs: int | None,
+        context_id: str | None,
+        ask: ThreadAsk,
+        options: RunOptions | None,
+        blobs: dict[str, bytes] | None,
+    ) -> StartedRun:
         host = self.host
-        thread_id = ask.thread_id or new_thread_id()
-        # (a thread made now has no runs: the journal's records are not looked through)
-        known = host.threads.of(thread_id, owner) if ask.thread_id is not None else None
         running = known.running if known is not None else None
         if running is not None and ask.multitask == "steer":
             await host.send(running.run_id, None, input)
@@ -155,13 +195,17 @@ class ThreadStarts:
                 raise LimitExceeded(
                     f"thread {thread_id!r} has {MAX_QUEUED} runs queued already (the most)"
                 )
-            queued = self._enqueue(agent_id, input, owner, context_id, ask, running, options)
+            last = known.last_unfinished or running  # (the queue's tail: it goes after it)
+            queued = self._enqueue(agent_id, input, owner, context_id, ask, last, options)
             if blobs:
                 await host.journal.storage.put_blobs(queued.run_id, blobs)
+            # Acknowledged once its record is stored: a restart then starts it in turn.
+            await host.durable(queued.run_id, 0)
             return queued
         previous = known.runs[-1] if known is not None else None
-        if running is not None:  # interrupt, rollback: it ends first
-            await self._stop(running, ask.multitask)
+        if running is not None:  # interrupt, rollback: it ends first, and the runs queued
+            assert known is not None  # behind it end `cancelled` without running
+            await self._stop(running, ask.multitask, known)
             previous = host.journal.get(running.run_id).record
             if ask.multitask == "rollback":
                 before = running.previous_run_id
@@ -189,11 +233,18 @@ class ThreadStarts:
         await host.durable(record.run_id, 1)
         return _Started(hosted, start.thread_id)
 
-    async def _stop(self, running: RunRecord, multitask: str) -> None:
-        """Cancel the thread's running run for a new input, and wait for its end."""
+    async def _stop(self, running: RunRecord, multitask: str, known: ThreadInfo) -> None:
+        """Cancel the thread's running run for a new input, and the runs queued behind
+        it (they end `cancelled` when their turn comes, without running); wait for all
+        their ends."""
+        reason = f"a new input in its thread ({multitask})"
+        behind = [r.run_id for r in known.runs if r.status == "queued"]
+        for run_id in behind:
+            self._dropped[run_id] = reason
         with contextlib.suppress(AgentNotRunning):
-            await self.host.cancel(running.run_id, None, f"a new input in its thread ({multitask})")
-        await self.host.journal.wait_finished(running.run_id)
+            await self.host.cancel(running.run_id, None, reason)
+        for run_id in (running.run_id, *behind):
+            await self.host.journal.wait_finished(run_id)
 
     def _enqueue(
         self,
@@ -207,36 +258,58 @@ class ThreadStarts:
     ) -> StartedRun:
         """A run of the thread that starts when `running` ends: `queued` until then."""
         assert running.thread_id is not None
-        placeholder = ThreadStart(running.thread_id, running.run_id)
+        # (its record names the run it waits for, and the agent it continues: a restart
+        # starts it as this server would have, `requeue`)
+        placeholder = ThreadStart(running.thread_id, running.run_id, ask.agent_key)
         record = new_record(agent_id, input, owner, context_id, placeholder, "queued", options)
         self.host.journal.create_run(record)
         queued = Queued(record.run_id, running.thread_id)
-        self.host.nursery.start_soon(self._start_queued, record, ask, running, queued)
+        self.host.nursery.start_soon(self._start_queued, record, queued, ask.from_run)
         return queued
 
-    async def _start_queued(
-        self, record: RunRecord, ask: ThreadAsk, running: RunRecord, queued: Queued
-    ) -> None:
+    def requeue(self, records: list[RunRecord]) -> None:
+        """After a restart: the runs a previous server had queued in their threads start
+        as that server would have started them (each once the run before it has ended,
+        from the conversation it left): an acknowledged input runs."""
+        for record in sorted(records, key=RunRecord.sort_key):
+            assert record.thread_id is not None
+            queued = Queued(record.run_id, record.thread_id)
+            self.host.nursery.start_soon(self._start_queued, record, queued, None)
+
+    async def _start_queued(self, record: RunRecord, queued: Queued, from_run: str | None) -> None:
         """Start an enqueued run once the run before it in its thread has ended (if its
         thread cannot go on from there, it starts and ends `failed`, saying why)."""
         host = self.host
-        await host.journal.wait_finished(running.run_id)
-        previous = host.journal.get(running.run_id).record
-        assert record.thread_id is not None
+        assert record.thread_id is not None and record.previous_run_id is not None
         problem = None
         try:
+            await host.journal.wait_finished(record.previous_run_id)
+            previous: RunRecord | None = host.journal.get(record.previous_run_id).record
             start = await host.threads.start_of(
-                record.thread_id, previous, agent_key=ask.agent_key, from_run=ask.from_run
+                record.thread_id, previous, agent_key=record.continues_agent, from_run=from_run
             )
         except (ThreadError, UnknownRun) as exc:
-            start, problem = ThreadStart(record.thread_id, previous.run_id), str(exc)
+            start, problem = ThreadStart(record.thread_id, record.previous_run_id), str(exc)
         record = msgspec.structs.replace(
             record, previous_run_id=start.previous_run_id, continues_agent=start.continues_agent
         )
         queued.hosted = host.launch_new(record, start)
-        if problem is not None:
+        dropped = self._dropped.pop(record.run_id, None)
+        if dropped is not None:
+            queued.hosted.cancel(dropped)
+        elif problem is not None:
             queued.hosted.fail(f"the thread cannot go on: {problem}")
         queued.launched.set()
+
+
+class _Turn:
+    """The inputs of one thread deciding: one at a time."""
+
+    __slots__ = ("lock", "waiting")
+
+    def __init__(self) -> None:
+        self.lock = trio.Lock()
+        self.waiting = 0
 
 
 class _Started:

@@ -53,7 +53,16 @@ class ThreadInfo:
 
     @property
     def running(self) -> RunRecord | None:
-        """Its run that has not ended, if one has not."""
+        """Its run that runs (the oldest that has not ended: the runs queued behind it
+        wait for it), if one has not ended."""
+        waiting = [r for r in self.runs if r.status in UNFINISHED]
+        return next((r for r in waiting if r.status == "running"), None) or next(
+            iter(waiting), None
+        )
+
+    @property
+    def last_unfinished(self) -> RunRecord | None:
+        """Its newest run that has not ended: the one a run enqueued now waits for."""
         return next((r for r in reversed(self.runs) if r.status in UNFINISHED), None)
 
     @property

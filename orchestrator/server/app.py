@@ -310,6 +310,9 @@ async def _serve(
             if journal.resumable:
                 count = await runs.resume_left(journal.resumable)
                 logger.warning("resumed %d runs left running by the last server", count)
+            if journal.requeued:  # (after the runs they wait for have been resumed)
+                await runs.requeue(journal.requeued)
+                logger.warning("requeued %d runs queued by the last server", len(journal.requeued))
             node = None
             if config.cluster is not None:
                 node = await nursery.start(_join_cluster, config.cluster, journal, runs, leases)

@@ -65,8 +65,8 @@ class HooksEndpoint:
                 return await refuse(
                     send, 401, f"unauthorized: {hook.signature_header} does not sign the body"
                 )
-        try:
-            data = json.loads(body)
+        try:  # (standard JSON only, as every other door: no NaN or Infinity)
+            data = json.loads(body, parse_constant=_not_json)
         except (ValueError, RecursionError) as exc:  # (nested past the parser's depth)
             return await refuse(send, 400, f"the body is not JSON: {exc}")
         try:
@@ -117,6 +117,11 @@ def _start_of(hook: HookConfig, data: Any, limit: int) -> tuple[str, ThreadAsk |
             400, f"the hook's thread is 1 to {MAX_THREAD_ID} characters, not {len(thread_id)}"
         )
     return task, ThreadAsk(thread_id=thread_id, multitask=hook.multitask)
+
+
+def _not_json(name: str) -> Any:
+    """`NaN`, `Infinity` and `-Infinity`: Python's JSON reads them, JSON has none."""
+    raise ValueError(f"{name} is not a JSON value (RFC 8259)")
 
 
 def _header(scope: MutableMapping[str, Any], name: str) -> str | None:

@@ -141,6 +141,9 @@ class Journal:
         """Runs a previous server left running, ended `interrupted` at open."""
         self.resumable: list[str] = []
         """Runs a previous server left running, to be resumed (`Journal.open(resume=)`)."""
+        self.requeued: list[RunRecord] = []
+        """Runs a previous server had queued in their threads, to start in their turn
+        (`Journal.open(resume=)`: `ThreadStarts.requeue`)."""
         self.started: Listeners[[RunLog]] = Listeners()
         """Told of every run this instance starts executing (`create_run`, `own`):
         telemetry follows them."""
@@ -201,6 +204,8 @@ class Journal:
                 continue  # (another instance may execute it: the cluster decides)
             if record.status == "running" and resume and (record.last_seq or record.forked_from):
                 journal.resumable.append(record.run_id)  # (a fork: whose copy had not begun)
+            elif record.status == "queued" and resume and record.thread_id is not None:
+                journal.requeued.append(record)  # (waiting in its thread: it starts in turn)
             elif record.status in UNFINISHED:  # (a thread's run enqueued, not started: too)
                 journal.interrupted.append(record.run_id)
                 journal._finish_interrupted(log)
@@ -244,6 +249,14 @@ class Journal:
         log = self.get(run_id)
         while (log.pending or log.writing) and not log.fenced:
             await log.readers.park()
+
+    async def wait_stored(self, run_id: str) -> bool:
+        """Wait until a write has stored the run's record (a queued run has no event to
+        wait for); False if this instance lost the run meanwhile."""
+        log = self.get(run_id)
+        while not log.stored and not log.fenced:
+            await log.readers.park()
+        return not log.fenced
 
     async def wait_durable(self, run_id: str, seq: int) -> bool:
         """Wait until the run's events up to `seq` are committed; False if this instance

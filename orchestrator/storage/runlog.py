@@ -91,6 +91,7 @@ class RunLog:
         "readers",
         "record",
         "stalled_reported",
+        "stored",
         "watchers",
         "writers",
     )
@@ -110,6 +111,8 @@ class RunLog:
         self.finished_status: str | None = None if record.status in UNFINISHED else record.status
         """Set once RUN_FINISHED (or a call run's end) is committed."""
         self.stalled_reported = False
+        self.stored = False
+        """A write of this instance has stored its record (`commit`)."""
         self._remote = remote
         self._fenced = False
         self.watchers = 0
@@ -168,6 +171,7 @@ class RunLog:
         """A write stored `batch` (maybe empty: the record only): it joins the tail,
         and a record that is no longer running marks the run finished."""
         self._writing = 0
+        self.stored = True
         if batch:
             self.record.last_seq = self._committed = batch[-1].seq
             self.entries.extend(batch)

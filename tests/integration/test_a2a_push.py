@@ -221,7 +221,7 @@ async def test_only_the_owner_or_an_admin_changes_a_tasks_push_configs_and_none_
                 (bob.delete_task_push_notification_config, delete),
             ):
                 with pytest.raises(Exception, match=f"no task {task_id}"):
-                    await call(params)  # type: ignore[operator]
+                    await call(params)
         async with a2a_client(base, "planner", "root-secret", streaming=False) as admin:
             listed = await admin.list_task_push_notification_configs(listing)
             assert [c.id for c in listed.configs] == ["ann-cfg"]

@@ -119,6 +119,9 @@ async def test_a_signed_event_fills_the_hooks_templates_and_thread(tmp_path: Pat
         ("/hooks/echo", {"text": "x"}, "ci-secret", 400, 'no "input" string'),
         ("/hooks/echo", "not json", "ci-secret", 400, "not JSON"),
         ("/hooks/echo", "[" * 100_000, "ci-secret", 400, "not JSON"),  # nested too deep
+        # not standard JSON (issue 57, defect 11): Python's parser reads these
+        ("/hooks/echo", '{"input": "x", "n": NaN}', "ci-secret", 400, "NaN is not a JSON"),
+        ("/hooks/echo", '{"input": "x", "n": -Infinity}', "ci-secret", 400, "Infinity"),
         ("/hooks/echo", {"input": "x" * 300_000}, "ci-secret", 413, "max_input_bytes"),
         ("/hooks", {"input": "x"}, "ci-secret", 404, "POST /hooks/AGENT"),
     ],

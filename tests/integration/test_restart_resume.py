@@ -302,3 +302,73 @@ async def test_a_run_is_resumed_after_at_most_max_restarts(tmp_path: Path) -> No
     assert finished["type"] == "RUN_FINISHED"
     assert finished["data"]["errorType"] == "interrupted"
     assert f"stopped {MAX_RESTARTS + 1} times" in finished["data"]["error"]
+
+
+SLOW = {
+    # A run that takes a few seconds: the words of its answer come 0.05 s apart.
+    "slow": agent(
+        [{"say": "working on {input} " + "and more " * 20 + "done with {input}"}],
+        [],
+        token_delay=0.05,
+    )
+}
+
+
+async def test_acknowledged_follow_ups_run_in_order_after_kill_9(tmp_path: Path) -> None:
+    """Issue 57, defect 3: a thread's run runs, three follow-ups are queued behind it by
+    `run {multitask: enqueue}` (each acked) and one by `POST /hooks/slow` (202). After
+    kill -9 and a restart, the running run is resumed, then the four run in turn, each
+    going on from the one before: none ends `interrupted` unrun."""
+    import httpx
+    import yaml
+
+    config_path = tmp_path / "server.yaml"
+    demo_config(tmp_path, storage="sqlite:///journal.db", server={"hooks": True}, extra_agents=SLOW)
+    data = yaml.safe_load(config_path.read_text())
+    data["hooks"] = {"slow": {"thread": "{body.thread}", "multitask": "enqueue"}}
+    config_path.write_text(yaml.safe_dump(data))
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        async with connect(url, max_size=None) as ws:
+            client = Client(ws)
+            first = await client.ask(op="run", id="r", agent="slow", threadId="t", input="zero")
+            await client.until("REASONING")  # (it runs: its first words are journaled)
+            follow_ups = [
+                await client.ask(
+                    op="run", id=f"q{n}", threadId="t", input=f"q{n}", multitask="enqueue"
+                )
+                for n in (1, 2, 3)
+            ]
+            assert [a["op"] for a in follow_ups] == ["ack"] * 3, follow_ups
+        base = url.replace("ws://", "http://").removesuffix("/ws")
+        async with httpx.AsyncClient() as http:
+            hooked = await http.post(f"{base}/hooks/slow", json={"input": "q4", "thread": "t"})
+        assert hooked.status_code == 202, hooked.text
+        proc.send_signal(signal.SIGKILL)
+        with trio.fail_after(20):
+            await proc.wait()
+    queued = [a["runId"] for a in follow_ups] + [hooked.json()["runId"]]
+
+    async with trio.open_nursery() as nursery:
+        proc, url = await start_serve_process(nursery, config_path)
+        try:
+            ends = {}
+            for run_id in [first["runId"], *queued]:
+                events = await replay(url, run_id)
+                ends[run_id] = events
+        finally:
+            proc.send_signal(signal.SIGTERM)
+    assert ends[first["runId"]][-1]["data"]["status"] == "completed"
+    previous = first["runId"]
+    for n, run_id in enumerate(queued, 1):
+        events = ends[run_id]
+        assert events[0]["type"] == "RUN_STARTED", events[0]
+        assert events[0]["data"]["previousRunId"] == previous
+        assert events[-1]["type"] == "RUN_FINISHED"
+        assert events[-1]["data"]["status"] == "completed", events[-1]
+        answer = next(e for e in events if e["type"] == "AGENT_RESULT")
+        assert answer["data"]["text"].endswith(f"done with q{n}")
+        previous = run_id
+    # One at a time: each started after the one before it had ended.
+    for before, after in zip([first["runId"], *queued], queued, strict=False):
+        assert ends[after][0]["ts"] >= ends[before][-1]["ts"]

@@ -396,6 +396,140 @@ async def test_each_multitask_policy(tmp_path: Path) -> None:
         assert [m for _, m in asked(fake, "chat")][-2:] == ["hold on", "later"]
 
 
+async def thread_runs(client: Client, thread: str) -> list[dict[str, Any]]:
+    """The thread's runs as the `threads` op details them, oldest first."""
+    reply = await client.ask(op="threads", id=f"l-{len(client.replies)}", threadId=thread)
+    runs: list[dict[str, Any]] = reply["threads"][0]["detail"]
+    return runs
+
+
+async def started_of(server: RunningServer, run_id: str) -> dict[str, Any]:
+    """The run's RUN_STARTED (its thread fields), whether or not the run has ended."""
+    async with connect(server.url, max_size=None) as ws:
+        client = Client(ws)
+        ack = await client.ask(
+            op="subscribe", id="s", runId=run_id, filter={"types": ["RUN_STARTED"]}
+        )
+        assert ack["op"] == "ack", ack
+        (started,) = await client.until("RUN_STARTED")
+        return started
+
+
+@pytest.mark.parametrize(
+    "policies",
+    [("interrupt", "interrupt"), ("interrupt", "rollback"), ("rollback", "rollback")],
+    ids="+".join,
+)
+async def test_two_inputs_that_stop_the_running_run_at_once_go_one_after_the_other(
+    tmp_path: Path, policies: tuple[str, str]
+) -> None:
+    """Issue 57, defect 4: two connections send `interrupt` (or `rollback`) to one
+    thread at once. The first stops the running run; the second stops the first's new
+    run; never two runs side by side, and the thread's chain stays straight."""
+    async with (
+        server_with_fake(tmp_path) as (server, fake),
+        connect(server.url) as ws,
+        connect(server.url) as ws_a,
+        connect(server.url) as ws_b,
+    ):
+        client = Client(ws)
+        first = await client.ask(op="run", id="1", agent="chat", input="one")
+        thread = first["threadId"]
+        await finished(ws, first)
+        running = await hold(client, thread)
+        acks: dict[str, dict[str, Any]] = {}
+
+        async def send(name: str, ws: ClientConnection, multitask: str) -> None:
+            acks[name] = await Client(ws).ask(
+                op="run", id=name, threadId=thread, input=f"hold {name}", multitask=multitask
+            )
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send, "a", ws_a, policies[0])
+            nursery.start_soon(send, "b", ws_b, policies[1])
+        assert {a["op"] for a in acks.values()} == {"ack"}, acks
+        starts = {name: await started_of(server, ack["runId"]) for name, ack in acks.items()}
+        runs = {r["runId"]: r for r in await thread_runs(client, thread)}
+        # One went first: it stopped the held run. The other stopped that one's run.
+        (earlier,) = [n for n in acks if runs[acks[n]["runId"]]["status"] == "cancelled"]
+        later = "a" if earlier == "b" else "b"
+        policy = dict(zip("ab", policies, strict=True))
+        before = "one's run" if policy[earlier] == "rollback" else "held"
+        assert starts[earlier]["data"].get("previousRunId") == (
+            first["runId"] if before == "one's run" else running["runId"]
+        )
+        expected_previous = (
+            starts[earlier]["data"].get("previousRunId")
+            if policy[later] == "rollback"
+            else acks[earlier]["runId"]
+        )
+        assert starts[later]["data"].get("previousRunId") == expected_previous
+        assert runs[running["runId"]]["status"] == "cancelled"
+        assert runs[acks[later]["runId"]]["status"] == "running"
+        assert [r["runId"] for r in runs.values() if r["status"] == "running"] == [
+            acks[later]["runId"]
+        ]
+        await eventually(lambda: f"hold {later}" in str(fake.requests[-1]["messages"][-1]))
+        await client.ask(op="cancel", id="c", runId=acks[later]["runId"])
+        # The later run was asked from the thread's chain: with the earlier's input
+        # when it went on from it (interrupt), without it when it rolled it back.
+        said = [m for role, m in asked(fake, "chat") if role == "user"]
+        assert said[-1] == f"hold {later}"
+        assert (f"hold {earlier}" in said) is (policy[later] == "interrupt")
+
+
+async def test_steer_and_reject_name_the_running_run_not_a_queued_one(tmp_path: Path) -> None:
+    """Issue 57, defect 5: with runs queued behind the running one, `steer` reaches the
+    running root and `reject` names the running run."""
+    async with server_with_fake(tmp_path) as (server, fake), connect(server.url) as ws:
+        client = Client(ws)
+        running = await hold(client)
+        thread = running["threadId"]
+        queued = [
+            await client.ask(
+                op="run", id=f"q{n}", threadId=thread, input=f"later {n}", multitask="enqueue"
+            )
+            for n in range(2)
+        ]
+        assert all(q["op"] == "ack" for q in queued)
+        steer = await client.ask(op="run", id="s", threadId=thread, input="psst", multitask="steer")
+        assert steer["op"] == "ack" and steer["runId"] == running["runId"], steer
+        refused = await client.ask(op="run", id="r", threadId=thread, input="no")
+        assert refused["code"] == "limit_exceeded"
+        assert running["runId"] in refused["message"]
+        assert not any(q["runId"] in refused["message"] for q in queued)
+        # The queued runs still go in order, each from the one before it.
+        await client.ask(op="cancel", id="c", runId=running["runId"])
+        for ack, previous in zip(queued, [running, queued[0]], strict=True):
+            events = await finished(ws, ack)
+            assert events[0]["data"]["previousRunId"] == previous["runId"]
+        chat = [m for _, m in asked(fake, "chat")]
+        assert chat[-3:] == ["later 0", "you said later 0", "later 1"]
+
+
+async def test_an_interrupt_ends_the_runs_queued_behind_the_running_one(tmp_path: Path) -> None:
+    """An `interrupt` while runs are queued: the running run and the queued ones end
+    `cancelled` (those never run), and the new run goes on from the running run."""
+    async with server_with_fake(tmp_path) as (server, fake), connect(server.url) as ws:
+        client = Client(ws)
+        running = await hold(client)
+        thread = running["threadId"]
+        queued = await client.ask(
+            op="run", id="q", threadId=thread, input="later", multitask="enqueue"
+        )
+        now = await client.ask(
+            op="run", id="i", threadId=thread, input="now", multitask="interrupt"
+        )
+        events = await finished(ws, now)
+        assert events[0]["data"]["previousRunId"] == running["runId"]
+        runs = {r["runId"]: r for r in await thread_runs(client, thread)}
+        assert runs[queued["runId"]]["status"] == "cancelled"
+        assert "later" not in [m for _, m in asked(fake, "chat")]
+        dropped = await replay(server.url, queued["runId"])
+        assert dropped[-1]["type"] == "RUN_FINISHED"
+        assert dropped[-1]["data"]["status"] == "cancelled"
+
+
 async def test_a_thread_is_its_owners(tmp_path: Path) -> None:
     async with server_with_fake(tmp_path, tokens=True) as (server, fake):
         async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
@@ -712,9 +846,12 @@ async def test_a_fork_of_a_threads_run_starts_a_thread_of_its_own(tmp_path: Path
         assert original["threads"][0]["runs"] == [first["runId"], second["runId"]]
 
 
-async def test_an_enqueued_run_that_never_started_ends_interrupted_after_a_restart(
+async def test_an_enqueued_run_that_never_started_runs_after_a_restart(
     tmp_path: Path,
 ) -> None:
+    """An acknowledged input runs (issue 57, defect 3): a run queued behind a running
+    one is still queued after a restart, and starts once the resumed run ends, from
+    the conversation it left."""
     storage = "sqlite:///data/journal.db"
     async with (
         server_with_fake(tmp_path, storage=storage) as (server, _),
@@ -727,20 +864,20 @@ async def test_an_enqueued_run_that_never_started_ends_interrupted_after_a_resta
         )
         assert queued["op"] == "ack"
     async with (
-        server_with_fake(tmp_path, storage=storage) as (server, _),
+        server_with_fake(tmp_path, storage=storage) as (server, fake),
         connect(server.url) as ws,
     ):
         client = Client(ws)
         runs = {r["runId"]: r for r in (await client.ask(op="runs", id="l"))["runs"]}
-        assert runs[queued["runId"]]["status"] == "interrupted"
-        events = (
-            await read_until_end(
-                ws, (await client.ask(op="subscribe", id="s", runId=queued["runId"]))["sub"]
-            )
-        )[0]
-        assert [e["type"] for e in events] == ["RUN_FINISHED"]
-        assert "before the run started" in events[0]["data"]["error"]
-        await client.ask(op="cancel", id="c", runId=running["runId"])  # (it was resumed)
+        assert runs[queued["runId"]]["status"] == "queued"
+        assert runs[running["runId"]]["status"] == "running"  # (resumed)
+        sub = (await client.ask(op="subscribe", id="s", runId=queued["runId"]))["sub"]
+        await client.ask(op="cancel", id="c", runId=running["runId"])
+        events, end = await read_until_end(ws, sub)
+        assert end["status"] == "completed"
+        assert events[0]["type"] == "RUN_STARTED"
+        assert events[0]["data"]["previousRunId"] == running["runId"]
+        assert [m for _, m in asked(fake, "chat")][-2:] == ["hold on", "later"]
 
 
 async def test_in_process_runs_go_on_in_a_thread(tmp_path: Path) -> None:
