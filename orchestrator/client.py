@@ -471,4 +471,7 @@ def refused_upgrade(url: str, exc: InvalidStatus) -> ClientError:
         403: "this origin is refused",
         404: "no WebSocket endpoint here",
     }
-    return ClientError(code, f"HTTP {status} from {url}: {why.get(status, 'refused')}")
+    said = why.get(status, "refused")
+    if status == 401 and b"token was refused" in (exc.response.body or b""):
+        said = "the token was refused (a valid token is needed)"
+    return ClientError(code, f"HTTP {status} from {url}: {said}")

@@ -88,6 +88,14 @@ def offered_tokens(headers: Headers, query: str) -> list[str]:
     return [t for t in offered if t]
 
 
+def unauthorized(headers: Headers, query: str) -> str:
+    """Why a request that `Auth.identify` refused is refused: no token, or a token
+    that is not one of the server's (never which, nor any part of it)."""
+    if offered_tokens(headers, query):
+        return "unauthorized: the token was refused (it is not one of server.tokens)"
+    return "unauthorized: send Authorization: Bearer <token>"
+
+
 def _matches(offered: str, secret: str) -> bool:
     return hmac.compare_digest(offered.encode(), secret.encode())
 

@@ -18,7 +18,7 @@ from orchestrator.runs.service import LimitExceeded, RunService, StartedRun, Sto
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.asgi import ASGIApp, Message, serve_http
-from orchestrator.server.auth import Auth, Principal, bad_headers
+from orchestrator.server.auth import Auth, Principal, bad_headers, unauthorized
 from orchestrator.storage.base import RunOptions
 from orchestrator.storage.journal import Journal
 
@@ -174,7 +174,7 @@ async def authorize(
         await refuse(
             send,
             401,
-            "unauthorized: send Authorization: Bearer <token>",
+            unauthorized(headers, scope["query_string"].decode("latin-1")),
             [(b"www-authenticate", b"Bearer")],
         )
         return None

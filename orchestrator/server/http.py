@@ -20,7 +20,7 @@ from websockets.http11 import Request, Response
 from websockets.trio.server import ServerConnection
 
 from orchestrator.config import ServerConfig
-from orchestrator.server.auth import Auth, bad_headers
+from orchestrator.server.auth import Auth, bad_headers, unauthorized
 from orchestrator.server.endpoints import HOST_REFUSED, refused_host
 from orchestrator.storage.journal import Journal
 
@@ -140,7 +140,7 @@ class Routes:
             )
         if app.auth.identify(request.headers, url.query) is None:
             return conn.respond(
-                HTTPStatus.UNAUTHORIZED, "unauthorized: send Authorization: Bearer <token>\n"
+                HTTPStatus.UNAUTHORIZED, unauthorized(request.headers, url.query) + "\n"
             )
         if len(app.connections) >= app.config.server.max_connections:
             return conn.respond(

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -83,7 +84,8 @@ async def test_ctrl_c_while_following_is_one_line_and_the_run_goes_on(tmp_path: 
 
 
 async def test_a_task_from_stdin_and_one_wording_for_a_wrong_token(tmp_path: Path) -> None:
-    config = demo_config(tmp_path, server={"tokens": [{"name": "a", "token": "t-a"}]})
+    tokens = [{"name": "a", "token": "t-a"}]
+    config = demo_config(tmp_path, server={"tokens": tokens, "ag_ui": True, "mcp": True})
     async with running_server(config) as server:
         long_task = "x" * 200_000  # (over what an argument may carry)
         started = await trio.run_process(
@@ -105,7 +107,22 @@ async def test_a_task_from_stdin_and_one_wording_for_a_wrong_token(tmp_path: Pat
             assert wrong.returncode == 2, (argv, wrong.stderr)
             line = wrong.stderr.decode().strip().splitlines()[-1]
             said.add(line.replace(server.url, "URL"))
-        assert said == {"error: HTTP 401 from URL: a valid --token is needed"}, said
+        assert said == {
+            "error: HTTP 401 from URL: the token was refused (a valid --token is needed)"
+        }, said
+        # Without a token, the server says to send one; with a wrong one, that it was
+        # refused (issue 57, 20): at every door.
+        base = server.url.replace("ws://", "http://").removesuffix("/ws")
+        async with httpx.AsyncClient() as http:
+            for method, path in (("GET", "/ws"), ("POST", "/ag-ui/critic"), ("POST", "/mcp")):
+                body = b"{}" if method == "POST" else None
+                none = await http.request(method, f"{base}{path}", content=body)
+                bad = await http.request(
+                    method, f"{base}{path}", content=body, headers={"Authorization": "Bearer x"}
+                )
+                assert none.status_code == bad.status_code == 401, (path, none.text, bad.text)
+                assert "send Authorization: Bearer" in none.text
+                assert "the token was refused" in bad.text
 
 
 async def test_model_requests_are_logged_only_with_access_log(tmp_path: Path) -> None:
