@@ -39,6 +39,7 @@ from ag_ui.core import (
     AssistantMessage,
     BaseEvent,
     CustomEvent,
+    FunctionCall,
     Interrupt,
     Message,
     MessagesSnapshotEvent,
@@ -63,10 +64,12 @@ from ag_ui.core import (
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
+    ToolCall,
     ToolCallArgsEvent,
     ToolCallEndEvent,
     ToolCallResultEvent,
     ToolCallStartEvent,
+    ToolMessage,
     UserMessage,
 )
 
@@ -152,24 +155,53 @@ def _seq_text(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 18
 
 
-def chat_of(thread_id: str, history: Sequence[conversation.Message], newest: str) -> list[Message]:
-    """A thread's chat as AG-UI messages: the user inputs and the assistant answers of
-    its conversation (`history`, as the server keeps it: tool calls and results are the
-    run's events), then the run's input `newest`. Every id is the server's,
-    `<threadId>:<n>` by the message's place in the conversation (the same in each
-    run's snapshot, but after a compaction): a client replaces the messages it had by
-    the snapshot's, in the snapshot's order (@ag-ui/client keeps the messages the
-    snapshot names in place, and appends the others)."""
+def chat_of(
+    thread_id: str, history: Sequence[conversation.Message], newest: str | None = None
+) -> list[Message]:
+    """A thread's chat as AG-UI messages: its conversation (`history`, as the server
+    keeps it) — the user inputs, the assistant turns with their tool calls, and the
+    tool results — then the run's input `newest` (None: none, the chat as it stands).
+    Every id is the server's, `<threadId>:<n>` by the message's place in the
+    conversation (the same in each run's snapshot, but after a compaction, whose
+    summary is not shown): a client replaces the messages it had by the snapshot's, in
+    the snapshot's order (@ag-ui/client keeps the messages the snapshot names in place,
+    and appends the others)."""
     chat: list[Message] = []
     for n, message in enumerate(history):
-        summary = isinstance(message, conversation.UserMessage) and message.summarized_turns
-        if isinstance(message, conversation.UserMessage) and message.text and not summary:
-            chat.append(UserMessage(id=f"{thread_id}:{n}", role="user", content=message.text))
-        elif isinstance(message, conversation.AssistantMessage) and message.text:
+        mid = f"{thread_id}:{n}"
+        if isinstance(message, conversation.UserMessage):
+            if message.text and not message.summarized_turns:
+                chat.append(UserMessage(id=mid, role="user", content=message.text))
+        elif isinstance(message, conversation.AssistantMessage):
+            calls = [
+                ToolCall(
+                    id=call.id,
+                    type="function",
+                    function=FunctionCall(name=call.name, arguments=call.arguments or "{}"),
+                )
+                for call in message.tool_calls
+            ]
+            if message.text or calls:
+                chat.append(
+                    AssistantMessage(
+                        id=mid,
+                        role="assistant",
+                        content=message.text or None,
+                        tool_calls=calls or None,
+                    )
+                )
+        else:
             chat.append(
-                AssistantMessage(id=f"{thread_id}:{n}", role="assistant", content=message.text)
+                ToolMessage(
+                    id=mid,
+                    role="tool",
+                    content=message.content,
+                    tool_call_id=message.tool_call_id,
+                    error=message.content if message.is_error else None,
+                )
             )
-    chat.append(UserMessage(id=f"{thread_id}:{len(history)}", role="user", content=newest))
+    if newest is not None:
+        chat.append(UserMessage(id=f"{thread_id}:{len(history)}", role="user", content=newest))
     return chat
 
 

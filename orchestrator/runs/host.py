@@ -22,8 +22,8 @@ from orchestrator.core.bus import RunSink
 from orchestrator.core.rebuild import ResumePlan
 from orchestrator.core.threads import ThreadAsk, ThreadError
 from orchestrator.runs.fork import fork_record, start_fork
-from orchestrator.runs.restart import MAX_RESTARTS, resume_left
-from orchestrator.runs.resume import end_unresumable, journaled_run
+from orchestrator.runs.restart import MAX_RESTARTS, resume_left, startable
+from orchestrator.runs.resume import journaled_run
 from orchestrator.runs.service import (
     AgentNotRunning,
     LimitExceeded,
@@ -470,19 +470,8 @@ class RunHost:
 
     async def requeue(self, records: list[RunRecord]) -> None:
         """Start the runs a previous server had queued in their threads, each in its
-        turn (`ThreadStarts.requeue`); one whose agent is gone ends `interrupted`."""
-        known = [r for r in records if r.agent_id in self.orchestrator.specs]
-        for record in records:
-            if record.agent_id not in self.orchestrator.specs:
-                why = f"its agent {record.agent_id!r} is no longer defined"
-                logger.warning("queued run %s is not started: %s", record.run_id, why)
-                await end_unresumable(
-                    self.journal,
-                    record,
-                    error_type="interrupted",
-                    message=f"interrupted: not started after a restart: {why}",
-                )
-        self._thread_starts.requeue(known)
+        turn (`runs/restart.py`)."""
+        self._thread_starts.requeue(await startable(self, records))
 
 
 async def _deliver(

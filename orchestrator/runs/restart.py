@@ -26,7 +26,7 @@ from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UnknownRun
 
-__all__ = ["MAX_RESTARTS", "RestartHost", "resume_left"]
+__all__ = ["MAX_RESTARTS", "RestartHost", "resume_left", "startable"]
 
 logger = logging.getLogger(__name__)
 MAX_RESTARTS = 5
@@ -104,8 +104,21 @@ async def resume_left(host: RestartHost, run_ids: list[str]) -> int:
     return resumed
 
 
-async def _end(host: RestartHost, record: RunRecord, why: str) -> None:
-    logger.warning("run %s is not resumed: %s", record.run_id, why)
+async def startable(host: RestartHost, queued: list[RunRecord]) -> list[RunRecord]:
+    """Of the runs a previous server had queued in their threads, those that can start
+    in their turn; one whose agent is gone from the subagents ends `interrupted`."""
+    known = []
+    for record in queued:
+        if record.agent_id in host.orchestrator.specs:
+            known.append(record)
+        else:
+            why = f"its agent {record.agent_id!r} is no longer defined"
+            await _end(host, record, why, "not started after a restart")
+    return known
+
+
+async def _end(host: RestartHost, record: RunRecord, why: str, what: str = "not resumed") -> None:
+    logger.warning("run %s is %s: %s", record.run_id, what, why)
     await end_unresumable(
         host.journal, record, error_type="interrupted", message=f"interrupted: {why}"
     )

@@ -19,21 +19,34 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import MutableMapping
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, cast, get_args
+from urllib.parse import parse_qs
 
 import trio
-from ag_ui.core import BaseEvent, CustomEvent, ResumeEntry, RunAgentInput
+from ag_ui.core import (
+    BaseEvent,
+    CustomEvent,
+    MessagesSnapshotEvent,
+    ResumeEntry,
+    RunAgentInput,
+    RunFinishedEvent,
+    RunStartedEvent,
+    UserMessage,
+)
+from ag_ui.core import Message as AguiMessage
 from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
+from websockets.datastructures import Headers
 
 from agents.core.attachments import AttachmentIn
 from agents.core.messages import Message
 from agents.core.payloads import ApprovalRequestedData
 from orchestrator.agui.mapping import AguiStream, answer_of, chat_of, parse_interrupt_id
 from orchestrator.core.events import EventType
-from orchestrator.core.threads import MAX_THREAD_ID, Multitask, ThreadAsk
+from orchestrator.core.threads import MAX_THREAD_ID, Multitask, ThreadAsk, ThreadError
 from orchestrator.runs.service import AgentNotRunning
 from orchestrator.runtime.approvals import ApprovalError
 from orchestrator.server.endpoints import (
@@ -46,7 +59,8 @@ from orchestrator.server.endpoints import (
     start_run,
 )
 from orchestrator.server.follow import follow_run
-from orchestrator.storage.runlog import UnknownRun
+from orchestrator.storage.base import RunRecord
+from orchestrator.storage.runlog import UNFINISHED, UnknownRun
 
 if TYPE_CHECKING:
     from orchestrator.server.auth import Principal
@@ -61,6 +75,8 @@ MAX_SETTLE_SECONDS = 2.0
 """…or this long after a call began to wait, however busy the rest of the tree is."""
 MAX_RESUME_ENTRIES = 1000
 PRIME_BATCH = 1024
+CORS_HEADERS = b"authorization, content-type, accept, last-event-id"
+"""The request headers a page of an allowed origin may send (a preflight's answer)."""
 
 
 HANDLES = frozenset({EventType.APPROVAL_REQUESTED})
@@ -106,13 +122,21 @@ class AguiEndpoint:
         await serve_connection(stream, self._asgi, self.app.auth)
 
     async def _asgi(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
-        if scope["method"] != "POST":
+        allowed = self._cors(scope)
+        if allowed is not None:  # a page of an allowed origin: it may read the answer
+            send = _with_headers(send, allowed)
+        method = scope["method"]
+        if method == "OPTIONS":
+            return await self._preflight(scope, send, allowed)
+        if method not in ("POST", "GET"):
             return await refuse(
-                send, 405, "use POST with an AG-UI RunAgentInput", [(b"allow", b"POST")]
+                send, 405, "use POST with an AG-UI RunAgentInput", [(b"allow", b"POST, GET")]
             )
         principal = await authorize(self.app, scope, send, writes=False)
         if principal is None:
             return None
+        if method == "GET":
+            return await self._messages(scope, send, principal)
         body = await read_body(receive, self.max_body)
         if body is None:
             return await refuse(send, 413, f"the request body is over {self.max_body} bytes")
@@ -132,6 +156,8 @@ class AguiEndpoint:
         props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
         if run_input.resume or props.get("runId") is not None:
             return await self._continue(receive, send, principal, agent_id, run_input)
+        if not run_input.messages and not run_input.resume:  # the thread's chat, no run
+            return await self._history_stream(receive, send, principal, run_input)
         if principal.read_only:
             return await refuse(send, 403, "forbidden: a viewer token may not start runs")
         task = _task_of(run_input)
@@ -147,6 +173,7 @@ class AguiEndpoint:
         if not 0 < len(run_input.thread_id) <= MAX_THREAD_ID:
             return await refuse(send, 400, f"threadId is 1 to {MAX_THREAD_ID} characters")
         thread = ThreadAsk(thread_id=run_input.thread_id, multitask=multitask)
+        asked_at = time.time()
         try:
             given = _attachments_of(run_input)
             started = await start_run(
@@ -154,24 +181,162 @@ class AguiEndpoint:
             )
         except Refused as exc:
             return await refuse(send, exc.status, exc.message)
-        chat = chat_of(run_input.thread_id, await self._history(started.run_id), task)
-        stream = AguiStream(
-            started.run_id,
-            thread_id=run_input.thread_id,
-            agui_run_id=run_input.run_id,
-            snapshot=chat,
-        )
-        return await self._stream(receive, send, stream, [])
+        run_id, thread_id = started.run_id, run_input.thread_id
 
-    async def _history(self, run_id: str) -> tuple[Message, ...]:
+        async def opening() -> tuple[AguiStream, list[BaseEvent]]:
+            # An enqueued run starts once the run before it has ended: its stream (and
+            # the conversation it goes on from) begins then.
+            await self._launched(run_id)
+            record = self.app.journal.get(run_id).record
+            if record.created_at < asked_at:  # `steer`: the input went into a running run
+                chat = await self._chat_of(record)
+                chat.append(UserMessage(id=f"{thread_id}:{run_input.run_id}", content=task))
+            else:
+                chat = chat_of(thread_id, await self._history(record), task)
+            stream = AguiStream(
+                run_id, thread_id=thread_id, agui_run_id=run_input.run_id, snapshot=chat
+            )
+            return stream, []
+
+        return await self._stream(receive, send, run_id, opening)
+
+    async def _launched(self, run_id: str) -> None:
+        """Wait until the run has begun (its RUN_STARTED is journaled): at once, unless
+        it is queued behind the run before it in its thread."""
+        async with aclosing(follow_run(self.app.journal, run_id, 0)) as batches:
+            async for _ in batches:
+                return
+
+    async def _history(self, record: RunRecord) -> tuple[Message, ...]:
         """The conversation the run started from (its thread's so far; none for a
-        thread's first run, or a `steer`ed input's run)."""
-        record = self.app.journal.get(run_id).record
+        thread's first run)."""
         if record.previous_run_id is None:
             return ()
         return await self.app.runs.threads.conversation(
             record.previous_run_id, record.continues_agent
         )
+
+    async def _chat_of(self, record: RunRecord) -> list[AguiMessage]:
+        """The chat of `record`'s thread up to it: its input after the conversation it
+        went on from, and, once it has ended, its own turns and answer too."""
+        thread_id = record.thread_id or record.run_id
+        if record.status in UNFINISHED:
+            return chat_of(thread_id, await self._history(record), record.input)
+        return chat_of(thread_id, await self.app.runs.threads.conversation(record.run_id, None))
+
+    async def _thread_chat(self, principal: Principal, thread_id: str) -> list[AguiMessage]:
+        """A thread's chat as it stands (empty: no such thread of the caller's), as the
+        next run's MESSAGES_SNAPSHOT would begin: its running run's input after the
+        conversation before it, else its newest run's whole conversation.
+
+        Raises:
+            Refused: 400 a thread id past its limit; 404 a run of it is gone.
+        """
+        if not 0 < len(thread_id) <= MAX_THREAD_ID:
+            raise Refused(400, f"threadId is 1 to {MAX_THREAD_ID} characters")
+        threads = self.app.runs.threads
+        known = await threads.find(thread_id, principal.name, everyone=principal.sees_all)
+        if known is None:
+            return []
+        running = known.running
+        try:
+            return await self._chat_of(running if running is not None else known.runs[-1])
+        except ThreadError as exc:
+            raise Refused(404, exc.message) from None
+
+    async def _messages(
+        self, scope: MutableMapping[str, Any], send: Any, principal: Principal
+    ) -> None:
+        """`GET /ag-ui/AGENT?threadId=T`: `{threadId, messages}`, the thread's chat as
+        AG-UI messages (a reloaded page shows it before its next send)."""
+        query = parse_qs(scope["query_string"].decode("latin-1"))
+        thread_id = (query.get("threadId") or [""])[0]
+        try:
+            chat = await self._thread_chat(principal, thread_id)
+        except Refused as exc:
+            return await refuse(send, exc.status, exc.message)
+        body = json.dumps(
+            {
+                "threadId": thread_id,
+                "messages": [
+                    m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in chat
+                ],
+            }
+        ).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"cache-control", b"no-store"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return None
+
+    async def _history_stream(
+        self, receive: Any, send: Any, principal: Principal, run_input: RunAgentInput
+    ) -> None:
+        """A RunAgentInput with no messages: the thread's chat as one MESSAGES_SNAPSHOT
+        between RUN_STARTED and RUN_FINISHED, and no run started (@ag-ui/client's
+        `runAgent()` on a reloaded page with no messages yet)."""
+        try:
+            chat = await self._thread_chat(principal, run_input.thread_id)
+        except Refused as exc:
+            return await refuse(send, exc.status, exc.message)
+        thread_id, agui_run = run_input.thread_id, run_input.run_id
+        events: list[BaseEvent] = [
+            RunStartedEvent(thread_id=thread_id, run_id=agui_run),
+            MessagesSnapshotEvent(messages=chat),
+            RunFinishedEvent(thread_id=thread_id, run_id=agui_run),
+        ]
+        body = "".join(self.encoder.encode(e) for e in events).encode()
+        headers = [
+            (b"content-type", self.encoder.get_content_type().encode()),
+            (b"cache-control", b"no-cache"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return None
+
+    def _cors(self, scope: MutableMapping[str, Any]) -> list[tuple[bytes, bytes]] | None:
+        """The CORS headers of an answer to a page of another origin the server allows
+        (`server.allowed_origins`, or its own names): that origin echoed, never `*`,
+        since the request carries a token. None: no Origin, or one that is refused
+        (`authorize` refuses its request, with no header that lets the page read it)."""
+        headers = Headers((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])
+        origin = headers.get("Origin")
+        if origin is None or not self.app.auth.origin_allowed(headers):
+            return None
+        return [
+            (b"access-control-allow-origin", origin.encode("latin-1")),
+            (b"access-control-allow-credentials", b"true"),
+            (b"access-control-expose-headers", b"x-orchestrator-run-id"),
+            (b"vary", b"Origin"),
+        ]
+
+    async def _preflight(
+        self,
+        scope: MutableMapping[str, Any],
+        send: Any,
+        allowed: list[tuple[bytes, bytes]] | None,
+    ) -> None:
+        """`OPTIONS`: a browser asks whether a page of its origin may POST here with a
+        token (`Authorization`): 204 saying so for an allowed origin, 403 otherwise."""
+        if allowed is None:
+            return await refuse(
+                send,
+                403,
+                "forbidden: cross-site request (add the page's origin to server.allowed_origins)",
+            )
+        headers = [
+            (b"access-control-allow-methods", b"POST, GET, OPTIONS"),
+            (b"access-control-allow-headers", CORS_HEADERS),
+            (b"access-control-max-age", b"600"),
+            (b"content-length", b"0"),
+        ]
+        await send({"type": "http.response.start", "status": 204, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+        return None
 
     async def _continue(
         self,
@@ -223,7 +388,11 @@ class AguiEndpoint:
                     metadata={"runId": run_id, "seq": cursor},
                 )
             )
-        return await self._stream(receive, send, stream, first)
+
+        async def opening() -> tuple[AguiStream, list[BaseEvent]]:
+            return stream, first
+
+        return await self._stream(receive, send, run_id, opening)
 
     async def _answer(
         self, principal: Principal, run_id: str, entry: ResumeEntry
@@ -267,12 +436,17 @@ class AguiEndpoint:
         return {**out, "accepted": True, "decision": answer.decision}
 
     async def _stream(
-        self, receive: Any, send: Any, stream: AguiStream, first: list[BaseEvent]
+        self,
+        receive: Any,
+        send: Any,
+        run_id: str,
+        opening: Callable[[], Awaitable[tuple[AguiStream, list[BaseEvent]]]],
     ) -> None:
-        """Stream the run from `stream.last_seq` on (after the `first` events): to its
-        end, or — when calls wait for a person and the run has gone quiet — to an
-        interrupt."""
-        app, run_id = self.app, stream.run_id
+        """Stream the run from the `opening`'s `stream.last_seq` on (after its first
+        events): to its end, or — when calls wait for a person and the run has gone
+        quiet — to an interrupt. The answer's head goes first: the opening may wait (a
+        queued run, for the run before it)."""
+        app = self.app
         await send(
             {
                 "type": "http.response.start",
@@ -294,6 +468,7 @@ class AguiEndpoint:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_until_gone, receive, nursery.cancel_scope)
+            stream, first = await opening()
             await emit(first)
             waiting_since = trio.current_time() if stream.waiting else None
             async with aclosing(follow_run(app.journal, run_id, stream.last_seq)) as batches:
@@ -325,6 +500,17 @@ async def _until_gone(receive: Any, scope: trio.CancelScope) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
     scope.cancel()
+
+
+def _with_headers(send: Any, extra: list[tuple[bytes, bytes]]) -> Any:
+    """`send`, with `extra` headers in every answer's head."""
+
+    async def sending(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        await send(message)
+
+    return sending
 
 
 def _agent_of(path: str, run_input: RunAgentInput) -> str | None:

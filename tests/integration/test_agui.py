@@ -172,9 +172,15 @@ async def test_bad_requests_are_refused_saying_why(tmp_path: Path) -> None:
                 "name the agent",
             ),
             (await http.post(f"{url}x", json=run_input("x"), headers=auth), 404, "unknown agent"),
-            (await http.get(url, headers=auth), 405, "POST"),
+            (await http.put(url, json=run_input("x"), headers=auth), 405, "POST"),
             (
-                await http.post(url, json=run_input("x", messages=[]), headers=auth),
+                await http.post(
+                    url,
+                    json=run_input(
+                        "x", messages=[{"id": "a", "role": "assistant", "content": "?"}]
+                    ),
+                    headers=auth,
+                ),
                 400,
                 "no user message",
             ),

@@ -239,7 +239,7 @@ def test_a_result_whose_call_started_before_the_feed_keeps_the_runs_id() -> None
     assert result.tool_call_id == "call_0"
 
 
-def test_a_threads_chat_is_its_inputs_and_answers_with_the_servers_ids() -> None:
+def test_a_threads_chat_is_its_inputs_answers_and_tool_calls_with_the_servers_ids() -> None:
     from agents.core import messages as m
     from orchestrator.agui.mapping import chat_of
 
@@ -255,6 +255,14 @@ def test_a_threads_chat_is_its_inputs_and_answers_with_the_servers_ids() -> None
     chat = chat_of("t", history, "and the budget?")
     assert [(x.id, x.role, x.content) for x in chat] == [
         ("t:0", "user", "plan a trip"),
+        ("t:1", "assistant", None),  # its tool calls (issue 57, defect 9)
+        ("t:2", "tool", "done"),
         ("t:3", "assistant", "Here is the plan."),
-        ("t:5", "user", "and the budget?"),
+        ("t:5", "user", "and the budget?"),  # (a compaction's summary is not shown)
     ]
+    calls = getattr(chat[1], "tool_calls", None)
+    assert calls is not None
+    call = calls[0]
+    assert (call.id, call.function.name, call.function.arguments) == ("c", "agent_spawn", "{}")
+    assert getattr(chat[2], "tool_call_id", None) == "c"
+    assert [x.id for x in chat_of("t", history)] == ["t:0", "t:1", "t:2", "t:3"]
