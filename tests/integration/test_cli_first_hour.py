@@ -159,3 +159,35 @@ async def test_model_requests_are_logged_only_with_access_log(tmp_path: Path) ->
     assert len(fake.requests) == 2
     assert "HTTP Request: POST" not in logged[()], logged[()]
     assert "HTTP Request: POST" in logged[("--access-log",)]
+
+
+@pytest.mark.parametrize("command", [["start", "critic", "go", "--follow"], ["runs"]])
+async def test_ctrl_c_while_the_command_line_still_imports_is_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """Issue 57, defect 12: Ctrl-C as soon as the command line runs (its imports not
+    done: seen by Python's import log on stderr) says one line and exits 130."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "orchestrator", *command, "--url", "ws://127.0.0.1:9/ws"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONPROFILEIMPORTTIME": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert process.stderr is not None
+    err = b""
+    with trio.fail_after(30):
+        while b"| orchestrator.cli.main\n" not in err:  # main() is running now
+            chunk = await process.stderr.receive_some()
+            assert chunk, err.decode()[-2000:]
+            err += chunk
+        assert b"| trio\n" not in err  # (still importing: nothing heavy has come yet)
+        process.send_signal(signal.SIGINT)
+        while chunk := await process.stderr.receive_some():
+            err += chunk
+        await process.wait()
+    said = [line for line in err.decode().splitlines() if not line.startswith("import time:")]
+    assert "Traceback" not in err.decode(), said
+    assert process.returncode == 130, said
+    assert len(said) == 1, said

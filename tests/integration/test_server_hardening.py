@@ -16,7 +16,7 @@ from websockets.trio.client import connect
 
 import orchestrator.server.app as app_module
 import orchestrator.storage.open as storage_open
-from orchestrator.cli.main import ACCESS_LOGGERS
+from orchestrator.cli.dispatch import ACCESS_LOGGERS
 from orchestrator.config import ServerConfig
 from orchestrator.storage.base import RunRecord, Storage
 from orchestrator.storage.memory import MemoryStorage

@@ -164,7 +164,7 @@ def test_watch_urls_and_unreachable_servers(
 def test_a_task_is_read_from_stdin_or_a_file_as_curl_does(tmp_path: Path) -> None:
     import io
 
-    from orchestrator.cli.main import task_text
+    from orchestrator.cli.dispatch import task_text
     from orchestrator.config import ConfigError
 
     (tmp_path / "task.md").write_text("a long task\nover lines", encoding="utf-8")
@@ -188,3 +188,25 @@ def test_run_says_it_exports_no_traces(
     err = capsys.readouterr().err
     assert err.startswith("note: `telemetry:` is set, but `orchestrator run` exports no traces")
     assert "orchestrator start AGENT INPUT --follow" in err
+
+
+def test_help_imports_nothing_heavy() -> None:
+    """Issue 57, defect 12: `orchestrator --help` (and a command's) imports none of
+    trio, httpx, pydantic, websockets or the runtime: only argparse's table."""
+    code = (
+        "import sys\n"
+        "from orchestrator.cli.main import main\n"
+        "for argv in (['--help'], ['serve', '--help'], ['start', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = ('trio', 'httpx', 'pydantic', 'websockets', 'msgspec', 'rich', 'yaml',\n"
+        "         'orchestrator.runtime', 'orchestrator.config', 'agents.core')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:]
+    assert "usage: orchestrator" in done.stdout
