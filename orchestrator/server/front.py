@@ -12,8 +12,9 @@ on.
 
 Nothing unauthenticated holds more than a bounded, short-lived place here: a head
 must arrive whole (at most `MAX_HEAD_BYTES`) within `HEAD_SECONDS`, and at most
-`MAX_PENDING_HEADS` connections may be sending theirs — past that the oldest is
-dropped. Waiting for the rest of a head costs nothing while no byte comes: the socket
+`MAX_PENDING_HEADS` connections may be sending theirs — past that the one that sent
+part of a head and has been idle longest is dropped (never one that sent its head
+whole: a burst of honest clients is only not read yet). Waiting for the rest of a head costs nothing while no byte comes: the socket
 is waited on for readability with its low-water mark one byte above what has arrived
 (`SO_RCVLOWAT`), not polled. Only a whole head takes an HTTP slot.
 """
@@ -37,7 +38,10 @@ MAX_HEAD_BYTES = 16 * 1024
 HEAD_SECONDS = 5.0
 """How long a connection may take to send its whole request head."""
 MAX_PENDING_HEADS = 256
-"""Connections still sending their head; past this the oldest of them is dropped."""
+"""Connections still sending their head; past this, the one that sent part of its head
+and has been idle longest is dropped (`PendingHeads`)."""
+MAX_UNREAD_HEADS = 1024
+"""Accepted connections whose head was not looked at yet; past this the oldest goes."""
 _FULL_PAUSE = 0.1
 _SLOW_PAUSE = 0.05
 """Where the low-water mark cannot be set: the pause between two looks at a head."""
@@ -119,28 +123,55 @@ _TOO_LONG = (
 
 
 class PendingHeads:
-    """The connections still sending their request head, oldest first: past
-    `MAX_PENDING_HEADS` the oldest is dropped (its wait is cancelled)."""
+    """The connections still sending their request head: those not looked at yet, and
+    those looked at and found incomplete (`waiting`), the one idle longest first.
+
+    Past `MAX_PENDING_HEADS`, the waiting head idle longest is dropped (its wait is
+    cancelled): a client that sends its whole head at once is never dropped (a burst
+    of honest clients is only not looked at yet, and leaves as soon as it is), only
+    one that stopped sending part-way. Connections not looked at yet are dropped only
+    past `MAX_UNREAD_HEADS`, oldest first.
+    """
 
     def __init__(self) -> None:
+        self._unread: OrderedDict[object, trio.CancelScope] = OrderedDict()
         self._waiting: OrderedDict[object, trio.CancelScope] = OrderedDict()
         self.dropped = 0
 
     def enter(self, stream: object, scope: trio.CancelScope) -> None:
+        """A connection was accepted: its head is to be read."""
+        self._unread[stream] = scope
+        self._shed()
+
+    def waiting(self, stream: object) -> None:
+        """Its head was looked at and is not whole yet: it waits for more (and is the
+        most recently active waiting head now)."""
+        scope = self._unread.pop(stream, None) or self._waiting.pop(stream, None)
+        if scope is None:  # dropped meanwhile
+            return
         self._waiting[stream] = scope
-        while len(self._waiting) > MAX_PENDING_HEADS:
-            _, oldest = self._waiting.popitem(last=False)
+        self._shed()
+
+    def leave(self, stream: object) -> None:
+        """Its head is whole, or it is gone."""
+        self._unread.pop(stream, None)
+        self._waiting.pop(stream, None)
+
+    def _shed(self) -> None:
+        while len(self) > MAX_PENDING_HEADS and self._waiting:
+            _, idlest = self._waiting.popitem(last=False)
+            idlest.cancel()
+            self.dropped += 1
+        while len(self._unread) > MAX_UNREAD_HEADS:
+            _, oldest = self._unread.popitem(last=False)
             oldest.cancel()
             self.dropped += 1
 
-    def leave(self, stream: object) -> None:
-        self._waiting.pop(stream, None)
-
     def __len__(self) -> int:
-        return len(self._waiting)
+        return len(self._unread) + len(self._waiting)
 
 
-async def _head(stream: trio.SocketStream) -> bytes:
+async def _head(stream: trio.SocketStream, pending: PendingHeads) -> bytes:
     """What has arrived of the connection's request head, once it is whole (or the
     client stopped, or it is over `MAX_HEAD_BYTES`): b"" when nothing came."""
     sock = stream.socket
@@ -153,6 +184,7 @@ async def _head(stream: trio.SocketStream) -> bytes:
                 return b""
             if not peeked or request_path(peeked) is not None:
                 return peeked
+            pending.waiting(stream)
             try:  # readable again only once more than this has arrived
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, len(peeked) + 1)
             except OSError:
@@ -195,7 +227,7 @@ async def _route(
         with trio.move_on_after(HEAD_SECONDS) as waiting:
             pending.enter(stream, waiting)
             try:
-                peeked = await _head(stream)
+                peeked = await _head(stream, pending)
             finally:
                 pending.leave(stream)
     except BaseException:  # the server stops: the connection goes with it

@@ -53,6 +53,36 @@ async def test_half_sent_heads_are_dropped_oldest_first_and_starve_nobody(
             await stream.aclose()
 
 
+async def test_a_burst_of_honest_clients_is_not_cut_by_the_slow_head_defence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 57, defect 13: 300 clients connect at once (many more than may be pending:
+    the server has accepted them all before any head arrives), then each sends its
+    whole head: every one is answered, none dropped as if it were slow."""
+    monkeypatch.setattr(front, "MAX_PENDING_HEADS", 16)
+    async with running_server(demo_config(tmp_path)) as server:
+        streams = [await trio.open_tcp_stream("127.0.0.1", server.port) for _ in range(300)]
+        await trio.sleep(0.5)  # (each accepted, and found with nothing to read yet)
+        head = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n\r\n".encode()
+        answers: list[bytes] = []
+
+        async def ask(stream: trio.SocketStream) -> None:
+            await stream.send_all(head)
+            got = b""
+            with trio.move_on_after(30):
+                while b"\r\n\r\n" not in got and (chunk := await stream.receive_some()):
+                    got += chunk
+            answers.append(got)
+            await stream.aclose()
+
+        async with trio.open_nursery() as nursery:
+            for stream in streams:
+                nursery.start_soon(ask, stream)
+        assert sum(a.startswith(b"HTTP/1.1 200") for a in answers) == 300, [
+            a[:40] for a in answers if not a.startswith(b"HTTP/1.1 200")
+        ][:3]
+
+
 async def test_a_head_that_does_not_arrive_in_time_is_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
