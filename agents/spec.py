@@ -98,8 +98,9 @@ class ScriptSpec(BaseModel):
     """With no token_delay, yield to the scheduler every this-many words (1: like a
     provider whose every delta comes from a socket read)."""
     turns: list[ScriptStep] = Field(default_factory=list)
-    """Turn N answers the N-th model turn of the agent instance (turns a compaction
-    summarized count too)."""
+    """Turn N answers the N-th model turn of the agent instance's newest exchange (turns a
+    compaction summarized count too; a question after a finished answer — a thread's
+    follow-up — starts the turns over)."""
     summary: str | None = None
     """What the model answers when a compaction asks it for a summary (`{input}`: the
     first 30 words of what it summarizes); default: `Summary: ` and those words."""

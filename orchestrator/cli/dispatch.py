@@ -209,12 +209,25 @@ async def _serve(config: ServerConfig, host: str | None, port: int | None) -> in
         settle_heap()
         storage = journal_name(server.app.journal.storage, config.storage.url)
         print(f"orchestrator listening on {server.url} (storage: {storage})", flush=True)
+        print(f"console: {console_url(server.url)}", flush=True)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
                 print(f"{signal.Signals(signum).name}: shutting down…", file=sys.stderr, flush=True)
                 await server.shutdown()
                 break
     return 0
+
+
+def console_url(ws_url: str) -> str:
+    """The console's address for the server listening at `ws_url` (ws://H:P/ws): the
+    same host and port over HTTP; a server bound to every address is opened on
+    loopback."""
+    scheme, rest = ws_url.split("://", 1)
+    hostport = rest.split("/", 1)[0]
+    for wildcard, loopback in (("0.0.0.0:", "127.0.0.1:"), ("[::]:", "[::1]:")):
+        if hostport.startswith(wildcard):
+            hostport = loopback + hostport.removeprefix(wildcard)
+    return f"{'https' if scheme == 'wss' else 'http'}://{hostport}/"
 
 
 def _watch_url(args: argparse.Namespace) -> str:

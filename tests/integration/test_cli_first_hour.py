@@ -191,3 +191,25 @@ async def test_ctrl_c_while_the_command_line_still_imports_is_one_line(
     assert "Traceback" not in err.decode(), said
     assert process.returncode == 130, said
     assert len(said) == 1, said
+
+
+async def test_serve_says_where_the_console_is(tmp_path: Path) -> None:
+    """Issue 57, 15: `serve` prints the console's address after where it listens, and
+    the console is there."""
+    from tests.integration.test_server_lifecycle import serve_process
+
+    demo_config(tmp_path)
+    async with trio.open_nursery() as nursery:
+        proc, first = await serve_process(nursery, tmp_path / "server.yaml")
+        assert proc.stdout is not None
+        out = first.encode()
+        with trio.fail_after(20):
+            while out.count(b"\n") < 2:
+                out += await proc.stdout.receive_some(1000)
+        lines = out.decode().splitlines()
+        port = lines[0].split("listening on ws://127.0.0.1:")[1].split("/")[0]
+        assert lines[1] == f"console: http://127.0.0.1:{port}/"
+        async with httpx.AsyncClient() as http:
+            page = await http.get(lines[1].removeprefix("console: "))
+        assert page.status_code == 200 and "<html" in page.text.lower()
+        proc.terminate()

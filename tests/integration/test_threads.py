@@ -981,3 +981,25 @@ async def test_a_threads_queue_and_listing_are_bounded(tmp_path: Path) -> None:
             bad = await client.ask(op="threads", id=f"l{limit}", limit=limit)
             assert bad["code"] == "bad_request" and "limit must be 1 to 1000" in bad["message"]
         await client.ask(op="cancel", id="c", runId=running["runId"])
+
+
+async def test_the_demos_scripted_planner_answers_a_follow_up_in_its_thread(
+    tmp_path: Path,
+) -> None:
+    """Issue 57, 16: the demo's follow-up in a thread is answered by a whole tree, not
+    a planner's last words with no results."""
+    from tests.server_helpers import demo_config
+
+    async with running_server(demo_config(tmp_path)) as server, connect(server.url) as ws:
+        client = Client(ws)
+        first = await client.ask(op="run", id="1", agent="planner", input="my name is Ann")
+        await finished(ws, first)
+        again = await client.ask(
+            op="run", id="2", threadId=first["threadId"], input="what is my name?"
+        )
+        events = await finished(ws, again)
+    spawned = [e for e in events if e["type"] == "AGENT_STARTED" and e["source"]["depth"] == 1]
+    assert len(spawned) == 2  # two researchers again
+    answer = events[-1]["data"]["result"]
+    assert 'found about "what is my name?"' in answer
+    assert "critic" in answer.lower() and len(answer) > 200, answer
