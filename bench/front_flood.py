@@ -3,8 +3,9 @@
 
 An `orchestrator serve` process (the demo config, memory storage) is started; this
 process opens N connections that each send half a request line and then nothing, and
-meanwhile (from 0.2 s after the flood begins) takes S samples of `GET /healthz` and of a `/ws` handshake, one after the
-other, each given at most 2 s. Prints how many answered in time, and their latencies.
+meanwhile (from 0.2 s after the flood begins) takes S samples of `GET /healthz` and of
+a `/ws` handshake, one after the other, each given at most 2 s. Prints how many
+answered in time, and their latencies.
 
     python -m bench.front_flood                    # 2,000 half-sent lines, 10 samples
     python -m bench.front_flood --flood 2000 --samples 20

@@ -508,6 +508,7 @@ export interface TriggerInfo {
   name: string;
   agent: string;
   schedule: string;
+  timezone?: string;
   nextAt: number | null;
   paused?: boolean;
   lastFiredAt?: number | null;

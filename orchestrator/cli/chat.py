@@ -4,8 +4,11 @@ server's agent, the runs and threads a token has, the server's triggers and outb
 
 from __future__ import annotations
 
+import datetime
+import functools
 import sys
 import time
+import zoneinfo
 from collections.abc import Awaitable
 from typing import Literal, TypeVar
 
@@ -107,11 +110,12 @@ async def triggers_main(
         print(msgspec.json.encode(listed).decode())
         return 0
     for t in listed:
-        upcoming = "paused" if t.paused or t.next_at is None else f"next {_when(t.next_at)}"
+        at = functools.partial(_zoned, zone=t.timezone)
+        upcoming = "paused" if t.paused or t.next_at is None else f"next {at(t.next_at)}"
         print(f"{t.name:<20} {t.agent:<12} {t.schedule:<28} {upcoming}")
         if t.last_fired_at is not None:
             run = f" {t.last_run}" if t.last_run else ""
-            print(f"    last {_when(t.last_fired_at)}: {t.last_outcome}{run}")
+            print(f"    last {at(t.last_fired_at)}: {t.last_outcome}{run}")
     if not listed:
         print("no triggers")
     return 0
@@ -172,6 +176,17 @@ async def threads_main(
     if not threads:
         print("no threads")
     return 0
+
+
+def _zoned(ts: float, zone: str) -> str:
+    """`ts` in the time zone `zone` (a trigger's), saying which: `2026-12-08 03:00:00
+    CET (Europe/Berlin)`; UTC as `… UTC`."""
+    try:
+        tz: datetime.tzinfo = zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        tz, zone = datetime.UTC, "UTC"
+    shown = datetime.datetime.fromtimestamp(ts, tz).strftime("%Y-%m-%d %H:%M:%S %Z")
+    return shown if zone in ("UTC", "Etc/UTC") else f"{shown} ({zone})"
 
 
 def _when(ts: float) -> str:

@@ -125,6 +125,8 @@ class TriggerInfo(msgspec.Struct, kw_only=True, omit_defaults=True, rename="came
     agent: str
     schedule: str
     """`cron 0 3 * * * Europe/Berlin` or `every 3600 s`."""
+    timezone: str = "UTC"
+    """The IANA time zone of its schedule: its times are shown in it."""
     next_at: float | None
     """When it fires next (None: paused)."""
     paused: bool = False

@@ -219,6 +219,7 @@ class Triggers:
                     name=name,
                     agent=config.agent,
                     schedule=shown,
+                    timezone=config.timezone,
                     next_at=None if state.paused else schedule.next_after(state.last_tick or now),
                     paused=state.paused,
                     last_fired_at=state.last_fired_at,

@@ -14,9 +14,10 @@ Nothing unauthenticated holds more than a bounded, short-lived place here: a hea
 must arrive whole (at most `MAX_HEAD_BYTES`) within `HEAD_SECONDS`, and at most
 `MAX_PENDING_HEADS` connections may be sending theirs — past that the one that sent
 part of a head and has been idle longest is dropped (never one that sent its head
-whole: a burst of honest clients is only not read yet). Waiting for the rest of a head costs nothing while no byte comes: the socket
-is waited on for readability with its low-water mark one byte above what has arrived
-(`SO_RCVLOWAT`), not polled. Only a whole head takes an HTTP slot.
+whole: a burst of honest clients is only not read yet). Waiting for the rest of a
+head costs nothing while no byte comes: the socket is waited on for readability with
+its low-water mark one byte above what has arrived (`SO_RCVLOWAT`), not polled. Only a
+whole head takes an HTTP slot.
 """
 
 from __future__ import annotations

@@ -169,11 +169,15 @@ async def test_the_hooks_example_starts_a_run(tmp_path: Path) -> None:
 
 
 async def test_the_triggers_example_fires_one(tmp_path: Path) -> None:
+    """The doc's own config (both its triggers) and its Python as written (issue 57, 17:
+    with two triggers the example's unpacking of the reply crashed)."""
     example = one("python", "docs/triggers.md", "client.triggers(")
+    config = one("yaml", "docs/triggers.md", "nightly-triage:")
     demo_config(tmp_path)
     path = tmp_path / "server.yaml"
     data = yaml.safe_load(path.read_text())
-    data["triggers"] = {"digest": {"agent": "planner", "input": "the digest", "every": "1h"}}
+    data.update(yaml.safe_load(config.text))
+    assert len(data["triggers"]) == 2
     path.write_text(yaml.safe_dump(data))
     from orchestrator.config import load_config
 

@@ -6,6 +6,7 @@ state kept in the store, and the `triggers` op on a real server."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -206,6 +207,15 @@ async def test_the_triggers_op_lists_fires_pauses_and_resumes(tmp_path: Path) ->
             "paused",
         ]
         assert shown[1].startswith("    last ") and ": started run-" in shown[1]
+        assert shown[1].split(":")[2].endswith(" UTC")  # (times say their zone: 18)
+        done = await trio.run_process(
+            [*cli, "--token", "ops-secret", "--resume", "daily"],
+            capture_stdout=True,
+            capture_stderr=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        line = done.stdout.decode().splitlines()[0]
+        assert re.search(r"next \d{4}-\d\d-\d\d 03:00:00 UTC$", line), line
         async with connect(
             server.url, additional_headers={"Authorization": "Bearer ann-secret"}
         ) as ws:

@@ -210,3 +210,16 @@ def test_help_imports_nothing_heavy() -> None:
     )
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:]
     assert "usage: orchestrator" in done.stdout
+
+
+def test_trigger_times_are_shown_in_the_triggers_zone_saying_which() -> None:
+    """Issue 57, 18: `next 2026-12-08 03:00:00 CET (Europe/Berlin)`, not a bare time."""
+    from datetime import UTC, datetime
+
+    from orchestrator.cli.chat import _zoned
+
+    at = datetime(2026, 12, 8, 2, 0, tzinfo=UTC).timestamp()
+    assert _zoned(at, "Europe/Berlin") == "2026-12-08 03:00:00 CET (Europe/Berlin)"
+    assert _zoned(at, "UTC") == "2026-12-08 02:00:00 UTC"
+    summer = datetime(2026, 7, 1, 1, 0, tzinfo=UTC).timestamp()
+    assert _zoned(summer, "Europe/Berlin") == "2026-07-01 03:00:00 CEST (Europe/Berlin)"
