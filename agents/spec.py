@@ -98,9 +98,13 @@ class ScriptSpec(BaseModel):
     """With no token_delay, yield to the scheduler every this-many words (1: like a
     provider whose every delta comes from a socket read)."""
     turns: list[ScriptStep] = Field(default_factory=list)
-    """Turn N answers the N-th model turn of the agent instance's newest exchange (turns a
-    compaction summarized count too; a question after a finished answer — a thread's
-    follow-up — starts the turns over)."""
+    """Turn N answers the N-th model turn of the agent instance (turns a compaction
+    summarized count too)."""
+    repeat: bool = False
+    """Past its last turn the script starts over (turn N answers as turn N mod the
+    number of turns), so a follow-up in a thread gets an answer of the same kind: the
+    demo's planner answers each question of a conversation with a tree of its own.
+    False: every later turn repeats the last final answer."""
     summary: str | None = None
     """What the model answers when a compaction asks it for a summary (`{input}`: the
     first 30 words of what it summarizes); default: `Summary: ` and those words."""

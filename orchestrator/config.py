@@ -494,9 +494,15 @@ class HookConfig(BaseModel):
     """What a hook's run does while a run of its thread runs."""
     secret_env: str | None = None
     """An environment variable holding the hook's HMAC secret: the request must carry
-    `sha256=<hex HMAC-SHA256 of the body>` in `signature_header`, as GitHub signs."""
+    `sha256=<hex HMAC-SHA256 of the body>` in `signature_header`, as GitHub signs (or,
+    with `signature: slack`, Slack's signing secret)."""
+    signature: Literal["github", "slack"] = "github"
+    """How requests are signed: `github` (`sha256=` over the body in
+    `signature_header`) or `slack` (`v0=` over `v0:timestamp:body` in
+    `X-Slack-Signature`, the timestamp in `X-Slack-Request-Timestamp` within 5 minutes;
+    Slack's `url_verification` challenge is answered, no run started)."""
     signature_header: str = "X-Hub-Signature-256"
-    """Where the signature is (with `secret_env`)."""
+    """Where the signature is (with `secret_env`, `signature: github`)."""
 
 
 class WebhookConfig(BaseModel):
@@ -518,6 +524,11 @@ class WebhookConfig(BaseModel):
     """Only events of these subagents."""
     secret_env: str = Field(min_length=1)
     """An environment variable holding its `whsec_<base64>` secret (24-64 bytes)."""
+    body_template: dict[str, Any] | list[Any] | None = None
+    """The body sent instead of the Standard Webhooks one, for a receiver that wants
+    its own shape (a chat's incoming webhook: `{text: "…"}`): a JSON value whose
+    strings are filled from that body as `{body.runId}`, `{body.type}`,
+    `{body.data.data.status}` (docs/webhooks.md#a-chat-channel)."""
 
     def spec(self, secret: str) -> WebhookSpec:
         """As the outbox matches and signs it."""
@@ -529,6 +540,7 @@ class WebhookConfig(BaseModel):
             path_glob=self.path_glob,
             agent_ids=self.agent_ids,
             secret=secret,
+            body_template=self.body_template,
         )
 
     @model_validator(mode="after")

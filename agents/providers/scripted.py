@@ -2,9 +2,8 @@
 
 An agent's script (the `script:` key of its YAML) says what each model turn
 streams: reasoning, text, tool calls (including `agent_spawn`), delays and
-failures. Turn N answers the N-th assistant turn of the conversation's newest exchange
-(a question after a finished answer starts the script over), so the same conversation
-always gets the same answer.
+failures. Turn N answers the N-th assistant turn of the conversation, so the
+same conversation always gets the same answer.
 """
 
 from __future__ import annotations
@@ -112,19 +111,12 @@ class ScriptedProvider:
 
     @staticmethod
     def _turn_of(request: ModelRequest) -> int:
-        """Which model turn `request` asks for (turns a summary stands for count): of
-        its newest exchange, so a question that follows a finished answer (a thread's
-        follow-up, an earlier agent continued) is answered as the script's first turn."""
-        turn = 0
-        previous: object = None
-        for m in request.messages:
-            if isinstance(m, AssistantMessage):
-                turn += 1
-            elif isinstance(m, UserMessage):
-                answered = isinstance(previous, AssistantMessage) and not previous.tool_calls
-                turn = 0 if answered and not m.summarized_turns else turn + m.summarized_turns
-            previous = m
-        return turn
+        """Which model turn `request` asks for (turns a summary stands for count)."""
+        return sum(
+            1 if isinstance(m, AssistantMessage) else m.summarized_turns
+            for m in request.messages
+            if not isinstance(m, ToolResultMessage)
+        )
 
     def step_for(self, request: ModelRequest) -> ScriptStep:
         """The scripted turn that answers `request`."""
@@ -132,6 +124,8 @@ class ScriptedProvider:
         turns = self._script.turns
         if turn < len(turns):
             return turns[turn]
+        if self._script.repeat and turns:
+            return turns[turn % len(turns)]
         finals = [step for step in turns if not step.calls and step.fail is None]
         return finals[-1] if finals else _DEFAULT_FINAL
 

@@ -584,6 +584,7 @@ export interface WebhookSpec {
   pathGlob?: string | null;
   agentIds?: string[] | null;
   secret?: string;
+  bodyTemplate?: Record<string, unknown> | unknown[] | null;
 }
 
 /** The outbox: the server's webhooks, how many deliveries wait, the dead ones; or `redeliver` a dead one (`deliveryId`; absent: every one; an admin's token): docs/webhooks.md#webhooks-out. */

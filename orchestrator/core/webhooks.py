@@ -17,6 +17,7 @@ import binascii
 import hashlib
 import hmac
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import msgspec
@@ -40,6 +41,10 @@ __all__ = [
 _TYPES = frozenset(t.value for t in EventType)
 SECRET_PREFIX = "whsec_"
 MAX_URL = 2048
+MAX_TEMPLATE = 16 * 1024
+"""The longest body template (JSON-encoded); a body made from one is at most
+`MAX_BODY` characters of filled text."""
+MAX_BODY = 256 * 1024
 MAX_ERROR = 300
 """Characters of a failed attempt's reason kept with the delivery."""
 
@@ -61,6 +66,9 @@ class WebhookSpec(
     agent_ids: list[str] | None = None
     secret: str = ""
     """The `whsec_` secret its deliveries are signed with (a `run` op's: required)."""
+    body_template: dict[str, Any] | list[Any] | None = None
+    """A body of the receiver's own shape, filled from the standard one
+    (`core/hooks.fill_json`); None: the standard body."""
 
     def problems(self, where: str) -> list[str]:
         """What is invalid (empty when it is fine), each naming `where`."""
@@ -81,6 +89,10 @@ class WebhookSpec(
             secret_key(self.secret)
         except ValueError as exc:
             found.append(f"{where}.secret: {exc}")
+        if self.body_template is not None:
+            size = len(msgspec.json.encode(self.body_template))
+            if size > MAX_TEMPLATE:
+                found.append(f"{where}.bodyTemplate is over {MAX_TEMPLATE} bytes ({size})")
         return found
 
     def filter_spec(self) -> FilterSpec:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import MutableMapping
 from typing import Any
 
 import trio
 
 from orchestrator.config import HookConfig
-from orchestrator.core.hooks import fill, signature_ok
+from orchestrator.core.hooks import fill, signature_ok, slack_signature_ok
 from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
 from orchestrator.server.endpoints import (
     DoorContext,
@@ -59,28 +60,56 @@ class HooksEndpoint:
             return await refuse(send, 413, f"the request body is over {self.max_body} bytes")
         hook = self.app.config.hooks.get(agent_id, HookConfig())
         if hook.secret_env is not None:
-            secret = os.environ.get(hook.secret_env, "")
-            given = _header(scope, hook.signature_header)
-            if not secret or not signature_ok(secret.encode(), body, given):
-                return await refuse(
-                    send, 401, f"unauthorized: {hook.signature_header} does not sign the body"
-                )
+            refused = _unsigned(hook, scope, body)
+            if refused is not None:
+                return await refuse(send, 401, refused)
         try:  # (standard JSON only, as every other door: no NaN or Infinity)
             data = json.loads(body, parse_constant=_not_json)
         except (ValueError, RecursionError) as exc:  # (nested past the parser's depth)
             return await refuse(send, 400, f"the body is not JSON: {exc}")
+        if hook.signature == "slack" and _challenge(data) is not None:
+            # Slack's check of a new Request URL: the challenge back, no run.
+            return await _answer(send, 200, {"challenge": _challenge(data)})
         try:
             task, thread = _start_of(hook, data, self.app.config.limits.max_input_bytes)
             started = await start_run(self.app, principal, agent_id, task, thread=thread)
         except Refused as exc:
             return await refuse(send, exc.status, exc.message)
-        answer = {"runId": started.run_id, "threadId": started.thread_id}
-        payload = json.dumps(answer).encode()
-        headers = [(b"content-type", b"application/json")]
-        headers.append((b"content-length", str(len(payload)).encode()))
-        await send({"type": "http.response.start", "status": 202, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        return await _answer(send, 202, {"runId": started.run_id, "threadId": started.thread_id})
+
+
+async def _answer(send: Any, status: int, answer: dict[str, Any]) -> None:
+    payload = json.dumps(answer).encode()
+    headers = [(b"content-type", b"application/json")]
+    headers.append((b"content-length", str(len(payload)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _unsigned(hook: HookConfig, scope: MutableMapping[str, Any], body: bytes) -> str | None:
+    """Why the request is not signed as `hook` says (None: it is)."""
+    assert hook.secret_env is not None
+    secret = os.environ.get(hook.secret_env, "").encode()
+    if hook.signature == "slack":
+        stamp = _header(scope, "X-Slack-Request-Timestamp")
+        given = _header(scope, "X-Slack-Signature")
+        if secret and slack_signature_ok(secret, body, stamp, given, time.time()):
+            return None
+        return (
+            "unauthorized: X-Slack-Signature does not sign the body (or "
+            "X-Slack-Request-Timestamp is missing or over 5 minutes from now)"
+        )
+    if secret and signature_ok(secret, body, _header(scope, hook.signature_header)):
         return None
+    return f"unauthorized: {hook.signature_header} does not sign the body"
+
+
+def _challenge(data: Any) -> str | None:
+    """Slack's `url_verification` request's challenge (None: not one)."""
+    if isinstance(data, dict) and data.get("type") == "url_verification":
+        challenge = data.get("challenge")
+        return challenge if isinstance(challenge, str) and len(challenge) <= 512 else None
+    return None
 
 
 def _start_of(hook: HookConfig, data: Any, limit: int) -> tuple[str, ThreadAsk | None]:

@@ -5,10 +5,19 @@ the run's events in seq order. Pure: the outbox feeds it journaled entries.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from orchestrator.core.webhooks import Delivery, Matcher, WebhookSpec, message_id, standard_body
+from orchestrator.core.hooks import fill_json
+from orchestrator.core.webhooks import (
+    MAX_BODY,
+    Delivery,
+    Matcher,
+    WebhookSpec,
+    message_id,
+    standard_body,
+)
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.runlog import Entry
 
@@ -32,15 +41,28 @@ class Channel(Protocol):
 
 
 class _Hook:
-    __slots__ = ("matcher", "name", "secret", "url")
+    __slots__ = ("matcher", "name", "secret", "template", "url")
 
     def __init__(self, name: str, spec: WebhookSpec, record: RunRecord, secret: bool) -> None:
         self.name = name
         self.url = spec.url
+        self.template = spec.body_template
         self.secret = spec.secret if secret else None
         self.matcher: Matcher = spec.matcher(
             root_agent_id=record.agent_id, root_session_id=record.root_session_id
         )
+
+
+def _body(hook: _Hook, standard: bytes) -> bytes:
+    """What `hook` is sent: the standard body, or its template filled from it (one
+    that would fill past `MAX_BODY` characters sends an `error` saying so instead)."""
+    if hook.template is None:
+        return standard
+    try:
+        made = fill_json(hook.template, json.loads(standard), MAX_BODY)
+    except ValueError:
+        made = {"error": f"the filled body_template passes {MAX_BODY} characters"}
+    return json.dumps(made, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class RunSubscriptions:
@@ -102,7 +124,7 @@ class RunSubscriptions:
                             run_id=self.run_id,
                             seq=entry.seq,
                             type=str(event.type),
-                            body=standard_body(event, entry.raw),
+                            body=_body(hook, standard_body(event, entry.raw)),
                             created_at=now,
                             next_at=now,
                             secret=hook.secret,

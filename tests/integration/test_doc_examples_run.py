@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import trio
 import yaml
+from websockets.trio.client import connect
 
 from tests.doc_examples import Example, examples, shell_lines
-from tests.helpers import REPO
-from tests.server_helpers import demo_config, run_to_end, running_server
+from tests.helpers import REPO, eventually
+from tests.server_helpers import demo_config, request, run_to_end, running_server
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -157,7 +158,7 @@ async def test_the_attachments_example_prints_what_the_doc_says() -> None:
 
 
 async def test_the_hooks_example_starts_a_run(tmp_path: Path) -> None:
-    example = one("python", "docs/webhooks.md", "/hooks/planner")
+    example = one("python", "docs/webhooks.md", '8765/hooks/planner",')
     tokens = [{"name": "ci", "token": "ci-token", "role": "user"}]
     config = demo_config(tmp_path, server={"hooks": True, "tokens": tokens})
     async with running_server(config) as server:
@@ -232,3 +233,76 @@ async def test_the_webhook_receiver_example_gets_a_finished_run(tmp_path: Path) 
         del os.environ["CI_WEBHOOK_SECRET"]
     assert printed == ["RUN_FINISHED completed\n"]
     assert "# RUN_FINISHED completed" in example.text
+
+
+async def test_the_slack_hook_recipe_answers_the_challenge_and_starts_a_run(
+    tmp_path: Path,
+) -> None:
+    """Issue 57, 19: the doc's Slack hook config and its script, as written."""
+    config = one("yaml", "docs/webhooks.md", "signature: slack")
+    example = one("python", "docs/webhooks.md", "def from_slack(")
+    demo_config(tmp_path, server={"tokens": [{"name": "slack", "token": "sl-token"}]})
+    path = tmp_path / "server.yaml"
+    data = yaml.safe_load(path.read_text())
+    wanted = yaml.safe_load(config.text)
+    data["server"].update(wanted["server"])
+    data["hooks"] = wanted["hooks"]
+    path.write_text(yaml.safe_dump(data))
+    from orchestrator.config import load_config
+
+    env = {
+        "SLACK_SIGNING_SECRET": "8f742231b10e8888abcd99yyyzzz85a5",
+        "ORCHESTRATOR_TOKEN": "sl-token",
+    }
+    os.environ["SLACK_SIGNING_SECRET"] = env["SLACK_SIGNING_SECRET"]  # (the server's)
+    try:
+        async with running_server(load_config(path)) as server:
+            code = example.text.replace(
+                "http://127.0.0.1:8765", f"http://{server.host}:{server.port}"
+            )
+            out = await python(code, tmp_path, **env)
+            async with connect(
+                server.url, additional_headers={"Authorization": "Bearer sl-token"}
+            ) as ws:
+                runs = (await request(ws, op="runs", id="l"))["runs"]
+    finally:
+        del os.environ["SLACK_SIGNING_SECRET"]
+    promised = [
+        line.removeprefix("# ") for line in example.text.splitlines() if line.startswith("# ")
+    ]
+    assert out.splitlines() == promised
+    (run,) = runs
+    assert run["input"] == "compare trio and asyncio" and run["threadId"] == "slack-C024BE91L"
+
+
+async def test_the_chat_channel_recipe_posts_the_templated_body(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """Issue 57, 19: the doc's `body_template` for a chat channel, as written (its URL
+    pointed at a receiver here)."""
+    import base64
+
+    from tests.fakes.webhook_receiver import WebhookReceiver
+
+    config = one("yaml", "docs/webhooks.md", "body_template:")
+    receiver = WebhookReceiver()
+    await nursery.start(receiver.serve)
+    demo_config(tmp_path)
+    path = tmp_path / "server.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["webhooks"] = yaml.safe_load(config.text)["webhooks"]
+    data["webhooks"]["slack"]["url"] = receiver.url("/services/T0000/B0000/XXXXXXXX")
+    data["tools"] = {"http_allowed_hosts": ["127.0.0.1"]}
+    path.write_text(yaml.safe_dump(data))
+    from orchestrator.config import load_config
+
+    os.environ["SLACK_WEBHOOK_SECRET"] = "whsec_" + base64.b64encode(b"s" * 32).decode()
+    try:
+        async with running_server(load_config(path)) as server:
+            run_id, events, _ = await run_to_end(server.url, agent="critic", task="q")
+            await eventually(lambda: bool(receiver.delivered), within=20)
+    finally:
+        del os.environ["SLACK_WEBHOOK_SECRET"]
+    (got,) = receiver.delivered
+    result = events[-1]["data"]["result"]
+    assert got.json == {"text": f"Run {run_id} completed: {result}"}, got.json
