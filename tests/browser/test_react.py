@@ -137,6 +137,34 @@ def test_the_docs_react_example_shows_the_whole_tree(browser: Browser, tmp_path:
     assert errors == []
 
 
+def test_the_docs_react_example_from_an_origin_not_allowed_says_why(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Issue 57, 22: served from an origin the server does not list, the example shows
+    the hook's error, code and message, not only the word `error`."""
+    (example,) = [e for e in examples("tsx") if e.run == "browser"]
+    write_agents(tmp_path, token_delay=0.005)
+    port = free_port()
+    entry = JS / "test" / ".doc-example-refused.tsx"
+    entry.write_text(example.text.replace("ws://127.0.0.1:8765/ws", f"ws://127.0.0.1:{port}/ws"))
+    try:
+        script = bundle(entry)
+    finally:
+        entry.unlink()
+    with app_server(script) as url:
+        server = Server(tmp_path, config())  # (no allowed_origins)
+        server.port = port
+        server.start()
+        try:
+            page, _ = open_app(browser, url)
+            page.wait_for_function("document.querySelector('#status')?.textContent === 'error'")
+            said = page.locator("#error").inner_text(timeout=60_000)
+        finally:
+            server.stop(signal.SIGKILL)
+    code, _, message = said.partition(": ")
+    assert code and message and said != "error", said
+
+
 def wide(levels: int = 4, fan: int = 8) -> dict[str, Any]:
     """`fan` children of `fan` of … `levels` deep (585 agents for 4 and 8), streaming."""
     specs: dict[str, Any] = {}

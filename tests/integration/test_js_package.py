@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,10 +72,19 @@ async def test_the_node_tests_pass_against_real_servers() -> None:
     assert "# fail 0" in out, out[-4000:]
 
 
-async def test_the_docs_node_examples_run_as_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("node", ["22", "20"])
+async def test_the_docs_node_examples_run_as_written(tmp_path: Path, node: str) -> None:
     """docs/js.md's Node and AG-UI examples, as written (the server's URL put in),
-    with Node 22: the package's name resolves to the package itself."""
+    with Node 22 — and with Node 20 and `--experimental-websocket`, as the doc says
+    (issue 57, 21): the package's name resolves to the package itself."""
     need_package()
+    command = [str(NODE_BIN / "node")]
+    if node == "20":
+        system = shutil.which("node")
+        found = subprocess.run([system or "node", "--version"], capture_output=True, text=True)
+        if system is None or not found.stdout.startswith("v20."):
+            pytest.skip("Node 20 is not the system's node here (`node --version`)")
+        command = [system, "--experimental-websocket"]
     await npm("run", "build")
     ran = []
     config = demo_config(tmp_path, token_delay=0.0, server={"ag_ui": True})
@@ -87,7 +98,7 @@ async def test_the_docs_node_examples_run_as_written(tmp_path: Path) -> None:
             try:
                 with trio.fail_after(120):
                     done = await trio.run_process(
-                        [str(NODE_BIN / "node"), str(path)],
+                        [*command, str(path)],
                         cwd=JS,
                         capture_stdout=True,
                         capture_stderr=True,
