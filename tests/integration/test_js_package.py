@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -81,8 +80,8 @@ async def test_the_docs_node_examples_run_as_written(tmp_path: Path, node: str) 
     command = [str(NODE_BIN / "node")]
     if node == "20":
         system = shutil.which("node")
-        found = subprocess.run([system or "node", "--version"], capture_output=True, text=True)
-        if system is None or not found.stdout.startswith("v20."):
+        found = await trio.run_process([system or "node", "--version"], capture_stdout=True)
+        if system is None or not found.stdout.decode().startswith("v20."):
             pytest.skip("Node 20 is not the system's node here (`node --version`)")
         command = [system, "--experimental-websocket"]
     await npm("run", "build")
