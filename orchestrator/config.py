@@ -612,6 +612,13 @@ class ServerConfig(BaseModel):
     `server.hooks: true`; an agent not listed takes `{"input": …}`)."""
     base_dir: Path = Field(default=Path("."), exclude=True)
     """Directory of the config file; relative paths resolve against it."""
+    source: Path | None = Field(default=None, exclude=True)
+    """The config file it was loaded from (None: made in code)."""
+
+    def described(self, problems: list[str]) -> str:
+        """`problems` (each naming its key) as one line naming the file, if any."""
+        said = "; ".join(problems)
+        return f"{self.source}: {said}" if self.source is not None else said
 
     @field_validator("storage", mode="before")
     @classmethod
@@ -729,7 +736,7 @@ def load_config(path: Path | str) -> ServerConfig:
     """
     path = Path(path)
     try:
-        config = load_yaml_model(path, ServerConfig, reserved={"base_dir": ""})
+        config = load_yaml_model(path, ServerConfig, reserved={"base_dir": "", "source": ""})
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return config.model_copy(update={"base_dir": path.resolve().parent})
+    return config.model_copy(update={"base_dir": path.resolve().parent, "source": path})

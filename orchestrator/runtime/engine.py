@@ -9,8 +9,9 @@ async with Orchestrator.open(config) as orch:
 
 from __future__ import annotations
 
+import difflib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AsyncExitStack,
@@ -178,6 +179,38 @@ class _Batches:
         return await self._stream.next_batch()
 
 
+def config_problems(config: ServerConfig, specs: dict[str, AgentSpec]) -> list[str]:
+    """What in the server config does not fit its subagents, each naming its key (with
+    the closest known name): an approval of an unknown tool, a subagent's model that
+    is not configured, a trigger of an unknown agent. Empty: none."""
+    problems = []
+    known = builtin_tool_names()
+    for i, name in enumerate(config.approval):
+        if name != "*" and name not in known:
+            problems.append(
+                f"approval[{i}]: unknown tool {name!r}{_closest(name, known)} "
+                f"(known: {', '.join(sorted(known))})"
+            )
+    for spec in specs.values():
+        if spec.model not in config.models:
+            problems.append(
+                f"subagent {spec.id!r}: model {spec.model!r} is not configured"
+                f"{_closest(spec.model, config.models)}"
+            )
+    for name, trigger in config.triggers.items():
+        if trigger.agent not in specs:
+            problems.append(
+                f"triggers.{name}.agent: unknown agent {trigger.agent!r}"
+                f"{_closest(trigger.agent, specs)} (known: {', '.join(sorted(specs))})"
+            )
+    return problems
+
+
+def _closest(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 class Orchestrator:
     """Subagents, providers and tools, ready to run trees of agents."""
 
@@ -247,22 +280,9 @@ class Orchestrator:
                 tools=builtin_tool_names(),
                 mcp_servers=config.mcp_servers,
             )
-        known = builtin_tool_names()
-        for i, name in enumerate(config.approval):
-            if name != "*" and name not in known:
-                raise SpecError(
-                    f"approval[{i}]: unknown tool {name!r} in the server config "
-                    f"(known: {', '.join(sorted(known))})"
-                )
-        for spec in specs.values():
-            if spec.model not in config.models:
-                raise SpecError(f"subagent {spec.id!r}: model {spec.model!r} is not configured")
-        for name, trigger in config.triggers.items():
-            if trigger.agent not in specs:
-                raise SpecError(
-                    f"triggers.{name}.agent: unknown agent {trigger.agent!r} "
-                    f"(known: {', '.join(sorted(specs))})"
-                )
+        problems = config_problems(config, specs)
+        if problems:
+            raise SpecError(config.described(problems))
         # The caller's client stays open; ours is closed on exit.
         connections = config.limits.max_http_connections
         owned: AbstractAsyncContextManager[httpx.AsyncClient] = (

@@ -28,12 +28,13 @@ from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFact
 from websockets.trio.server import Server, ServerConnection
 from websockets.trio.server import serve as ws_serve
 
+from agents.spec import load_specs
 from orchestrator.cluster.leases import Leases
-from orchestrator.config import ClusterConfig, ServerConfig, ServerSection
+from orchestrator.config import ClusterConfig, ConfigError, ServerConfig, ServerSection
 from orchestrator.runs.host import RunHost
 from orchestrator.runs.service import RunService
 from orchestrator.runs.triggers import Triggers
-from orchestrator.runtime.engine import Orchestrator
+from orchestrator.runtime.engine import Orchestrator, builtin_tool_names, config_problems
 from orchestrator.server.auth import Auth, Principal, RedactTokens
 from orchestrator.server.connection import Connection, release
 from orchestrator.server.doors import open_doors
@@ -228,6 +229,31 @@ class CannotListen(Exception):
     """The server's address cannot be bound (one line naming it and why)."""
 
 
+def starting_problems(config: ServerConfig) -> None:
+    """Check, before the server binds or opens anything, what only a start can: the
+    webhooks' secrets in the environment, and the config against its subagents.
+
+    Raises:
+        ConfigError: every problem found, in one line naming the file.
+        SpecError: a subagent's file is invalid (its own file named).
+    """
+    problems = []
+    for name, hook in config.webhooks.items():
+        try:
+            hook.secret(name)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    specs = load_specs(
+        config.subagents_path,
+        models=config.models,
+        tools=builtin_tool_names(),
+        mcp_servers=config.mcp_servers,
+    )
+    problems += config_problems(config, specs)
+    if problems:
+        raise ConfigError(config.described(problems))
+
+
 async def serve(
     config: ServerConfig,
     *,
@@ -245,10 +271,11 @@ async def serve(
         CannotListen: the address cannot be bound.
         JournalInUse: another live server owns the journal.
         StorageError: the storage cannot be opened (one line naming it and why).
-        ConfigError: a webhook's secret is missing from the environment, or malformed.
+        ConfigError: a webhook's secret is missing from the environment, or malformed;
+            a trigger's agent, a subagent's model, an approval's tool is unknown (all
+            of them in one line, naming the file).
     """
-    for name, hook in config.webhooks.items():
-        hook.secret(name)  # (before anything is bound or opened)
+    starting_problems(config)  # (before anything is bound or opened)
     host = config.server.host if host is None else host
     port = config.server.port if port is None else port
     listeners = await listen(host, port)

@@ -115,13 +115,13 @@ def test_config_relative_paths_resolve_against_its_dir(tmp_path: Path) -> None:
             "limits: {max_depth: -1}\n",
             "server.yaml: limits.max_depth: Input should be greater than or equal to 0",
         ),
-        ("storage: postgres://x\n", "server.yaml: storage.url: Value error, must start with"),
-        ("storage: 'sqlite:///'\n", "server.yaml: storage.url: Value error, sqlite:/// needs"),
+        ("storage: postgres://x\n", "server.yaml: storage.url: must start with"),
+        ("storage: 'sqlite:///'\n", "server.yaml: storage.url: sqlite:/// needs"),
         (
             "storage: {url: 'redis://h', durability: maybe}\n",
             "server.yaml: storage.durability: Input should be 'strict' or 'relaxed'",
         ),
-        ("server: {tokens: ['  ']}\n", "server.yaml: server.tokens.0.token: Value error, must not"),
+        ("server: {tokens: ['  ']}\n", "server.yaml: server.tokens.0.token: must not"),
         (
             "server: {tokens: ['']}\n",
             "server.yaml: server.tokens.0.token: String should have at least 1 character",
@@ -132,7 +132,7 @@ def test_config_relative_paths_resolve_against_its_dir(tmp_path: Path) -> None:
         ),
         (
             "server: {tokens: [{name: a, token: x1}, {name: a, token: x2}]}\n",
-            "server.yaml: server: Value error, tokens: two tokens have the same name",
+            "server.yaml: server: tokens: two tokens have the same name",
         ),
         (
             "models: {m: {provider: gemini}}\n",
@@ -202,3 +202,50 @@ def test_an_otlp_endpoint_must_be_http(tmp_path: Path) -> None:
     path = write(tmp_path / "server.yaml", "telemetry: {otlp_endpoint: 'grpc://127.0.0.1:4317'}\n")
     with pytest.raises(ConfigError, match=r"telemetry\.otlp_endpoint: String should match"):
         load_config(path)
+
+
+def test_every_config_error_at_once_with_a_suggestion(tmp_path: Path) -> None:
+    """Issue 57, 24: all of a file's errors in one line, each once, an unknown key with
+    the key it is closest to."""
+    path = write(
+        tmp_path / "server.yaml",
+        "server: {prot: 8765}\n"
+        "limits: {max_dpeth: 3, webhooks: {retry_frist_seconds: 1}}\n"
+        "webhooks: {w: {url: 'https://x.example/h', events: [RUN_FINISH], secret_env: X}}\n",
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    said = str(caught.value)
+    assert said.startswith(f"{path}: ")
+    for part in (
+        "server.prot: unknown key (did you mean 'port'?)",
+        "limits.max_dpeth: unknown key (did you mean 'max_depth'?)",
+        "limits.webhooks.retry_frist_seconds: unknown key (did you mean 'retry_first_seconds'?)",
+        "webhooks.w: events: unknown event type 'RUN_FINISH'",
+    ):
+        assert part in said, said
+    assert said.count("RUN_FINISH") == 1 and "\n" not in said
+
+
+def test_a_start_reports_every_problem_with_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 57, 24: what only a start can check (a webhook's secret, a trigger's agent)
+    in one line naming the file, all of it."""
+    from orchestrator.server.app import starting_problems
+
+    monkeypatch.delenv("NOT_SET_X", raising=False)
+    sub = tmp_path / "subagents"
+    sub.mkdir()
+    (sub / "planner.yaml").write_text("description: p\ninstructions: i\n")
+    path = write(
+        tmp_path / "server.yaml",
+        "models: {default: {provider: scripted}}\n"
+        "webhooks: {w: {url: 'https://x.example/h', secret_env: NOT_SET_X}}\n"
+        "triggers: {t: {agent: planer, input: hi, every: 1h}}\n",
+    )
+    with pytest.raises(ConfigError) as caught:
+        starting_problems(load_config(path))
+    said = str(caught.value)
+    assert said.startswith(f"{path}: webhooks.w.secret_env: the environment has no NOT_SET_X; ")
+    assert "triggers.t.agent: unknown agent 'planer' (did you mean 'planner'?)" in said
