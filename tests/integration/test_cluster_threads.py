@@ -152,3 +152,66 @@ async def test_a_threads_run_taken_over_keeps_its_conversation(
             ]
         cancel = await once(gateway.url, op="cancel", id=3, runId=held["runId"])
         assert cancel["op"] == "ack", cancel
+
+
+async def test_two_interrupts_at_once_and_queued_runs_through_a_worker_kill(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+) -> None:
+    """Issue 57, defects 4 and 3 on a cluster: two gateways take an `interrupt` of one
+    thread at once — the second stops the first's new run, the chain stays straight —
+    then three runs are queued behind the running one through both gateways, its
+    worker is killed -9, and after the takeover each queued run runs in turn, from
+    the one before it."""
+    async with threads_cluster(tmp_path, redis_url) as (c, fake):
+        a, b = await c.start("serve"), await c.start("serve")
+        worker = await c.start("worker")
+        first = await once(a.url, op="run", id=1, agent="chat", input="hold zero")
+        thread = first["threadId"]
+        await eventually(lambda: chats(fake) >= 1)
+        answers: dict[str, dict[str, Any]] = {}
+        async with connect(a.url) as on_a, connect(b.url) as on_b:
+
+            async def ask(name: str, ws: ClientConnection) -> None:
+                answers[name] = await request(
+                    ws, op="run", id=2, threadId=thread, input=f"hold {name}", multitask="interrupt"
+                )
+
+            async with trio.open_nursery() as both:
+                both.start_soon(ask, "a", on_a)
+                both.start_soon(ask, "b", on_b)
+        assert {x["op"] for x in answers.values()} == {"ack"}, answers
+        listed = await once(a.url, op="threads", id=3, threadId=thread)
+        detail = {r["runId"]: r for r in listed["threads"][0]["detail"]}
+        previous = {name: detail[x["runId"]].get("previousRunId") for name, x in answers.items()}
+        (earlier,) = [n for n in answers if previous[n] == first["runId"]]
+        later = "a" if earlier == "b" else "b"
+        assert previous[later] == answers[earlier]["runId"], (previous, answers)
+        running = answers[later]["runId"]
+        queued = []
+        for n, url in enumerate((a.url, b.url, a.url)):
+            ack = await once(
+                url, op="run", id=4 + n, threadId=thread, input=f"later {n}", multitask="enqueue"
+            )
+            assert ack["op"] == "ack", ack
+            queued.append(ack["runId"])
+        await eventually(lambda: any("hold " + later in str(r["messages"]) for r in fake.requests))
+        worker.kill()
+        await c.start("worker")
+        await eventually(
+            lambda: sum("hold " + later in str(r["messages"][-1]) for r in fake.requests) >= 2,
+            within=60,
+        )
+        cancel = await once(b.url, op="cancel", id=9, runId=running)
+        assert cancel["op"] == "ack", cancel
+        async with connect(a.url) as ws:
+            ends = []
+            for run_id in queued:
+                ack = await request(ws, op="subscribe", id=f"s-{run_id}", runId=run_id)
+                events, end = await read_until_end(ws, ack["sub"])
+                assert end["status"] == "completed", (run_id, end)
+                ends.append(events)
+        for events, before in zip(ends, [running, *queued], strict=False):
+            assert events[0]["data"]["previousRunId"] == before
+        said = [text for role, text in asked(fake, "chat") if role == "user"]
+        assert said[-3:] == ["later 0", "later 1", "later 2"]
