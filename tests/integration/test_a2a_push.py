@@ -7,6 +7,7 @@ deleted; a URL outside `server.webhook_urls` is refused; the card says push is o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -57,6 +58,15 @@ def pushed(receiver: WebhookReceiver, path: str) -> list[pb.StreamResponse]:
             json_format.Parse(got.body, response)
             out.append(response)
     return out
+
+
+async def begun(client: Any) -> str:
+    """A task started by `client` (answered at once): its id."""
+    request = pb.SendMessageRequest()
+    request.CopyFrom(message("compare trio"))
+    request.configuration.return_immediately = True
+    (started,) = await collect(client, request)
+    return str(started.task.id)
 
 
 def push_config(task_id: str, url: str, config_id: str = "") -> pb.TaskPushNotificationConfig:
@@ -186,11 +196,7 @@ async def test_only_the_owner_or_an_admin_changes_a_tasks_push_configs_and_none_
     async with running_server(config_with(tmp_path, receiver)) as server:
         base = http_url(server.url)
         async with a2a_client(base, "planner", "ann-secret", streaming=False) as ann:
-            request = pb.SendMessageRequest()
-            request.CopyFrom(message("compare trio"))
-            request.configuration.return_immediately = True
-            (started,) = await collect(ann, request)
-            task_id = started.task.id
+            task_id = await begun(ann)
             cfg = push_config(task_id, receiver.url("/a2a/ann"), "ann-cfg")
             cfg.token, cfg.authentication.credentials = "ANN-TOKEN", "ANN-CRED"
             made = await ann.create_task_push_notification_config(cfg)
@@ -241,12 +247,9 @@ async def test_a_push_url_with_dot_segments_is_refused(
     async with running_server(config_with(tmp_path, receiver)) as server:
         base = http_url(server.url)
         async with a2a_client(base, "planner", "ann-secret", streaming=False) as ann:
-            request = pb.SendMessageRequest()
-            request.CopyFrom(message("compare trio"))
-            request.configuration.return_immediately = True
-            (started,) = await collect(ann, request)
+            task_id = await begun(ann)
             for path in ("/a2a/../cfg", "/a2a/./../x", "/a2a/%2e%2e/cfg"):
                 with pytest.raises(Exception, match="not under one of this server's"):
                     await ann.create_task_push_notification_config(
-                        push_config(started.task.id, receiver.url(path), "c")
+                        push_config(task_id, receiver.url(path), "c")
                     )
