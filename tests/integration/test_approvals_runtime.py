@@ -289,6 +289,6 @@ async def test_unknown_tools_in_approval_lists_are_clear_errors(tmp_path: Path) 
     (tmp_path / "x.yaml").unlink(missing_ok=True)
     (tmp_path / "subagents" / "x.yaml").write_text(yaml.safe_dump(agent([], [])))
     config = load_config(tmp_path / "server.yaml").model_copy(update={"approval": ["*", "nope"]})
-    with pytest.raises(SpecError, match=r"approval\[1\]: unknown tool 'nope' in the server config"):
+    with pytest.raises(SpecError, match=r"server\.yaml: approval\[1\]: unknown tool 'nope'"):
         async with Orchestrator.open(config):
             pass
