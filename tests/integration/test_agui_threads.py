@@ -208,3 +208,28 @@ async def test_the_official_client_loads_a_threads_history_after_a_reload(
     assert [m["role"] for m in got] == ["user", "assistant", "tool", "tool", "assistant"]
     assert got[0]["content"] == "trio" and got[1]["toolCalls"] == ["agent_spawn"] * 2
     assert [m["id"] for m in got] == [f"r-thread:{n}" for n in range(5)]
+
+
+@pytest.mark.parametrize("multitask", ["enqueue", "steer"])
+async def test_the_official_client_sends_a_second_input_while_the_first_runs(
+    tmp_path: Path, multitask: str
+) -> None:
+    """Defects 7 and 8 with @ag-ui/client: a second input while the first runs, with
+    `enqueue` (its own run after the first) or `steer` (into the first): the client
+    takes both streams, and the second's messages are the thread's real chat."""
+    need("@ag-ui/client")
+    async with running_server(config(tmp_path)) as server:
+        url = f"{base(server)}/ag-ui/slow"
+        done = await trio.run_process(
+            ["node", str(REPO / "clients" / "agui_multitask.mjs"), url, "a-secret",
+             f"{multitask}-thread", "SLOW one", "second", multitask, "500"],
+            capture_stdout=True, capture_stderr=True, check=False,
+        )  # fmt: skip
+    outcome = json.loads(done.stdout.decode().splitlines()[-1])
+    assert outcome["ok"], (outcome, done.stderr.decode()[-2000:])
+    said = [(m["role"], (m["content"] or "")[:10]) for m in outcome["second"]]
+    if multitask == "enqueue":  # the first exchange, then its own
+        assert said[:3] == [("user", "SLOW one"), ("assistant", "working on"), ("user", "second")]
+        assert said[3][0] == "assistant" and len(said) == 4, said
+    else:  # the running run's input kept, the steered message after it
+        assert said[:2] == [("user", "SLOW one"), ("user", "second")], said
