@@ -2,6 +2,10 @@
 
 import sys
 
-from orchestrator.cli.main import main
+try:
+    from orchestrator.cli.main import main
+except KeyboardInterrupt:  # (Ctrl-C before the command line is even read: one line)
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

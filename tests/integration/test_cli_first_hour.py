@@ -165,8 +165,9 @@ async def test_model_requests_are_logged_only_with_access_log(tmp_path: Path) ->
 async def test_ctrl_c_while_the_command_line_still_imports_is_one_line(
     tmp_path: Path, command: list[str]
 ) -> None:
-    """Issue 57, defect 12: Ctrl-C as soon as the command line runs (its imports not
-    done: seen by Python's import log on stderr) says one line and exits 130."""
+    """Issue 57, defect 12: Ctrl-C as soon as the command line runs (importing what
+    carries the command out: seen by Python's import log on stderr) says one line and
+    exits 130."""
     process = await trio.lowlevel.open_process(
         [sys.executable, "-m", "orchestrator", *command, "--url", "ws://127.0.0.1:9/ws"],
         stdout=subprocess.DEVNULL,
@@ -178,17 +179,16 @@ async def test_ctrl_c_while_the_command_line_still_imports_is_one_line(
     assert process.stderr is not None
     err = b""
     with trio.fail_after(30):
-        while b"| orchestrator.cli.main\n" not in err:  # main() is running now
+        while b"| msgspec\n" not in err:  # main() imports what carries the command out
             chunk = await process.stderr.receive_some()
             assert chunk, err.decode()[-2000:]
             err += chunk
-        assert b"| trio\n" not in err  # (still importing: nothing heavy has come yet)
         process.send_signal(signal.SIGINT)
         while chunk := await process.stderr.receive_some():
             err += chunk
         await process.wait()
     said = [line for line in err.decode().splitlines() if not line.startswith("import time:")]
-    assert "Traceback" not in err.decode(), said
+    assert "Traceback" not in err.decode(), "\n".join(said)
     assert process.returncode == 130, said
     assert len(said) == 1, said
 

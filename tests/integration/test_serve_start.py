@@ -203,7 +203,7 @@ async def test_serve_says_where_its_journal_is(tmp_path: Path) -> None:
         proc, line = await serve_process(nursery, config)
         proc.send_signal(signal.SIGTERM)
     path = (tmp_path / "data" / "journal.db").resolve()
-    assert line.strip().endswith(f"(storage: {path})")
+    assert line.splitlines()[0].strip().endswith(f"(storage: {path})")
 
 
 @pytest.mark.parametrize("flag", [[], ["--access-log"]])
