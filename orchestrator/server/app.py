@@ -28,7 +28,7 @@ from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFact
 from websockets.trio.server import Server, ServerConnection
 from websockets.trio.server import serve as ws_serve
 
-from agents.spec import load_specs
+from agents.spec import AgentSpec, load_specs
 from orchestrator.cluster.leases import Leases
 from orchestrator.config import ClusterConfig, ConfigError, ServerConfig, ServerSection
 from orchestrator.runs.host import RunHost
@@ -229,9 +229,10 @@ class CannotListen(Exception):
     """The server's address cannot be bound (one line naming it and why)."""
 
 
-def starting_problems(config: ServerConfig) -> None:
+def starting_problems(config: ServerConfig) -> dict[str, AgentSpec]:
     """Check, before the server binds or opens anything, what only a start can: the
-    webhooks' secrets in the environment, and the config against its subagents.
+    webhooks' secrets in the environment, and the config against its subagents (read
+    here once: the server runs these).
 
     Raises:
         ConfigError: every problem found, in one line naming the file.
@@ -252,6 +253,7 @@ def starting_problems(config: ServerConfig) -> None:
     problems += config_problems(config, specs)
     if problems:
         raise ConfigError(config.described(problems))
+    return specs
 
 
 async def serve(
@@ -275,7 +277,7 @@ async def serve(
             a trigger's agent, a subagent's model, an approval's tool is unknown (all
             of them in one line, naming the file).
     """
-    starting_problems(config)  # (before anything is bound or opened)
+    specs = starting_problems(config)  # (before anything is bound or opened)
     host = config.server.host if host is None else host
     port = config.server.port if port is None else port
     listeners = await listen(host, port)
@@ -298,7 +300,7 @@ async def serve(
                     "runs still running when this server stops cannot be resumed (use "
                     "sqlite:// or redis://)"
                 )
-            await _serve(config, journal, leases, listeners, task_status)
+            await _serve(config, specs, journal, leases, listeners, task_status)
     finally:
         for listener in listeners:
             with contextlib.suppress(OSError):
@@ -320,6 +322,7 @@ async def listen(host: str, port: int) -> list[trio.SocketListener]:
 
 async def _serve(
     config: ServerConfig,
+    specs: dict[str, AgentSpec],
     journal: Journal,
     leases: Leases | None,
     listeners: list[trio.SocketListener],
@@ -327,7 +330,7 @@ async def _serve(
 ) -> None:
     with trio.CancelScope() as stop:
         async with (
-            Orchestrator.open(config) as orch,
+            Orchestrator.open(config, specs) as orch,
             traced(config, journal, orch.specs) as telemetry,
             trio.open_nursery() as nursery,
             trio.open_nursery() as run_nursery,

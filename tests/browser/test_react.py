@@ -116,16 +116,21 @@ def app_and_server(
             server.stop(signal.SIGKILL)
 
 
-def test_the_docs_react_example_shows_the_whole_tree(browser: Browser, tmp_path: Path) -> None:
+def docs_example(port: int) -> str:
+    """docs/js.md's React example as written, bundled, its server on `port`."""
     (example,) = [e for e in examples("tsx") if e.run == "browser"]
-    write_agents(tmp_path, token_delay=0.005)
-    port = free_port()
-    entry = JS / "test" / ".doc-example.tsx"
+    entry = JS / "test" / f".doc-example-{port}.tsx"
     entry.write_text(example.text.replace("ws://127.0.0.1:8765/ws", f"ws://127.0.0.1:{port}/ws"))
     try:
-        script = bundle(entry)
+        return bundle(entry)
     finally:
         entry.unlink()
+
+
+def test_the_docs_react_example_shows_the_whole_tree(browser: Browser, tmp_path: Path) -> None:
+    write_agents(tmp_path, token_delay=0.005)
+    port = free_port()
+    script = docs_example(port)
     with app_and_server(tmp_path, script, config(), port) as (url, _):
         page, errors = open_app(browser, url)
         page.wait_for_function("document.querySelector('#status')?.textContent === 'completed'")
@@ -142,15 +147,9 @@ def test_the_docs_react_example_from_an_origin_not_allowed_says_why(
 ) -> None:
     """Issue 57, 22: served from an origin the server does not list, the example shows
     the hook's error, code and message, not only the word `error`."""
-    (example,) = [e for e in examples("tsx") if e.run == "browser"]
     write_agents(tmp_path, token_delay=0.005)
     port = free_port()
-    entry = JS / "test" / ".doc-example-refused.tsx"
-    entry.write_text(example.text.replace("ws://127.0.0.1:8765/ws", f"ws://127.0.0.1:{port}/ws"))
-    try:
-        script = bundle(entry)
-    finally:
-        entry.unlink()
+    script = docs_example(port)
     with app_server(script) as url:
         server = Server(tmp_path, config())  # (no allowed_origins)
         server.port = port
