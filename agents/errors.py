@@ -1,18 +1,27 @@
-"""Errors of the agents package.
+"""The root of every error raised on purpose, and the errors of the agents package.
 
-AgentsError
-├── SpecError            a subagent YAML file is invalid (names file and key)
-├── ProviderError        a model provider failed (HTTP status, stream error, …)
-│   └── StreamTruncated  the stream ended without its terminal event
-├── ToolError            a tool failed in an expected way; becomes an error tool result
-└── AgentFailed          an agent instance ended without a final answer
+OrchestratorError        `code` (data) says what kind: orchestrator/errors.py maps it
+│                        to each door's own form (/ws error, HTTP status, JSON-RPC)
+└── AgentsError
+    ├── SpecError            a subagent YAML file is invalid (names file and key)
+    ├── ProviderError        a model provider failed (HTTP status, stream error, …)
+    │   └── StreamTruncated  the stream ended without its terminal event
+    ├── ToolError            a tool failed in an expected way; an error tool result
+    └── AgentFailed          an agent instance ended without a final answer
+
+It lives here, at the bottom floor, so that both packages' errors share it (`agents`
+never imports `orchestrator`).
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 __all__ = [
     "AgentFailed",
     "AgentsError",
+    "ErrorCode",
+    "OrchestratorError",
     "ProviderError",
     "SpecError",
     "StreamTruncated",
@@ -20,7 +29,37 @@ __all__ = [
 ]
 
 
-class AgentsError(Exception):
+ErrorCode = Literal[
+    "bad_request",
+    "unknown_op",
+    "not_found",
+    "unauthorized",
+    "limit_exceeded",
+    "unavailable",
+    "internal",
+]
+"""What kind of error: the `/ws` protocol's codes, which every door maps its own way."""
+
+
+class OrchestratorError(Exception):
+    """Base of every error the orchestrator and its agents raise on purpose.
+
+    Attributes:
+        code: what kind of error (the class's own, or given to this one): one of
+            `ErrorCode`, except for a client's own (`ClientError`: `unreachable`, …).
+        message: one line saying what and why (what a client is shown).
+    """
+
+    code: str = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class AgentsError(OrchestratorError):
     """Base of every error this package raises on purpose."""
 
 

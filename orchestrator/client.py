@@ -34,6 +34,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.trio.client import connect
 
 from agents.core.attachments import AttachmentIn
+from agents.errors import OrchestratorError
 from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.core.events import Event
 from orchestrator.core.filters import FilterSpec
@@ -78,14 +79,13 @@ Reconnect = Callable[[int, BaseException, bool], None]
 a connection had worked before, so this one was lost rather than never made)."""
 
 
-class ClientError(Exception):
+class ClientError(OrchestratorError):
     """The server refused a request (`code`: the protocol's error code), or could not
     be reached (`code: "unreachable"`)."""
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+        super().__init__(message, code=code)
+        self.args = (f"{code}: {message}",)
 
 
 def auth_headers(token: str | None, origin: str | None = None) -> dict[str, str] | None:

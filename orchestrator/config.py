@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents.core.attachments import AttachmentLimits
+from agents.errors import OrchestratorError
 from agents.model_config import ModelConfig
 from agents.spec import CompactionSpec
 from agents.yaml_loader import load_yaml_model
@@ -40,8 +41,10 @@ _TRIGGER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _MCP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 
 
-class ConfigError(Exception):
+class ConfigError(OrchestratorError):
     """The server config is invalid; the message names the file and the key."""
+
+    code = "bad_request"
 
 
 class TokenConfig(BaseModel):

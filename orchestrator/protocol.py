@@ -18,6 +18,7 @@ from typing import Any, Literal
 import msgspec
 
 from agents.core.attachments import AttachmentIn
+from agents.errors import ErrorCode, OrchestratorError
 from orchestrator.core.approvals import ApprovalInfo
 from orchestrator.core.events import Event
 from orchestrator.core.filters import FilterSpec
@@ -75,15 +76,6 @@ __all__ = [
     "parse",
 ]
 
-ErrorCode = Literal[
-    "bad_request",
-    "unknown_op",
-    "not_found",
-    "unauthorized",
-    "limit_exceeded",
-    "unavailable",
-    "internal",
-]
 Detail = Literal["full", "blocks", "status"]
 
 Format = Literal["events", "ag-ui"]
@@ -91,13 +83,13 @@ Format = Literal["events", "ag-ui"]
 MessageId = str | int | None
 
 
-class ProtocolError(Exception):
+class ProtocolError(OrchestratorError):
     """A client message that cannot be served; becomes an `error` frame."""
 
+    code: ErrorCode
+
     def __init__(self, code: ErrorCode, message: str, id: MessageId = None) -> None:
-        super().__init__(message)
-        self.code: ErrorCode = code
-        self.message = message
+        super().__init__(message, code=code)
         self.id = id
 
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypedDict
 import msgspec
 
 from agents.core.wildcard import wildcard_match
+from agents.errors import OrchestratorError
 
 __all__ = [
     "ATTACHMENT_ID",
@@ -41,8 +42,10 @@ ATTACHMENT_ID = re.compile(r"^att-[0-9a-f]{32}$")
 _MEDIA_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}$")
 
 
-class AttachmentError(ValueError):
+class AttachmentError(OrchestratorError, ValueError):
     """An attachment cannot be taken; the message says which and why."""
+
+    code = "bad_request"
 
 
 class AttachmentInfo(TypedDict):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import msgspec
 
+from agents.errors import OrchestratorError
+
 __all__ = ["SseDecoder", "SseError", "SseEvent"]
 
 
@@ -23,7 +25,7 @@ class SseEvent(msgspec.Struct, frozen=True):
     retry: int | None = None
 
 
-class SseError(ValueError):
+class SseError(OrchestratorError, ValueError):
     """The stream broke a limit (an event larger than `max_event_bytes`, or endless
     lines that make no event)."""
 

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from agents.errors import OrchestratorError
+
 __all__ = [
     "ANSWER_TOOL",
     "MAX_SCHEMA_BYTES",
@@ -53,8 +55,10 @@ _UNTRUSTED = ("pattern", "patternProperties", "$dynamicRef")
 be matched, with a backtracking engine, against text the model writes."""
 
 
-class SchemaError(ValueError):
+class SchemaError(OrchestratorError, ValueError):
     """A schema cannot be used; the message names where and what."""
+
+    code = "bad_request"
 
 
 def check_schema(schema: object, *, where: str, untrusted: bool = False) -> dict[str, Any]:

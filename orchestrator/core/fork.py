@@ -28,18 +28,17 @@ from dataclasses import dataclass
 from agents.core.messages import Inbound, Message
 from agents.core.payloads import ForkedFromData
 from agents.core.replay import Recorder, Recording, conversation_digest
+from agents.errors import OrchestratorError
 from orchestrator.core.events import Event, EventType
 from orchestrator.core.rebuild import AgentPlan, ResumePlan, rebuild
 
 __all__ = ["Fork", "ForkError", "fork_run", "recorded"]
 
 
-class ForkError(ValueError):
+class ForkError(OrchestratorError, ValueError):
     """The fork cannot be made as asked (one line naming what and why)."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    code = "bad_request"
 
 
 @dataclass

@@ -7,6 +7,8 @@ from typing import Literal
 
 import msgspec
 
+from agents.errors import OrchestratorError
+
 __all__ = [
     "MAX_THREAD_ID",
     "Multitask",
@@ -25,13 +27,12 @@ MAX_THREAD_ID = 256
 """Longest thread id a client may choose (AG-UI and A2A clients choose their own)."""
 
 
-class ThreadError(LookupError):
-    """A thread or its agent cannot be continued as asked (`code`: the protocol's)."""
+class ThreadError(OrchestratorError, LookupError):
+    """A thread or its agent cannot be continued as asked (`code`: `not_found` or
+    `bad_request`)."""
 
     def __init__(self, code: Literal["not_found", "bad_request"], message: str) -> None:
-        super().__init__(message)
-        self.code: Literal["not_found", "bad_request"] = code
-        self.message = message
+        super().__init__(message, code=code)
 
 
 class ThreadAsk(msgspec.Struct, frozen=True, kw_only=True):

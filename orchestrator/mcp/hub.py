@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from agents.errors import OrchestratorError
 from orchestrator.config import McpServerConfig
 from orchestrator.mcp.names import exposed_names
 
@@ -35,8 +36,10 @@ _MAX_PAGES = 100
 """Most pages of a tool listing read (a server that pages for ever cannot hang a start)."""
 
 
-class McpError(Exception):
+class McpError(OrchestratorError):
     """An MCP server could not be started, listed or called; the message says which."""
+
+    code = "unavailable"
 
 
 class ToolInfo:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from agents.core.attachments import Attachment
+from agents.errors import OrchestratorError
 from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.threads import ThreadAsk, ThreadError
 
@@ -28,20 +29,22 @@ __all__ = [
 ]
 
 
-class LimitExceeded(Exception):
+class LimitExceeded(OrchestratorError):
     """Too many concurrent runs (on the server, or for one token)."""
 
+    code = "limit_exceeded"
 
-class StorageUnavailable(Exception):
+
+class StorageUnavailable(OrchestratorError):
     """The journal cannot write: new runs are refused until it recovers."""
 
+    code = "unavailable"
 
-class AgentNotRunning(LookupError):
+
+class AgentNotRunning(OrchestratorError, LookupError):
     """A message was sent to an agent that is not running."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    code = "not_found"
 
 
 class StartedRun(Protocol):

@@ -21,6 +21,7 @@ import msgspec
 import trio
 
 from agents.approval import ApprovalRequest, Decision
+from agents.errors import OrchestratorError
 from orchestrator.core.approvals import AgentKey, Answer, ApprovalInfo, CallKey
 from orchestrator.core.events import Source
 from orchestrator.core.listeners import Listeners
@@ -39,13 +40,11 @@ __all__ = [
 ]
 
 
-class ApprovalError(LookupError):
-    """An answer that changes nothing: `code` is `not_found` or `invalid`."""
+class ApprovalError(OrchestratorError, LookupError):
+    """An answer that changes nothing: `code` is `not_found` or `bad_request`."""
 
-    def __init__(self, code: Literal["not_found", "invalid"], message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    def __init__(self, code: Literal["not_found", "bad_request"], message: str) -> None:
+        super().__init__(message, code=code)
 
 
 class PendingApproval:
@@ -158,7 +157,7 @@ class ApprovalDesk:
         waiting = self.claim(run_id, answer.tool_call_id, answer.agent_key)
         if waiting.there is not None:
             raise ApprovalError(
-                "invalid",
+                "bad_request",
                 f"tool call {answer.tool_call_id!r} waits on another server: answer it "
                 "with the server's approve op",
             )
@@ -411,7 +410,7 @@ def ambiguous(run_id: str, tool_call_id: str, keys: list[str | None]) -> Approva
     """The refusal of an answer that does not say which of several calls it is for."""
     agents = ", ".join("the root agent" if k is None else k for k in keys)
     return ApprovalError(
-        "invalid",
+        "bad_request",
         f"{len(keys)} tool calls {tool_call_id!r} wait in run {run_id!r} ({agents}): "
         "say which with agentKey",
     )
@@ -440,15 +439,15 @@ def check_answer(
     if args is None:
         return
     if decision != "approve":
-        raise ApprovalError("invalid", "args may only come with decision 'approve'")
+        raise ApprovalError("bad_request", "args may only come with decision 'approve'")
     if not edit:
         raise ApprovalError(
-            "invalid",
+            "bad_request",
             f"the arguments of {name!r} may not be edited (the agent's approval_edit is false)",
         )
     problem = _invalid_args(args, parameters or {})
     if problem is not None:
-        raise ApprovalError("invalid", f"args are not valid for {name!r}: {problem}")
+        raise ApprovalError("bad_request", f"args are not valid for {name!r}: {problem}")
 
 
 def _invalid_args(args: dict[str, Any], schema: dict[str, Any]) -> str | None:

@@ -27,7 +27,7 @@ from agents.core.attachments import (
 )
 from agents.core.replay import Recording
 from agents.core.usage import UsageNode
-from agents.errors import SpecError
+from agents.errors import OrchestratorError, SpecError
 from agents.providers.factory import ProviderFactory
 from agents.runner import AgentRunner, BackgroundAgain, Summarizer, TurnLimits
 from agents.spec import AgentSpec, CompactionSpec
@@ -52,12 +52,13 @@ __all__ = [
 ]
 
 
-class UnknownAgent(LookupError):
+class UnknownAgent(OrchestratorError, LookupError):
     """No subagent with that agentId."""
 
+    code = "not_found"
+
     def __init__(self, agent_id: str, known: list[str]) -> None:
-        self.message = f"unknown agent {agent_id!r} (known: {', '.join(known) or 'none'})"
-        super().__init__(self.message)
+        super().__init__(f"unknown agent {agent_id!r} (known: {', '.join(known) or 'none'})")
         self.agent_id = agent_id
 
 

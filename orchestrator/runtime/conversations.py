@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from agents.core.messages import Message, UserMessage
+from agents.errors import OrchestratorError
 from orchestrator.core.threads import new_thread_id
 from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.run import Run
@@ -20,8 +21,10 @@ THREADS_KEPT = 256
 """Threads kept in memory (the least recently used goes first)."""
 
 
-class ThreadBusy(RuntimeError):
+class ThreadBusy(OrchestratorError, RuntimeError):
     """A run of that thread runs now: one at a time."""
+
+    code = "bad_request"
 
 
 class Conversations:

@@ -38,7 +38,7 @@ from agents.core.payloads import (
     agent_error,
 )
 from agents.core.usage import UsageNode
-from agents.errors import ToolError
+from agents.errors import OrchestratorError, ToolError
 from agents.runner import Cancellation
 from agents.spec import AgentSpec
 from orchestrator.client import Client, ClientError
@@ -65,9 +65,11 @@ CONTROL_SECONDS = 10.0
 server (the op that asked gets the error after that)."""
 
 
-class RemoteRefused(Exception):
+class RemoteRefused(OrchestratorError):
     """A message or cancel for an agent of a remote subtree that its server refused
     (or that could not reach it): the message says which server and why."""
+
+    code = "unavailable"
 
 
 HANDLES = frozenset(
@@ -255,7 +257,7 @@ class RemoteLink:
                 )
         except ClientError as exc:
             if exc.code == "bad_request":
-                raise ApprovalError("invalid", f"{self.where}: {exc}") from None
+                raise ApprovalError("bad_request", f"{self.where}: {exc}") from None
             raise ApprovalError("not_found", f"{self.where}: {exc}") from None
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ from agents.core.payloads import RunFinishedData
 from agents.core.replay import Recording
 from agents.core.turn import parse_arguments
 from agents.core.usage import UsageNode
-from agents.errors import AgentFailed
+from agents.errors import AgentFailed, OrchestratorError
 from agents.runner import AgentRunner, Cancellation
 from agents.spec import AgentSpec
 from orchestrator.core.approvals import Answer
@@ -60,12 +60,10 @@ __all__ = ["AgentGone", "Run", "RunResult", "RunStatus"]
 logger = logging.getLogger(__name__)
 
 
-class AgentGone(LookupError):
+class AgentGone(OrchestratorError, LookupError):
     """A cancel named an agent instance that is not there to cancel."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    code = "not_found"
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):

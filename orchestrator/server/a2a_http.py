@@ -26,7 +26,9 @@ from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import (
+    A2AError,
     ExtendedAgentCardNotConfiguredError,
+    InternalError,
     InvalidParamsError,
     InvalidRequestError,
     PushNotificationNotSupportedError,
@@ -40,12 +42,11 @@ from starlette.requests import Request
 from orchestrator.a2a.mapping import TaskUpdate, TaskView, answer_of, files_of, text_of
 from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
 from orchestrator.core.webhooks import url_allowed
-from orchestrator.runtime.approvals import ApprovalError
+from orchestrator.errors import OrchestratorError, shown
 from orchestrator.server.a2a_push import KIND, config_of, spec_of
 from orchestrator.server.auth import Principal
 from orchestrator.server.endpoints import (
     DoorContext,
-    Refused,
     authorize,
     read_body,
     refuse,
@@ -79,6 +80,20 @@ BEARER = "bearer"
 """The card's name for the bearer-token scheme (`Authorization: Bearer <token>`)."""
 
 
+_ERRORS: dict[int, type[A2AError]] = {
+    -32602: InvalidParamsError,
+    -32600: InvalidRequestError,
+    -32001: TaskNotFoundError,
+    -32603: InternalError,
+}
+"""The A2A SDK's error of each JSON-RPC code of errors.py's table."""
+
+
+def a2a_error(error: OrchestratorError) -> A2AError:
+    """`error` as the A2A SDK's error of its JSON-RPC code (errors.py)."""
+    return _ERRORS.get(shown(error).jsonrpc, InternalError)(message=error.message)
+
+
 class A2aEndpoint:
     """The subagents of `app`, each an A2A agent at `/a2a/AGENT/`."""
 
@@ -88,7 +103,7 @@ class A2aEndpoint:
         self._apps: dict[str, Starlette] = {}
         self.max_body = max(4 * app.config.limits.max_input_bytes, 1024 * 1024)
 
-    async def serve(self, stream: trio.SocketStream) -> None:
+    async def serve(self, stream: trio.abc.Stream) -> None:
         """Serve one connection routed to `/a2a`."""
         await serve_connection(stream, self._asgi, self.app.auth)
 
@@ -297,8 +312,8 @@ class RunTasks(RequestHandler):
                 thread=thread,
                 attachments=files_of(message.parts),
             )
-        except Refused as exc:
-            raise InvalidRequestError(message=exc.message) from None
+        except OrchestratorError as exc:
+            raise a2a_error(exc) from None
         run_id = started.run_id
         if params.configuration.HasField("task_push_notification_config"):
             push = pb.TaskPushNotificationConfig()
@@ -328,8 +343,8 @@ class RunTasks(RequestHandler):
             raise InvalidParamsError(message=answer)
         try:
             await self.app.runs.approve(task_id, answer)
-        except ApprovalError as exc:
-            raise InvalidParamsError(message=str(exc)) from None
+        except OrchestratorError as exc:
+            raise a2a_error(exc) from None
         return view
 
     async def _follow(self, view: TaskView, after: int = 0) -> AsyncGenerator[TaskUpdate, None]:

@@ -47,8 +47,7 @@ from agents.core.payloads import ApprovalRequestedData
 from orchestrator.agui.mapping import AguiStream, answer_of, chat_of, parse_interrupt_id
 from orchestrator.core.events import EventType
 from orchestrator.core.threads import MAX_THREAD_ID, Multitask, ThreadAsk, ThreadError
-from orchestrator.runs.service import AgentNotRunning
-from orchestrator.runtime.approvals import ApprovalError
+from orchestrator.errors import OrchestratorError, http_status, shown
 from orchestrator.server.endpoints import (
     DoorContext,
     Refused,
@@ -117,7 +116,7 @@ class AguiEndpoint:
         self.max_body = max(4 * app.config.limits.max_input_bytes, 1024 * 1024)
         """A RunAgentInput may carry the conversation so far: its JSON is bounded by this."""
 
-    async def serve(self, stream: trio.SocketStream) -> None:
+    async def serve(self, stream: trio.abc.Stream) -> None:
         """Serve one connection routed to `/ag-ui`."""
         await serve_connection(stream, self._asgi, self.app.auth)
 
@@ -179,8 +178,8 @@ class AguiEndpoint:
             started = await start_run(
                 self.app, principal, agent_id, task, thread=thread, attachments=given
             )
-        except Refused as exc:
-            return await refuse(send, exc.status, exc.message)
+        except OrchestratorError as exc:  # shown by its code (errors.py)
+            return await refuse(send, http_status(exc), exc.message)
         run_id, thread_id = started.run_id, run_input.thread_id
 
         async def opening() -> tuple[AguiStream, list[BaseEvent]]:
@@ -253,8 +252,8 @@ class AguiEndpoint:
         thread_id = (query.get("threadId") or [""])[0]
         try:
             chat = await self._thread_chat(principal, thread_id)
-        except Refused as exc:
-            return await refuse(send, exc.status, exc.message)
+        except OrchestratorError as exc:  # shown by its code (errors.py)
+            return await refuse(send, http_status(exc), exc.message)
         body = json.dumps(
             {
                 "threadId": thread_id,
@@ -280,8 +279,8 @@ class AguiEndpoint:
         `runAgent()` on a reloaded page with no messages yet)."""
         try:
             chat = await self._thread_chat(principal, run_input.thread_id)
-        except Refused as exc:
-            return await refuse(send, exc.status, exc.message)
+        except OrchestratorError as exc:  # shown by its code (errors.py)
+            return await refuse(send, http_status(exc), exc.message)
         thread_id, agui_run = run_input.thread_id, run_input.run_id
         events: list[BaseEvent] = [
             RunStartedEvent(thread_id=thread_id, run_id=agui_run),
@@ -350,8 +349,8 @@ class AguiEndpoint:
         (`forwardedProps.runId`, `afterSeq`): the run's events after the cursor."""
         try:
             run_id, cursor, entries = _continuation(run_input)
-        except Refused as exc:
-            return await refuse(send, exc.status, exc.message)
+        except OrchestratorError as exc:  # shown by its code (errors.py)
+            return await refuse(send, http_status(exc), exc.message)
         app = self.app
         try:
             log = await app.journal.mirrors.find(run_id)
@@ -429,10 +428,8 @@ class AguiEndpoint:
                 return {**out, "code": "bad_request", "message": f"{name} is over {limit} bytes"}
         try:
             await self.app.runs.approve(run_id, answer)
-        except ApprovalError as exc:
-            return {**out, "code": exc.code, "message": exc.message}
-        except (UnknownRun, AgentNotRunning) as exc:
-            return {**out, "code": "not_found", "message": str(exc)}
+        except OrchestratorError as exc:  # shown by its code (errors.py)
+            return {**out, "code": shown(exc).ws, "message": exc.message}
         return {**out, "accepted": True, "decision": answer.decision}
 
     async def _stream(

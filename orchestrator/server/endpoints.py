@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 from websockets.datastructures import Headers
 
-from agents.core.attachments import Attachment, AttachmentError, AttachmentIn, infos
+from agents.core.attachments import AttachmentIn, infos
 from orchestrator.config import ServerConfig
-from orchestrator.core.threads import ThreadAsk, ThreadError
-from orchestrator.runs.service import LimitExceeded, RunService, StartedRun, StorageUnavailable
-from orchestrator.runtime.context import UnknownAgent
+from orchestrator.core.threads import ThreadAsk
+from orchestrator.errors import OrchestratorError, Refused, shown
+from orchestrator.runs.service import RunService, StartedRun
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.asgi import ASGIApp, Message, serve_http
 from orchestrator.server.auth import Auth, Principal, bad_headers, unauthorized
@@ -59,15 +59,6 @@ class DoorContext(Protocol):
     def outbox(self) -> Outbox | None: ...
 
 
-class Refused(Exception):
-    """A run cannot start for this request: the HTTP status and why."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 async def start_run(
     app: DoorContext,
     principal: Principal,
@@ -91,14 +82,9 @@ async def start_run(
         raise Refused(413, f"the task is over limits.max_input_bytes ({limit} bytes)")
     if app.closing:
         raise Refused(503, "the server is shutting down")
-    given: list[Attachment] = []
-    if attachments:
-        try:
-            given = await app.orchestrator.catalog.receive(attachments)
-        except AttachmentError as exc:
-            raise Refused(400, str(exc)) from None
-    options = RunOptions(attachments=tuple(infos(given))) if given else None
     try:
+        given = await app.orchestrator.catalog.receive(attachments) if attachments else []
+        options = RunOptions(attachments=tuple(infos(given))) if given else None
         return await app.runs.start(
             agent_id,
             task,
@@ -109,24 +95,21 @@ async def start_run(
             options=options,
             blobs={a.id: a.data for a in given} or None,
         )
-    except UnknownAgent as exc:
-        raise Refused(404, exc.message) from None
-    except ThreadError as exc:
-        raise Refused(404 if exc.code == "not_found" else 400, exc.message) from None
-    except LimitExceeded as exc:
-        raise Refused(429, str(exc)) from None
-    except StorageUnavailable as exc:
-        raise Refused(503, str(exc)) from None
+    except OrchestratorError as exc:  # every family, shown by its code (errors.py)
+        raise Refused(shown(exc).http, exc.message) from None
 
 
-async def serve_connection(stream: trio.SocketStream, app: ASGIApp, auth: Auth) -> None:
+async def serve_connection(stream: trio.abc.Stream, app: ASGIApp, auth: Auth) -> None:
     """Serve one connection the front door routed to an endpoint, as HTTP/1.1 to `app`;
     each request's `Host` is checked first (`Auth.host_allowed`: DNS rebinding)."""
-    try:
-        server, client = stream.socket.getsockname(), stream.socket.getpeername()
-    except OSError:  # it is gone already
-        await trio.aclose_forcefully(stream)
-        return
+    server: tuple[str, int] | None = None
+    client: tuple[str, int] | None = None
+    if isinstance(stream, trio.SocketStream):  # (else a stream with no address)
+        try:
+            server, client = stream.socket.getsockname()[:2], stream.socket.getpeername()[:2]
+        except OSError:  # it is gone already
+            await trio.aclose_forcefully(stream)
+            return
 
     async def checked(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         headers = Headers((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"])
@@ -141,7 +124,7 @@ async def serve_connection(stream: trio.SocketStream, app: ASGIApp, auth: Auth) 
             return
         await app(scope, receive, send)
 
-    await serve_http(stream, checked, server=server[:2], client=client[:2])
+    await serve_http(stream, checked, server=server, client=client)
 
 
 HOST_REFUSED = (

@@ -21,6 +21,7 @@ import trio
 from orchestrator.config import HookConfig
 from orchestrator.core.hooks import fill, signature_ok, slack_signature_ok
 from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
+from orchestrator.errors import OrchestratorError, http_status
 from orchestrator.server.endpoints import (
     DoorContext,
     Refused,
@@ -42,7 +43,7 @@ class HooksEndpoint:
         self.max_body = max(4 * app.config.limits.max_input_bytes, 1024 * 1024)
         """A request body past this is refused (413) before it is read whole."""
 
-    async def serve(self, stream: trio.SocketStream) -> None:
+    async def serve(self, stream: trio.abc.Stream) -> None:
         """Serve one connection routed to `/hooks`."""
         await serve_connection(stream, self._asgi, self.app.auth)
 
@@ -73,8 +74,8 @@ class HooksEndpoint:
         try:
             task, thread = _start_of(hook, data, self.app.config.limits.max_input_bytes)
             started = await start_run(self.app, principal, agent_id, task, thread=thread)
-        except Refused as exc:
-            return await refuse(send, exc.status, exc.message)
+        except OrchestratorError as exc:  # shown by its code (errors.py)
+            return await refuse(send, http_status(exc), exc.message)
         return await _answer(send, 202, {"runId": started.run_id, "threadId": started.thread_id})
 
 

@@ -26,11 +26,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 
 from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
+from orchestrator.errors import OrchestratorError
 from orchestrator.mcp.expose import Answer, TreeProgress, subagent_server
 from orchestrator.server.auth import Principal
 from orchestrator.server.endpoints import (
     DoorContext,
-    Refused,
     authorize,
     serve_connection,
     start_run,
@@ -69,7 +69,7 @@ class McpEndpoint:
         async with self.manager.run():
             yield self
 
-    async def serve(self, stream: trio.SocketStream) -> None:
+    async def serve(self, stream: trio.abc.Stream) -> None:
         """Serve one connection routed to `/mcp`."""
         await serve_connection(stream, self._asgi, self.app.auth)
 
@@ -92,7 +92,7 @@ class McpEndpoint:
         thread = ThreadAsk(thread_id=thread_id) if thread_id is not None else None
         try:
             started = await start_run(app, principal, agent_id, task, thread=thread)
-        except Refused as exc:
+        except OrchestratorError as exc:  # (a tool's error names what: errors.py)
             raise ToolError(exc.message) from None
         run_id = started.run_id
         followed = trio.Event()

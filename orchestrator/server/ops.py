@@ -20,27 +20,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from agents.core.attachments import Attachment, AttachmentError, AttachmentIn, infos
-from agents.core.structured import SchemaError, check_schema
+from agents.core.attachments import Attachment, AttachmentIn, infos
+from agents.core.structured import check_schema
 from orchestrator import protocol
 from orchestrator.config import ServerConfig
 from orchestrator.core.approvals import Answer
 from orchestrator.core.filters import FilterSpec
-from orchestrator.core.fork import ForkError
 from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
 from orchestrator.core.webhooks import WebhookSpec, shown_url, url_allowed
+from orchestrator.errors import OrchestratorError, shown
 from orchestrator.protocol import ProtocolError
 from orchestrator.runs.service import (
-    AgentNotRunning,
-    LimitExceeded,
     RunService,
     StartedRun,
-    StorageUnavailable,
-    ThreadError,
 )
 from orchestrator.runs.threads import ThreadInfo
-from orchestrator.runtime.approvals import ApprovalError
-from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Principal
 from orchestrator.server.feed import Feed
@@ -133,19 +127,10 @@ async def dispatch(conn: Caller, op: protocol.ClientOp) -> None:
             await visible(conn, run_id, op.id)
     try:
         await entry.handler(conn, op)
-    except (UnknownAgent, AgentNotRunning) as exc:  # the runs' errors, as protocol codes
-        raise ProtocolError("not_found", exc.message, op.id) from None
-    except LimitExceeded as exc:
-        raise ProtocolError("limit_exceeded", str(exc), op.id) from None
-    except ForkError as exc:
-        raise ProtocolError("bad_request", exc.message, op.id) from None
-    except StorageUnavailable as exc:
-        raise ProtocolError("unavailable", str(exc), op.id) from None
-    except ThreadError as exc:
-        raise ProtocolError(exc.code, exc.message, op.id) from None
-    except ApprovalError as exc:
-        kind: protocol.ErrorCode = "not_found" if exc.code == "not_found" else "bad_request"
-        raise ProtocolError(kind, exc.message, op.id) from None
+    except OrchestratorError as exc:  # every family, shown by its code (errors.py)
+        if isinstance(exc, ProtocolError):
+            raise
+        raise ProtocolError(shown(exc).ws, exc.message, op.id) from None
 
 
 async def visible(conn: Caller, run_id: str, msg_id: protocol.MessageId) -> RunLog:
@@ -210,10 +195,7 @@ async def run(conn: Caller, op: protocol.StartRun) -> None:
     )
     schema = None
     if op.output_schema is not None:
-        try:
-            schema = check_schema(op.output_schema, where="outputSchema", untrusted=True)
-        except SchemaError as exc:
-            raise ProtocolError("bad_request", str(exc), op.id) from None
+        schema = check_schema(op.output_schema, where="outputSchema", untrusted=True)
     hooks = tuple(_own_webhooks(app.config, op))
     given = await attachments_of(conn, op.attachments or [], op.id)
     options = None
@@ -314,13 +296,11 @@ async def _answer_started(
 async def attachments_of(
     conn: Caller, given: list[AttachmentIn], msg_id: protocol.MessageId
 ) -> list[Attachment]:
-    """A request's attachments, checked (and fetched), or a `bad_request` saying why."""
+    """A request's attachments, checked (and fetched), or an `AttachmentError` saying why
+    (`bad_request`, as `dispatch` shows it)."""
     if not given:
         return []
-    try:
-        return await conn.app.orchestrator.catalog.receive(given)
-    except AttachmentError as exc:
-        raise ProtocolError("bad_request", str(exc), msg_id) from None
+    return await conn.app.orchestrator.catalog.receive(given)
 
 
 async def cancel(conn: Caller, op: protocol.Cancel) -> None:

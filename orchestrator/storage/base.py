@@ -8,13 +8,16 @@ from typing import Any, Protocol
 import msgspec
 
 from agents.core.attachments import AttachmentInfo, BlobStore
+from agents.errors import OrchestratorError
 from orchestrator.core.webhooks import WebhookSpec
 
 __all__ = ["BlobStore", "RunOptions", "RunRecord", "Storage", "StorageError"]
 
 
-class StorageError(Exception):
+class StorageError(OrchestratorError):
     """A storage backend cannot be opened (bad path, unreachable, refused settings)."""
+
+    code = "unavailable"
 
 
 class ForkPoint(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):

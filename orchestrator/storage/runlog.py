@@ -16,6 +16,7 @@ import msgspec
 import trio
 
 from agents.core.payloads import RunFinishedData
+from agents.errors import OrchestratorError
 from orchestrator.core.events import Event, EventType
 from orchestrator.storage.base import RunRecord
 
@@ -26,8 +27,10 @@ UNFINISHED = frozenset({"running", "queued"})
 """Record statuses of a run that has not ended."""
 
 
-class UnknownRun(LookupError):
+class UnknownRun(OrchestratorError, LookupError):
     """No run with that id."""
+
+    code = "not_found"
 
     def __init__(self, run_id: str) -> None:
         super().__init__(f"unknown run {run_id!r}")

@@ -135,7 +135,7 @@ async def test_an_edited_call_runs_with_the_new_args_and_bad_edits_change_nothin
         call_id = asked.data["toolCallId"]
         with pytest.raises(ApprovalError, match="content") as bad:
             run.approve(call_id, args={"path": "x.txt"})
-        assert bad.value.code == "invalid"
+        assert bad.value.code == "bad_request"
         with pytest.raises(ApprovalError, match="only come with decision 'approve'"):
             run.approve(call_id, "deny", args={"path": "x.txt", "content": "y"})
         with pytest.raises(ApprovalError, match="no tool call 'nope'") as unknown:

@@ -134,7 +134,7 @@ async def test_a_refusal_there_is_the_answers_error_here() -> None:
     assert waiting.there is not None
     with pytest.raises(ApprovalError, match="args are not valid") as info:
         await waiting.there(Decision(decision="approve", by="ann", args={"x": 1}))
-    assert info.value.code == "invalid"
+    assert info.value.code == "bad_request"
     link, desk, _ = linked(ClientError("not_found", "already answered"))
     link.hold("run-here", CHILD, asked("c1"))
     with pytest.raises(ApprovalError) as info:
