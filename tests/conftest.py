@@ -9,6 +9,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import croniter  # noqa: F401 (its import runs `file` once: a process no test starts)
 import pytest
 from hypothesis import settings
 
@@ -98,11 +99,75 @@ HEAVY = {
 ALONE = ("tests/browser/test_console.py::test_500_agents_stream_without_long_frames",)
 
 
+# The process-level tests (`slow`): what needs real processes — servers started and
+# killed (restart, kill -9, SIGTERM, the cluster, chaos), the command line in a shell,
+# a browser, Node and the official clients, MCP servers over stdio, mypy. `pytest -m
+# "not slow"` runs everything else, in memory (tests/memory_server.py), and there a
+# test that starts a process fails, naming this list.
+SLOW = (
+    *HEAVY["cluster"],
+    *HEAVY["servers"],
+    "tests/integration/test_a2a_remote.py",
+    "tests/integration/test_a2a_serve.py::test_a_dropped_subscriber_resumes_exactly_by_seq",
+    "tests/integration/test_agui_resume.py::test_a_dropped_client_resumes_exactly_by_seq",
+    "tests/integration/test_agui_threads.py::test_the_official_client",
+    "tests/integration/test_approvals_cli.py",
+    "tests/integration/test_attachments.py::test_an_image_survives_a_restart",
+    "tests/integration/test_attachments.py::test_an_mcp_tools_image_reaches_the_model",
+    "tests/integration/test_cli_first_hour.py",
+    "tests/integration/test_client.py::test_a_follow_goes_on_through_a_server_restart",
+    "tests/integration/test_compaction.py::test_a_resume_after_kill_9",
+    "tests/integration/test_doc_examples_run.py",
+    "tests/integration/test_fake_provider.py",
+    "tests/integration/test_fork_server.py",
+    "tests/integration/test_mcp_endpoint.py::test_sigterm_of_serve",
+    "tests/integration/test_mcp_serve.py",
+    "tests/integration/test_mcp_tools.py",
+    "tests/integration/test_provider_tls.py",
+    "tests/integration/test_redis_outage.py",
+    "tests/integration/test_server_lifecycle.py",
+    "tests/integration/test_stalls_server.py::test_a_gateway_counts_the_stalls",
+    "tests/integration/test_structured_server.py",
+    "tests/integration/test_subtree_cancel.py",
+    "tests/integration/test_telemetry.py",
+    "tests/integration/test_threads.py",
+    "tests/integration/test_triggers.py",
+    "tests/unit/test_architecture.py::test_the_redis_client_loads_only_where",
+    "tests/unit/test_cli.py::test_help_imports_nothing_heavy",
+    "tests/unit/test_cli.py::test_invalid_subagent_stops_startup_with_one_line",
+    "tests/unit/test_config_spec.py::test_a_start_reports_every_problem_with_the_file",
+    "tests/unit/test_doc_examples.py::test_yaml_loads_as_a_server_config_or_a_subagent",
+    "tests/unit/test_typed_bus.py::test_mypy_refuses",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for group, prefixes in HEAVY.items():
             if item.nodeid.startswith(prefixes):
                 item.add_marker(pytest.mark.xdist_group(group))
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_in_the_fast_tier(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under `-m "not slow"`, a test that starts a process fails: it belongs in SLOW."""
+    import subprocess
+
+    if "not slow" not in (request.config.option.markexpr or ""):
+        yield
+        return
+
+    def refused(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise AssertionError(
+            f"{request.node.nodeid} starts a process: name it in tests/conftest.py SLOW"
+        )
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(subprocess.Popen, "__init__", refused)
+    yield
+    patch.undo()
 
 
 class _Alone:

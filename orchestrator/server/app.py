@@ -18,6 +18,7 @@ import functools
 import logging
 import os
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -28,6 +29,7 @@ from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFact
 from websockets.trio.server import Server, ServerConnection
 from websockets.trio.server import serve as ws_serve
 
+from agents.errors import OrchestratorError
 from agents.spec import AgentSpec, load_specs
 from orchestrator.cluster.leases import Leases
 from orchestrator.config import ClusterConfig, ConfigError, ServerConfig, ServerSection
@@ -38,7 +40,7 @@ from orchestrator.runtime.engine import Orchestrator, builtin_tool_names, config
 from orchestrator.server.auth import Auth, Principal, RedactTokens
 from orchestrator.server.connection import Connection, release
 from orchestrator.server.doors import open_doors
-from orchestrator.server.front import HandoffListener, route_connections
+from orchestrator.server.front import Address, HandoffListener, route_connections
 from orchestrator.server.http import Routes
 from orchestrator.server.metrics import AppCollector
 from orchestrator.storage.journal import Journal
@@ -148,14 +150,15 @@ class RunningServer:
         ws_server: Server,
         stop: trio.CancelScope,
         front: trio.CancelScope | None = None,
+        *,
+        address: tuple[str, int],
     ) -> None:
         self.app = app
         self.ws_server = ws_server
         self._stop = stop
         self._front = front
         """The front door's accepting (front.py): stopped first at shutdown."""
-        sock = ws_server.listeners[0].socket
-        self.host, self.port = sock.getsockname()[:2]
+        self.host, self.port = address
 
     @property
     def url(self) -> str:
@@ -225,8 +228,10 @@ async def _join_cluster(
         await trio.sleep_forever()
 
 
-class CannotListen(Exception):
+class CannotListen(OrchestratorError):
     """The server's address cannot be bound (one line naming it and why)."""
+
+    code = "unavailable"
 
 
 def starting_problems(config: ServerConfig) -> dict[str, AgentSpec]:
@@ -261,9 +266,14 @@ async def serve(
     *,
     host: str | None = None,
     port: int | None = None,
+    listeners: Sequence[trio.abc.Listener[trio.abc.Stream]] | None = None,
     task_status: trio.TaskStatus[RunningServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the server until cancelled or `shutdown()`; `task_status` gets a RunningServer.
+
+    It binds `host`:`port` (the config's by default), unless it is given `listeners`
+    to accept from (the test suite's memory streams): then `host` and `port` are only
+    the address it says it has.
 
     The address is bound first, then the journal owned (storage/owner.py), and only
     then is anything read, resumed or written: a start that cannot listen, or finds
@@ -280,13 +290,14 @@ async def serve(
     specs = starting_problems(config)  # (before anything is bound or opened)
     host = config.server.host if host is None else host
     port = config.server.port if port is None else port
-    listeners = await listen(host, port)
-    bound = listeners[0].socket.getsockname()
+    if listeners is None:
+        listeners = bound = await listen(host, port)
+        port = bound[0].socket.getsockname()[1]
     leases = Leases() if config.cluster is not None and config.cluster.worker else None
     try:
         async with open_journal(
             config,
-            holder=this_server(f"{host}:{bound[1]}"),
+            holder=this_server(f"{host}:{port}"),
             fence=leases.fence if leases is not None else None,
         ) as journal:
             if journal.interrupted:
@@ -300,7 +311,7 @@ async def serve(
                     "runs still running when this server stops cannot be resumed (use "
                     "sqlite:// or redis://)"
                 )
-            await _serve(config, specs, journal, leases, listeners, task_status)
+            await _serve(config, specs, journal, leases, listeners, (host, port), task_status)
     finally:
         for listener in listeners:
             with contextlib.suppress(OSError):
@@ -325,7 +336,8 @@ async def _serve(
     specs: dict[str, AgentSpec],
     journal: Journal,
     leases: Leases | None,
-    listeners: list[trio.SocketListener],
+    listeners: Sequence[trio.abc.Listener[trio.abc.Stream]],
+    address: tuple[str, int],
     task_status: trio.TaskStatus[RunningServer],
 ) -> None:
     with trio.CancelScope() as stop:
@@ -346,8 +358,7 @@ async def _serve(
             node = None
             if config.cluster is not None:
                 node = await nursery.start(_join_cluster, config.cluster, journal, runs, leases)
-            port = listeners[0].socket.getsockname()[1]
-            app = ServerApp(config, orch, journal, runs, node, port)
+            app = ServerApp(config, orch, journal, runs, node, address[1])
             app.telemetry = telemetry
             app.outbox = outbox
             if config.triggers and (node is None or node.gateway is not None):
@@ -360,7 +371,7 @@ async def _serve(
                 "compression": None,
                 "extensions": deflate(config.server) if config.server.compression else None,
             }
-            await _serve_with_front_door(app, stop, listeners, ws_options, task_status)
+            await _serve_with_front_door(app, stop, listeners, address, ws_options, task_status)
 
 
 async def _start_triggers(
@@ -424,13 +435,16 @@ def deflate(server: ServerSection) -> list[ServerPerMessageDeflateFactory]:
 async def _serve_with_front_door(
     app: ServerApp,
     stop: trio.CancelScope,
-    listeners: list[trio.SocketListener],
+    listeners: Sequence[trio.abc.Listener[trio.abc.Stream]],
+    address: tuple[str, int],
     ws_options: dict[str, Any],
     task_status: trio.TaskStatus[RunningServer],
 ) -> None:
     """`/ws` and the streaming HTTP endpoints on one port: the front door routes each
     connection (front.py)."""
-    to_ws, from_front = trio.open_memory_channel[trio.SocketStream](0)
+    to_ws, from_front = trio.open_memory_channel[trio.abc.Stream](0)
+    first = listeners[0]
+    sock = first.socket if isinstance(first, trio.SocketListener) else Address(*address)
     async with contextlib.AsyncExitStack() as stack:
         routes = await stack.enter_async_context(open_doors(app))
         handlers = await stack.enter_async_context(trio.open_nursery())
@@ -439,7 +453,7 @@ async def _serve_with_front_door(
             functools.partial(
                 ws_serve,
                 app.handler,
-                listeners=[HandoffListener(listeners[0].socket, from_front)],  # type: ignore[list-item]
+                listeners=[HandoffListener(sock, from_front)],  # type: ignore[list-item]
                 **ws_options,
             )
         )
@@ -447,5 +461,6 @@ async def _serve_with_front_door(
         async with trio.open_nursery() as front:  # cancelled by shutdown: stop accepting
             for listener in listeners:
                 front.start_soon(route_connections, listener, to_ws, routes, handlers, http_slots)
-            task_status.started(RunningServer(app, ws_server, stop, front.cancel_scope))
+            running = RunningServer(app, ws_server, stop, front.cancel_scope, address=address)
+            task_status.started(running)
         await trio.sleep_forever()

@@ -280,7 +280,9 @@ class Connection:
                 return
 
     async def _close_slow(self) -> None:
-        logger.info("closing a slow client (%s)", self.ws.remote_address)
+        stream = self.ws.stream
+        peer = stream.socket.getpeername() if isinstance(stream, trio.SocketStream) else stream
+        logger.info("closing a slow client (%s)", peer)
         with trio.move_on_after(5):
             await self.ws.aclose(
                 SLOW_CLIENT_CLOSE, "slow consumer: reconnect and resume with afterSeq"

@@ -23,7 +23,7 @@ from orchestrator.server.endpoints import DoorContext
 
 __all__ = ["DOORS", "Door", "Endpoint", "Route", "open_doors"]
 
-Route = tuple[bytes, Callable[[trio.SocketStream], Awaitable[None]]]
+Route = tuple[bytes, Callable[[trio.abc.Stream], Awaitable[None]]]
 """(path, serve): connections whose request path is `path` or below it go to `serve`
 (`front.route_connections`)."""
 
@@ -31,7 +31,7 @@ Route = tuple[bytes, Callable[[trio.SocketStream], Awaitable[None]]]
 class Endpoint(Protocol):
     """What a door's endpoint does: serve one connection routed to it."""
 
-    async def serve(self, stream: trio.SocketStream) -> None: ...
+    async def serve(self, stream: trio.abc.Stream) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,6 @@ async def open_doors(app: DoorContext) -> AsyncIterator[list[Route]]:
             endpoint = door.make(app)
             if door.running is not None:
                 await stack.enter_async_context(door.running(endpoint))
-            serve: Callable[[trio.SocketStream], Awaitable[None]] = endpoint.serve
+            serve: Callable[[trio.abc.Stream], Awaitable[None]] = endpoint.serve
             routes.append((door.prefix, serve))
         yield routes

@@ -10,6 +10,10 @@ websockets would drop without a word — any method but GET, such as a POST to a
 endpoint that is off — is answered here: 404, saying which setting turns the endpoint
 on.
 
+A connection that is not a socket (any other trio stream: the test suite serves over
+memory streams) has its head read rather than peeked, and is handed on as a `Replayed`
+stream that gives those bytes again first.
+
 Nothing unauthenticated holds more than a bounded, short-lived place here: a head
 must arrive whole (at most `MAX_HEAD_BYTES`) within `HEAD_SECONDS`, and at most
 `MAX_PENDING_HEADS` connections may be sending theirs — past that the one that sent
@@ -32,7 +36,7 @@ import trio
 
 from orchestrator.server.doors import DOORS, Route
 
-__all__ = ["HandoffListener", "Route", "request_path", "route_connections"]
+__all__ = ["Address", "HandoffListener", "Replayed", "Route", "request_path", "route_connections"]
 
 MAX_HEAD_BYTES = 16 * 1024
 """A request head longer than this is refused (431)."""
@@ -62,19 +66,65 @@ def request_path(peeked: bytes) -> bytes | None:
 
 def _serve_of(
     path: bytes, routes: Sequence[Route]
-) -> Callable[[trio.SocketStream], Awaitable[None]] | None:
+) -> Callable[[trio.abc.Stream], Awaitable[None]] | None:
     for prefix, serve in routes:
         if path == prefix or path.startswith(prefix + b"/"):
             return serve
     return None
 
 
+class Replayed(trio.abc.Stream):
+    """A stream whose first bytes (its request head) were read already: they are
+    received again first, then the rest of the stream."""
+
+    def __init__(self, stream: trio.abc.Stream, head: bytes) -> None:
+        self.stream = stream
+        self._head = head
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if not self._head:
+            return await self.stream.receive_some(max_bytes)
+        await trio.lowlevel.checkpoint()
+        size = len(self._head) if max_bytes is None else max_bytes
+        data, self._head = self._head[:size], self._head[size:]
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        if isinstance(self.stream, trio.abc.HalfCloseableStream):
+            await self.stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+class Address:
+    """Where a listener that is not a socket says it listens (websockets logs it, as
+    it would a socket's address)."""
+
+    family = socket.AF_INET
+
+    def __init__(self, host: str, port: int) -> None:
+        self._name = (host, port)
+
+    def getsockname(self) -> tuple[str, int]:
+        return self._name
+
+
 class HandoffListener(trio.abc.Listener[trio.abc.Stream]):
     """The listener websockets' server accepts from: connections the front door routed
-    to it. `socket` is the real listening socket (websockets logs its address)."""
+    to it. `socket` is the real listening socket, or the `Address` of a listener that
+    is not one (websockets logs it)."""
 
     def __init__(
-        self, sock: trio.socket.SocketType, streams: trio.MemoryReceiveChannel[trio.SocketStream]
+        self,
+        sock: trio.socket.SocketType | Address,
+        streams: trio.MemoryReceiveChannel[trio.abc.Stream],
     ) -> None:
         self.socket = sock
         self._streams = streams
@@ -172,9 +222,27 @@ class PendingHeads:
         return len(self._unread) + len(self._waiting)
 
 
-async def _head(stream: trio.SocketStream, pending: PendingHeads) -> bytes:
+async def _read_head(stream: trio.abc.Stream, pending: PendingHeads) -> bytes:
+    """`_head` for a stream that is not a socket: what it sent, read (`Replayed` gives
+    it again), once its head is whole, it stopped, or it is over `MAX_HEAD_BYTES`."""
+    data = b""
+    while request_path(data) is None:
+        try:
+            chunk = await stream.receive_some(MAX_HEAD_BYTES - len(data))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return data
+        if not chunk:
+            return data
+        data += chunk
+        pending.waiting(stream)
+    return data
+
+
+async def _head(stream: trio.abc.Stream, pending: PendingHeads) -> bytes:
     """What has arrived of the connection's request head, once it is whole (or the
     client stopped, or it is over `MAX_HEAD_BYTES`): b"" when nothing came."""
+    if not isinstance(stream, trio.SocketStream):
+        return await _read_head(stream, pending)
     sock = stream.socket
     lowat = True
     try:
@@ -200,14 +268,15 @@ async def _head(stream: trio.SocketStream, pending: PendingHeads) -> bytes:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
 
 
-async def _answer_and_close(stream: trio.SocketStream, answer: bytes) -> None:
+async def _answer_and_close(stream: trio.abc.Stream, answer: bytes) -> None:
     """Send a refusal and close without a reset: the request's bytes still unread are
     read and dropped first (closing on unread data would reset the connection, and the
     client would lose the answer), for at most `HEAD_SECONDS` and 64 KiB."""
     with trio.move_on_after(HEAD_SECONDS):
         try:
             await stream.send_all(answer)
-            await stream.send_eof()
+            if isinstance(stream, trio.abc.HalfCloseableStream):
+                await stream.send_eof()
             left = 64 * 1024
             while left > 0 and (data := await stream.receive_some(left)):
                 left -= len(data)
@@ -217,8 +286,8 @@ async def _answer_and_close(stream: trio.SocketStream, answer: bytes) -> None:
 
 
 async def _route(
-    stream: trio.SocketStream,
-    to_ws: trio.MemorySendChannel[trio.SocketStream],
+    stream: trio.abc.Stream,
+    to_ws: trio.MemorySendChannel[trio.abc.Stream],
     routes: Sequence[Route],
     http_slots: trio.CapacityLimiter,
     pending: PendingHeads,
@@ -234,6 +303,8 @@ async def _route(
     except BaseException:  # the server stops: the connection goes with it
         await trio.aclose_forcefully(stream)
         raise
+    if peeked and not isinstance(stream, trio.SocketStream):  # (read, not peeked)
+        stream = Replayed(stream, peeked)
     path = request_path(peeked) if peeked else b""
     if not path:  # nothing, not HTTP, too slow or dropped: websockets refuses what it can
         if len(peeked) >= MAX_HEAD_BYTES:
@@ -265,8 +336,8 @@ async def _route(
 
 
 async def route_connections(
-    listener: trio.SocketListener,
-    to_ws: trio.MemorySendChannel[trio.SocketStream],
+    listener: trio.abc.Listener[trio.abc.Stream],
+    to_ws: trio.MemorySendChannel[trio.abc.Stream],
     routes: Sequence[Route],
     handlers: trio.Nursery,
     http_slots: trio.CapacityLimiter,

@@ -1,4 +1,5 @@
-"""Server ops, bad input, auth, limits and plain HTTP, against a real server."""
+"""Server ops, bad input, auth, limits and plain HTTP, against the real server in memory
+(tests/memory_server.py) under an autojump clock."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import trio
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 from websockets.trio.client import connect
 
+from tests.memory_server import memory_server
 from tests.server_helpers import (
     demo_config,
     read_until_end,
@@ -19,13 +21,14 @@ from tests.server_helpers import (
     replay,
     request,
     run_to_end,
-    running_server,
     send,
 )
 
+pytestmark = pytest.mark.usefixtures("autojump_clock")
+
 
 async def test_cancel_reaches_every_agent_and_ends_the_run(tmp_path: Path) -> None:
-    async with running_server(demo_config(tmp_path, token_delay=0.05)) as server:
+    async with memory_server(demo_config(tmp_path, token_delay=0.05)) as server:
         async with connect(server.url, max_size=None) as ws:
             ack = await request(ws, op="run", id=1, agent="planner", input="q")
             events: list[dict[str, Any]] = []
@@ -166,7 +169,7 @@ async def test_cancel_reaches_every_agent_and_ends_the_run(tmp_path: Path) -> No
 async def test_bad_input_gets_an_error_and_the_connection_stays_usable(
     tmp_path: Path, frame: str, code: str, needle: str
 ) -> None:
-    async with running_server(demo_config(tmp_path)) as server, connect(server.url) as ws:
+    async with memory_server(demo_config(tmp_path)) as server, connect(server.url) as ws:
         await ws.send(frame)
         reply = await recv(ws)
         assert reply["op"] == "error" and reply["code"] == code, reply
@@ -177,7 +180,7 @@ async def test_bad_input_gets_an_error_and_the_connection_stays_usable(
 
 async def test_binary_and_oversized_frames(tmp_path: Path) -> None:
     config = demo_config(tmp_path, server={"max_frame_bytes": 4096})
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         async with connect(server.url) as ws:
             await ws.send(b'{"op": "ping"}')
             reply = await recv(ws)
@@ -191,7 +194,7 @@ async def test_binary_and_oversized_frames(tmp_path: Path) -> None:
 
 
 async def test_runs_agents_ping_and_blocking_run(tmp_path: Path) -> None:
-    async with running_server(demo_config(tmp_path)) as server, connect(server.url) as ws:
+    async with memory_server(demo_config(tmp_path)) as server, connect(server.url) as ws:
         assert await request(ws, op="ping", id=1) == {"op": "pong", "id": 1}
         agents = await request(ws, op="agents", id=2)
         assert sorted(a["id"] for a in agents["agents"]) == ["critic", "planner", "researcher"]
@@ -228,7 +231,7 @@ async def test_send_reaches_the_running_root_agent(tmp_path: Path) -> None:
         },
     }
     config = demo_config(tmp_path, token_delay=0.01, extra_agents={"boss": slow_root})
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         ack = await request(ws, op="run", id=1, agent="boss", input="first")
         while True:
             frame = await recv(ws)
@@ -264,7 +267,7 @@ async def test_send_reaches_the_running_root_agent(tmp_path: Path) -> None:
 
 async def test_bearer_token_auth(tmp_path: Path) -> None:
     config = demo_config(tmp_path, server={"tokens": ["s3cret"]})
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         for headers, url in [(None, server.url), ({"Authorization": "Bearer wrong"}, server.url)]:
             with pytest.raises(InvalidStatus) as info:
                 async with connect(url, additional_headers=headers):
@@ -278,7 +281,7 @@ async def test_bearer_token_auth(tmp_path: Path) -> None:
 
 async def test_allowed_origins(tmp_path: Path) -> None:
     config = demo_config(tmp_path, server={"allowed_origins": ["https://ui.example"]})
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         with pytest.raises(InvalidStatus) as info:
             async with connect(server.url, origin="https://evil.example"):  # type: ignore[arg-type]
                 pass
@@ -294,7 +297,7 @@ async def test_subscription_and_concurrent_run_limits(tmp_path: Path) -> None:
         server={"max_subscriptions": 2},
         limits={"max_concurrent_runs": 1},
     )
-    async with running_server(config) as server, connect(server.url) as ws:
+    async with memory_server(config) as server, connect(server.url) as ws:
         ack = await request(ws, op="run", id=1, agent="critic", input="x")
         reply = await request(ws, op="run", id=2, agent="critic", input="y")
         while reply["op"] == "events":
@@ -311,7 +314,7 @@ async def test_subscription_and_concurrent_run_limits(tmp_path: Path) -> None:
 
 
 async def test_healthz_metrics_and_404(tmp_path: Path) -> None:
-    async with running_server(demo_config(tmp_path)) as server:
+    async with memory_server(demo_config(tmp_path)) as server:
         await run_to_end(server.url, agent="critic")
         base = f"http://{server.host}:{server.port}"
         async with httpx.AsyncClient() as client:
@@ -338,7 +341,7 @@ async def test_healthz_metrics_and_404(tmp_path: Path) -> None:
 
 
 async def test_blocks_detail_merges_deltas_and_keeps_cursors(tmp_path: Path) -> None:
-    async with running_server(demo_config(tmp_path)) as server:
+    async with memory_server(demo_config(tmp_path)) as server:
         run_id, full, _ = await run_to_end(server.url)
         blocks = await replay(server.url, run_id, detail="blocks")
         full_deltas = [e for e in full if e["type"] == "REASONING" and "delta" in e["data"]]
@@ -401,7 +404,7 @@ async def test_send_op_to_running_and_idle_children(tmp_path: Path) -> None:
         },
     }
     config = demo_config(tmp_path, extra_agents={"boss": boss, "helper": helper})
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         ack = await request(ws, op="run", id=1, agent="boss", input="go")
         events: list[dict[str, Any]] = []
         key = None
