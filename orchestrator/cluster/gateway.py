@@ -26,7 +26,8 @@ from orchestrator.cluster.threads import ClusterThreads
 from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.events import EventType
 from orchestrator.core.threads import ThreadAsk
-from orchestrator.runs.fork import check_fork, events_of, fork_record
+from orchestrator.runs.fork import check_fork, fork_record
+from orchestrator.runs.resume import events_of
 from orchestrator.runs.service import LimitExceeded, StorageUnavailable, ThreadError
 from orchestrator.runs.threads import Threads
 from orchestrator.runtime.approvals import (

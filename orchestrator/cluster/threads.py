@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 import trio
 
+from orchestrator.core.continuation import ThreadStart
 from orchestrator.core.threads import ThreadAsk, ThreadError, new_thread_id
 from orchestrator.runs.service import LimitExceeded
 from orchestrator.runs.thread_starts import MAX_QUEUED, agent_of, new_record
 from orchestrator.runs.threads import ThreadInfo, Threads
 from orchestrator.runtime.context import UnknownAgent
-from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.run import RunResult
 from orchestrator.storage.base import RunOptions, RunRecord
 from orchestrator.storage.journal import Journal

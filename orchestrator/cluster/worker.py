@@ -29,9 +29,9 @@ from orchestrator.cluster.threads import thread_start
 from orchestrator.cluster.waiting import WaitingList
 from orchestrator.config import ClusterConfig
 from orchestrator.core.fork import ForkError
-from orchestrator.runs.fork import recording_of, started
+from orchestrator.runs.fork import started
 from orchestrator.runs.host import HostedRun, RunHost
-from orchestrator.runs.resume import end_unresumable, plan_resume
+from orchestrator.runs.resume import end_unresumable
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UNFINISHED, UnknownRun
@@ -209,15 +209,19 @@ class Worker:
         if not started(record):  # a fork that has not gone on yet
             return await self._start_fork(record, owned)
         self.journal.own(record)
-        plan, thread = None, None
-        if record.last_seq > 0:  # it ran elsewhere: continue from its journal
+        resumed = {"attempt": attempt, "worker": self.name, "afterSeq": record.last_seq}
+        # (a thread's run that has not started: after the run before it, from its
+        # conversation; a thread's conversation gone meanwhile: ThreadError, given up as
+        # any failure)
+        thread = None
+        if record.last_seq == 0:
+            thread = await thread_start(store, self.host.threads, record)
+        going = await self.host.resumption(record, resumed, thread=thread)
+        if going is None:  # (its record is written with RUN_FINISHED: not expected)
+            await self._release(run_id, owned)
+            return None
+        if not going.plan.fresh:  # it ran elsewhere: it goes on from its journal
             self.takeovers += 1
-            # (a thread's conversation gone meanwhile: ThreadError, given up as any failure)
-            plan, thread = await plan_resume(self.journal, record, self.host.threads)
-            if plan.finished:  # (its record is written with RUN_FINISHED: not expected)
-                self.journal.end_call_run(run_id, plan.status or "failed")
-                await self._release(run_id, owned)
-                return None
             logger.warning(
                 "worker %s takes over run %s (attempt %d, after seq %d)",
                 self.name,
@@ -232,22 +236,7 @@ class Worker:
                 run_id,
                 attempt,
             )
-        if record.last_seq == 0:  # (a thread's run: after the run before it, from its conversation)
-            thread = await thread_start(store, self.host.threads, record)
-        resumed = {"attempt": attempt, "worker": self.name, "afterSeq": record.last_seq}
-        recording = await recording_of(self.journal, record, self.host.threads) if plan else None
-        return await self._go(
-            run_id,
-            owned,
-            functools.partial(
-                self.host.resume,
-                record,
-                plan=plan,
-                resumed=resumed if plan else None,
-                recording=recording,
-                thread=thread,
-            ),
-        )
+        return await self._go(run_id, owned, functools.partial(self.host.resume, going))
 
     async def _start_fork(self, record: RunRecord, owned: Owned) -> HostedRun | None:
         """Start a queued fork (or complete the copy of one whose worker stopped while

@@ -153,11 +153,12 @@ class AgentPlan:
 
 @dataclass
 class ResumePlan:
-    """The run's agents, and what the new worker must emit before going on."""
+    """The run's agents, and what the new worker must emit before going on. A fresh
+    run's plan is empty (`ResumePlan()`): no agent, nothing journaled."""
 
-    agents: dict[str | None, AgentPlan]
-    last_seq: int
-    finished: bool
+    agents: dict[str | None, AgentPlan] = field(default_factory=dict)
+    last_seq: int = 0
+    finished: bool = False
     """RUN_FINISHED is already journaled: nothing to continue."""
     remote: dict[str, RemoteRef] = field(default_factory=dict)
     """agentKey → the last forwarded event of that agent (its remote run and seq)."""
@@ -175,6 +176,11 @@ class ResumePlan:
             return None
         seq = max(r.seq for r in self.remote.values() if r.run_id == mine.run_id)
         return RemoteRef(run_id=mine.run_id, seq=seq)
+
+    @property
+    def fresh(self) -> bool:
+        """Nothing journaled: the run starts from its input."""
+        return not self.agents
 
     @property
     def root(self) -> AgentPlan:
@@ -230,8 +236,9 @@ class ResumePlan:
                     waiting.add(key)
                     collect(running)
 
-        if not self.root.ended:
-            collect(self.root)
+        root = self.agents.get(None)
+        if root is not None and not root.ended:
+            collect(root)
         waiting |= self.followed()
         lost = [
             a

@@ -16,25 +16,20 @@ import time
 
 import msgspec
 
-from agents.core.replay import Recording
 from orchestrator.core.bus import new_run_id
 from orchestrator.core.events import Event, EventType
-from orchestrator.core.fork import fork_run, recorded
+from orchestrator.core.fork import fork_run
 from orchestrator.core.threads import new_thread_id
-from orchestrator.runs.resume import journaled_run
+from orchestrator.runs.resume import entries_of, journaled_run
 from orchestrator.runs.threads import Threads
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.runtime.run import Run
 from orchestrator.storage.base import ForkPoint, RunRecord
 from orchestrator.storage.journal import Journal
-from orchestrator.storage.runlog import Entry
 
 __all__ = [
     "check_fork",
-    "entries_of",
-    "events_of",
     "fork_record",
-    "recording_of",
     "start_fork",
     "started",
 ]
@@ -131,29 +126,6 @@ async def start_fork(
         thread=thread,
     )
     return run, copied
-
-
-async def recording_of(journal: Journal, record: RunRecord, threads: Threads) -> Recording | None:
-    """A replaying fork resumed after it started (a takeover, a restart): its
-    original's recorded turns again (None: not a fork with `replay`)."""
-    point = record.forked_from
-    if point is None or not point.replay:
-        return None
-    events = await events_of(journal, point.run_id)
-    thread = await threads.start_of_record(record)
-    history = thread.history if thread is not None else ()
-    return recorded(events, history, await threads.continued(events))
-
-
-async def entries_of(journal: Journal, run_id: str) -> list[Entry]:
-    """Every kept event of the run, with its encoding (its log found where it is)."""
-    log = await journal.mirrors.find(run_id)
-    return await journal.read_all(run_id, max(log.committed, log.record.last_seq))
-
-
-async def events_of(journal: Journal, run_id: str) -> list[Event]:
-    """Every kept event of the run."""
-    return [entry.event for entry in await entries_of(journal, run_id)]
 
 
 class _Renamer:

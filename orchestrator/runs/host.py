@@ -16,14 +16,13 @@ import msgspec
 import trio
 
 from agents.core.attachments import Attachment
-from agents.core.replay import Recording
 from orchestrator.core.approvals import Answer, ApprovalInfo
 from orchestrator.core.bus import RunSink
-from orchestrator.core.rebuild import ResumePlan
+from orchestrator.core.continuation import ThreadStart
 from orchestrator.core.threads import ThreadAsk, ThreadError
 from orchestrator.runs.fork import fork_record, start_fork
 from orchestrator.runs.restart import MAX_RESTARTS, resume_left, startable
-from orchestrator.runs.resume import journaled_run
+from orchestrator.runs.resume import Resumption, journaled_run, resumption
 from orchestrator.runs.service import (
     AgentNotRunning,
     LimitExceeded,
@@ -34,7 +33,6 @@ from orchestrator.runs.stalls import StallSweeper
 from orchestrator.runs.thread_starts import ThreadStarts, new_record
 from orchestrator.runs.threads import Threads
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError
-from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
 from orchestrator.runtime.remote import RemoteRefused
 from orchestrator.runtime.run import AgentGone, Run, RunResult
@@ -253,33 +251,38 @@ class RunHost:
         await self.durable(run.run_id, copied)  # the copy is safe: a restart completes it
         return self.launch(run)
 
-    def resume(
+    async def resumption(
         self,
         record: RunRecord,
+        resumed: dict[str, object],
         *,
-        plan: ResumePlan | None = None,
-        resumed: dict[str, object] | None = None,
-        recording: Recording | None = None,
         thread: ThreadStart | None = None,
-    ) -> HostedRun:
-        """Execute a run whose record already exists: queued elsewhere, or taken over.
+    ) -> Resumption | None:
+        """How the run of `record` goes on here (`runs/resume.py` `resumption`): what a
+        restart and a cluster worker's takeover hand to `resume`. None: it had ended.
 
-        The record is the run's new state (`running`, this worker, its attempt); its
-        events continue after `record.last_seq`. With a `plan` (runs/resume.py) the
-        run goes on from where its journal stopped and announces RUN_RESUMED with
-        `resumed`; without one it starts from its input. `recording`: a replaying
-        fork's original turns (`runs/fork.py` `recording_of`).
+        Raises:
+            ThreadError: a run of a conversation it started from is gone.
         """
+        return await resumption(self.journal, record, self.threads, resumed, thread=thread)
+
+    def resume(self, going: Resumption) -> HostedRun:
+        """Execute a run whose record already exists — queued elsewhere, left by a
+        restart, or taken over — as `going` says: its record is the run's new state
+        (`running`, this worker, its attempt); its events continue after
+        `record.last_seq`, from where its journal stopped (RUN_RESUMED) or, with an
+        empty plan, from its input."""
+        record = going.record
         log = self.journal.own(record)
         run = journaled_run(
             self.journal,
             self.orchestrator,
             record,
             after_seq=log.committed,
-            plan=plan,
-            resumed=resumed,
-            recording=recording,
-            thread=thread,
+            plan=going.plan,
+            resumed=going.resumed,
+            recording=going.recording,
+            thread=going.thread,
         )
         return self.launch(run)
 

@@ -12,14 +12,11 @@ from typing import Protocol
 
 import msgspec
 
-from agents.core.replay import Recording
 from orchestrator.core.fork import ForkError
-from orchestrator.core.rebuild import ResumePlan
 from orchestrator.core.threads import ThreadError
-from orchestrator.runs.fork import recording_of, started
-from orchestrator.runs.resume import end_unresumable, plan_resume
+from orchestrator.runs.fork import started
+from orchestrator.runs.resume import Resumption, end_unresumable
 from orchestrator.runs.threads import Threads
-from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.runtime.run import Run
 from orchestrator.storage.base import RunRecord
@@ -45,15 +42,10 @@ class RestartHost(Protocol):
     def threads(self) -> Threads: ...
     def launch(self, run: Run) -> object: ...
     async def begin_fork(self, record: RunRecord, resumed: dict[str, object]) -> Run: ...
-    def resume(
-        self,
-        record: RunRecord,
-        *,
-        plan: ResumePlan | None = None,
-        resumed: dict[str, object] | None = None,
-        recording: Recording | None = None,
-        thread: ThreadStart | None = None,
-    ) -> object: ...
+    async def resumption(
+        self, record: RunRecord, resumed: dict[str, object]
+    ) -> Resumption | None: ...
+    def resume(self, going: Resumption) -> object: ...
 
 
 async def resume_left(host: RestartHost, run_ids: list[str]) -> int:
@@ -85,21 +77,19 @@ async def resume_left(host: RestartHost, run_ids: list[str]) -> int:
                 continue
             resumed += 1
             continue
+        resumed_data: dict[str, object] = {
+            "attempt": attempt,
+            "afterSeq": record.last_seq,
+            "reason": "restart",
+        }
         try:
-            plan, thread = await plan_resume(host.journal, record, host.threads)
+            going = await host.resumption(record, resumed_data)
         except ThreadError as exc:
             await _end(host, record, f"not resumed after a restart: {exc.message}")
             continue
-        if plan.finished:  # only its record was behind: it ended
-            host.journal.end_call_run(run_id, plan.status or "failed")
+        if going is None:  # only its record was behind: it ended
             continue
-        host.resume(
-            record,
-            plan=plan,
-            resumed={"attempt": attempt, "afterSeq": record.last_seq, "reason": "restart"},
-            recording=await recording_of(host.journal, record, host.threads),
-            thread=thread,
-        )
+        host.resume(going)
         resumed += 1
     return resumed
 

@@ -14,20 +14,72 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass
 
 from agents.core.payloads import agent_error
 from agents.core.replay import Recording
 from orchestrator.core.bus import RunSink
+from orchestrator.core.continuation import ThreadStart
 from orchestrator.core.events import Event, EventType
+from orchestrator.core.fork import recorded
 from orchestrator.core.rebuild import ResumePlan, rebuild
 from orchestrator.runs.threads import Threads
-from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.runtime.run import Run
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
+from orchestrator.storage.runlog import Entry
 
-__all__ = ["end_unresumable", "journaled_run", "plan_resume"]
+__all__ = [
+    "Resumption",
+    "end_unresumable",
+    "entries_of",
+    "events_of",
+    "journaled_run",
+    "plan_resume",
+    "recording_of",
+    "resumption",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Resumption:
+    """Everything a run whose record exists needs to be executed here: how it goes on
+    (`plan`: empty for a run that starts from its input), RUN_RESUMED's data, a
+    replaying fork's recording, and where it stands in its thread."""
+
+    record: RunRecord
+    plan: ResumePlan
+    resumed: dict[str, object] | None = None
+    recording: Recording | None = None
+    thread: ThreadStart | None = None
+
+
+async def resumption(
+    journal: Journal,
+    record: RunRecord,
+    threads: Threads,
+    resumed: dict[str, object],
+    *,
+    thread: ThreadStart | None = None,
+) -> Resumption | None:
+    """How the run of `record` goes on here — the one recipe of a restart and a
+    takeover: from its journal when it wrote events (`plan_resume`, a replaying
+    fork's recording, RUN_RESUMED with `resumed`), else from its input (`thread`:
+    where it stands in its thread, if the caller knows better than its record).
+    None: its journal shows it ended (only its record was behind); it is ended.
+
+    Raises:
+        ThreadError: a run of a conversation it started from is gone.
+    """
+    if record.last_seq == 0:
+        return Resumption(record, ResumePlan(), thread=thread)
+    plan, thread = await plan_resume(journal, record, threads)
+    if plan.finished:
+        journal.end_call_run(record.run_id, plan.status or "failed")
+        return None
+    recording = await recording_of(journal, record, threads)
+    return Resumption(record, plan, resumed, recording, thread)
 
 
 async def plan_resume(
@@ -56,13 +108,13 @@ def journaled_run(
     record: RunRecord,
     *,
     after_seq: int,
-    plan: ResumePlan | None,
+    plan: ResumePlan,
     resumed: dict[str, object] | None,
     recording: Recording | None = None,
     thread: ThreadStart | None = None,
 ) -> Run:
     """The run of `record`, writing to its journal after `after_seq`: resumed with
-    `plan` (announced with `resumed`), or from its input without one. One way for a
+    `plan` (announced with `resumed`), or from its input with an empty one. One way for a
     resume, a takeover and a fork (`runs/fork.py`) to build it. `thread`: where it
     stands in its thread (`Threads.start_of_record`; None: its record says)."""
     sink = RunSink(
@@ -79,7 +131,7 @@ def journaled_run(
         limits=orchestrator.default_limits(),
         sink=sink,
         run_id=record.run_id,
-        resume=plan,
+        plan=plan,
         resumed=resumed,
         recording=recording,
         output_schema=record.options.output_schema if record.options else None,
@@ -120,3 +172,26 @@ async def end_unresumable(
     )
     for seq, (kind, source, last, data) in enumerate(ending, log.committed + 1):
         outlet.put_nowait(Event(run_id, seq, now, kind, source, last, data))
+
+
+async def recording_of(journal: Journal, record: RunRecord, threads: Threads) -> Recording | None:
+    """A replaying fork resumed after it started (a takeover, a restart): its
+    original's recorded turns again (None: not a fork with `replay`)."""
+    point = record.forked_from
+    if point is None or not point.replay:
+        return None
+    events = await events_of(journal, point.run_id)
+    thread = await threads.start_of_record(record)
+    history = thread.history if thread is not None else ()
+    return recorded(events, history, await threads.continued(events))
+
+
+async def entries_of(journal: Journal, run_id: str) -> list[Entry]:
+    """Every kept event of the run, with its encoding (its log found where it is)."""
+    log = await journal.mirrors.find(run_id)
+    return await journal.read_all(run_id, max(log.committed, log.record.last_seq))
+
+
+async def events_of(journal: Journal, run_id: str) -> list[Event]:
+    """Every kept event of the run."""
+    return [entry.event for entry in await entries_of(journal, run_id)]

@@ -18,10 +18,10 @@ import msgspec
 import trio
 
 from orchestrator.core.bus import new_run_id, new_session_id
+from orchestrator.core.continuation import ThreadStart
 from orchestrator.core.threads import ThreadAsk, ThreadError, agent_id_of, new_thread_id
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StartedRun
 from orchestrator.runs.threads import ThreadInfo, Threads
-from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.run import RunResult
 from orchestrator.storage.base import RunOptions, RunRecord
 from orchestrator.storage.journal import Journal

@@ -24,10 +24,10 @@ from typing import Protocol, cast
 
 from agents.core.messages import AssistantMessage, Message, ToolResultMessage
 from agents.core.payloads import AgentStartedData, RunFinishedData
+from orchestrator.core.continuation import EarlierAgent, ThreadStart
 from orchestrator.core.events import Event, EventType, decode_event
 from orchestrator.core.rebuild import AgentPlan, ResumePlan, rebuild
 from orchestrator.core.threads import ThreadError
-from orchestrator.runtime.continuation import EarlierAgent, ThreadStart
 from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UNFINISHED, UnknownRun

@@ -36,11 +36,7 @@ from agents.runner import AgentOutcome, BackgroundAgain
 from agents.spec import AgentSpec
 from agents.tools.base import ToolContext
 from orchestrator.core.bus import AnyBus, NullBus, current_bus
-from orchestrator.core.events import EventType
-from orchestrator.core.rebuild import AgentPlan
-from orchestrator.mcp.hub import McpError
-from orchestrator.runtime.context import RunContext
-from orchestrator.runtime.continuation import (
+from orchestrator.core.continuation import (
     Again,
     Answered,
     Continue,
@@ -48,6 +44,10 @@ from orchestrator.runtime.continuation import (
     Follow,
     Lost,
 )
+from orchestrator.core.events import EventType
+from orchestrator.core.rebuild import AgentPlan
+from orchestrator.mcp.hub import McpError
+from orchestrator.runtime.context import RunContext
 from orchestrator.runtime.remote import RemoteLink, Resumed, run_remote
 
 __all__ = ["Children", "New", "failure_text"]

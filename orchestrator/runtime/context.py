@@ -33,13 +33,13 @@ from agents.runner import AgentRunner, BackgroundAgain, Summarizer, TurnLimits
 from agents.spec import AgentSpec, CompactionSpec
 from agents.tools.base import Tool
 from orchestrator.core.bus import AnyBus
+from orchestrator.core.continuation import Continuation
 from orchestrator.core.rebuild import AgentPlan
 from orchestrator.mcp.hub import McpError, McpHub
 from orchestrator.mcp.names import server_of, wildcard_match
 from orchestrator.mcp.tool import McpTool
 from orchestrator.runtime.approvals import NOBODY, ApprovalDesk
 from orchestrator.runtime.attachments import Fetcher, received
-from orchestrator.runtime.continuation import Continuation
 from orchestrator.runtime.remote import RemoteLink
 
 __all__ = [

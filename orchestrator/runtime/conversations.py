@@ -11,8 +11,8 @@ from collections import OrderedDict
 
 from agents.core.messages import Message, UserMessage
 from agents.errors import OrchestratorError
+from orchestrator.core.continuation import ThreadStart
 from orchestrator.core.threads import new_thread_id
-from orchestrator.runtime.continuation import ThreadStart
 from orchestrator.runtime.run import Run
 
 __all__ = ["THREADS_KEPT", "Conversations", "ThreadBusy"]

@@ -428,7 +428,7 @@ class Orchestrator:
             str(started.get("input", "")),
             limits=self.default_limits(max_depth),
             sink=sink,
-            resume=fork.plan,
+            plan=fork.plan,
             resumed={"attempt": 1, "afterSeq": copied, "reason": "fork"},
             recording=fork.recording,
             output_schema=started.get("outputSchema"),

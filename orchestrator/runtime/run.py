@@ -38,12 +38,7 @@ from orchestrator.core.bus import (
     new_run_id,
     new_session_id,
 )
-from orchestrator.core.events import EventType, RunStatus, Usage
-from orchestrator.core.rebuild import ResumePlan
-from orchestrator.mcp.hub import McpError
-from orchestrator.runtime.approvals import ApprovalError, PendingApproval
-from orchestrator.runtime.context import AgentCatalog, RunContext, RunLimits
-from orchestrator.runtime.continuation import (
+from orchestrator.core.continuation import (
     Answered,
     Continuation,
     Continue,
@@ -52,6 +47,11 @@ from orchestrator.runtime.continuation import (
     Opening,
     ThreadStart,
 )
+from orchestrator.core.events import EventType, RunStatus, Usage
+from orchestrator.core.rebuild import ResumePlan
+from orchestrator.mcp.hub import McpError
+from orchestrator.runtime.approvals import ApprovalError, PendingApproval
+from orchestrator.runtime.context import AgentCatalog, RunContext, RunLimits
 from orchestrator.runtime.remote import RemoteLink
 from orchestrator.runtime.spawn import run_tools
 
@@ -108,12 +108,13 @@ class StopReason:
 
 
 class Run:
-    """Executes one run: from its input, or going on from its journal (`resume`: the
-    plan rebuilt from it, announced with `resumed`). Without a `sink` (a non-streaming
-    call) its events go nowhere (`NullSink`). `thread`: where it stands in its thread
-    (its root starts from the thread's conversation). `output_schema`: the one its root's
-    answer must match instead of its spec's (the `run` op's `outputSchema`);
-    `attachments`: its input's images and files; `trigger`: the trigger that started it."""
+    """Executes one run: from its input, or going on from its journal (`plan`: the plan
+    rebuilt from it, announced with `resumed`; none: the empty plan of a fresh run).
+    Without a `sink` (a non-streaming call) its events go nowhere (`NullSink`).
+    `thread`: where it stands in its thread (its root starts from the thread's
+    conversation). `output_schema`: the one its root's answer must match instead of
+    its spec's (the `run` op's `outputSchema`); `attachments`: its input's images and
+    files; `trigger`: the trigger that started it."""
 
     def __init__(
         self,
@@ -124,7 +125,7 @@ class Run:
         limits: RunLimits,
         sink: RunSink | None = None,
         run_id: str | None = None,
-        resume: ResumePlan | None = None,
+        plan: ResumePlan | None = None,
         resumed: dict[str, object] | None = None,
         recording: Recording | None = None,
         thread: ThreadStart | None = None,
@@ -148,7 +149,7 @@ class Run:
         self.scope = trio.CancelScope()
         self.result: RunResult | None = None
         kinds = {spec.id: _kind(spec) for spec in catalog.specs.values()}
-        continuation = Continuation(resume, kinds, resumed or {}, thread)
+        continuation = Continuation(plan or ResumePlan(), kinds, resumed or {}, thread)
         self.context = RunContext(
             catalog, limits, runtime=run_tools, continuation=continuation, recording=recording
         )

@@ -28,9 +28,9 @@ from agents.runner import AgentRunner
 from agents.spec import AgentSpec
 from agents.tools.base import ToolContext
 from orchestrator.core.bus import AnyBus, current_bus
+from orchestrator.core.continuation import EarlierAgent, Fresh
 from orchestrator.runtime.children import Children, New, failure_text
 from orchestrator.runtime.context import RunContext, RuntimeTools
-from orchestrator.runtime.continuation import EarlierAgent, Fresh
 
 __all__ = ["AgentSendTool", "AgentSpawnTool", "run_tools", "send_to"]
 

@@ -195,12 +195,12 @@ async def test_a_takeover_that_keeps_failing_ends_the_run_worker_lost(
     """Each failed takeover lets the lease go at once (counted, logged); after
     `max_attempts` the run ends failed `worker_lost`, saying why — never `running`
     for ever, and no lease is left renewed for it."""
-    from orchestrator.cluster import worker as worker_module
+    from orchestrator.runs import resume as resume_module
 
     async def broken_plan(*args: object) -> None:
         raise RuntimeError("the journal cannot be read back")
 
-    monkeypatch.setattr(worker_module, "plan_resume", broken_plan)
+    monkeypatch.setattr(resume_module, "plan_resume", broken_plan)
     config = write_config(tmp_path, {"critic": {"description": "d", "instructions": "i"}})
     cluster = ClusterConfig(name="t", lease_seconds=1, max_runs=4, max_attempts=3)
     async with RedisStorage.open(redis_url, durability="relaxed") as storage:

@@ -10,10 +10,7 @@ from typing import Any
 import pytest
 
 from agents.core.messages import Inbound
-from orchestrator.core.events import EventType, RemoteRef, Source
-from orchestrator.core.fork import fork_run
-from orchestrator.core.rebuild import rebuild
-from orchestrator.runtime.continuation import (
+from orchestrator.core.continuation import (
     FRESH,
     Answered,
     Continuation,
@@ -23,6 +20,9 @@ from orchestrator.runtime.continuation import (
     Lost,
     Opening,
 )
+from orchestrator.core.events import EventType, RemoteRef, Source
+from orchestrator.core.fork import fork_run
+from orchestrator.core.rebuild import rebuild
 from tests.helpers import REPO
 from tests.unit.test_rebuild import ROOT_SESSION, Journal, child, spawn_call
 
@@ -308,7 +308,7 @@ def test_a_fork_ends_remote_subtrees_first_and_says_it_is_a_fork() -> None:
 
 
 def test_the_planner_is_pure() -> None:
-    tree = ast.parse((REPO / "orchestrator/runtime/continuation.py").read_text(encoding="utf-8"))
+    tree = ast.parse((REPO / "orchestrator/core/continuation.py").read_text(encoding="utf-8"))
     imported = {
         node.module.split(".")[0] if node.module else ""
         for node in ast.walk(tree)
@@ -336,7 +336,7 @@ def _fields(source: Source) -> dict[str, Any]:
 
 def test_a_threads_next_run_opens_with_its_thread_and_starts_from_its_history() -> None:
     from agents.core.messages import AssistantMessage, UserMessage
-    from orchestrator.runtime.continuation import Fresh, ThreadStart
+    from orchestrator.core.continuation import Fresh, ThreadStart
 
     history = (UserMessage(text="my name is Ann"), AssistantMessage(text="hello Ann"))
     follow_up = Continuation(thread=ThreadStart("t-1", "run-1", None, history))
@@ -376,6 +376,18 @@ def test_a_run_context_is_made_whole_at_once() -> None:
     catalog = MagicMock(tools={}, specs={})
     context = RunContext(catalog, RunLimits(max_depth=2, max_children=2), runtime=run_tools)
     assert set(context.tools) == {"agent_spawn", "agent_send"}
-    assert context.continuation.plan is None  # a fresh run: an empty plan
+    assert context.continuation.plan.fresh  # a fresh run: an empty plan
     with pytest.raises(AttributeError, match="made whole at once"):
         context.limits = RunLimits(max_depth=9, max_children=9)
+
+
+def test_a_fresh_run_is_never_a_missing_plan() -> None:
+    """Issue 58: the continuation lives in core/ and a fresh run is the empty plan —
+    no `plan is None` anywhere."""
+    assert not (REPO / "orchestrator/runtime/continuation.py").exists()
+    found = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "orchestrator").rglob("*.py")
+        if "plan is None" in path.read_text(encoding="utf-8")
+    ]
+    assert found == []

@@ -220,7 +220,7 @@ _LOST = {"restart": "when the server restarted", "fork": "in the fork (its subtr
 
 @dataclass
 class Continuation:
-    """How one run goes on from its journal (`plan` None: a fresh run, an empty plan).
+    """How one run goes on from its journal (a fresh run: the empty plan).
 
     Args:
         plan: the run's agents as the journal left them.
@@ -229,7 +229,7 @@ class Continuation:
         thread: where the run stands in its thread (None: a run outside threads).
     """
 
-    plan: ResumePlan | None = None
+    plan: ResumePlan = field(default_factory=ResumePlan)
     kinds: Mapping[str, Kind] = field(default_factory=dict)
     resumed: Mapping[str, object] = field(default_factory=dict)
     thread: ThreadStart | None = None
@@ -242,7 +242,7 @@ class Continuation:
         """The events that open the run, in order (`extra`: RUN_STARTED's fields of what
         the run was asked beyond its input: `outputSchema`, `attachments`)."""
         plan = self.plan
-        if plan is None:
+        if plan.fresh:
             started: dict[str, object] = {"agentId": agent_id, "input": input, **(extra or {})}
             if self.thread is not None:
                 started.update(self.thread.started())
@@ -276,15 +276,13 @@ class Continuation:
 
     def root(self) -> Fresh | Continue | Answered:
         """How the root agent starts (`Answered`: only RUN_FINISHED was missing)."""
-        if self.plan is None:
+        if self.plan.fresh:
             return Fresh(self.thread.history) if self.thread is not None else FRESH
         root = self.plan.root
         return Answered(root) if root.ended else Continue(root)
 
     def start(self, parent_key: str | None, call_id: str) -> Start:
         """How the child of the spawn call `call_id` of agent `parent_key` starts."""
-        if self.plan is None:
-            return FRESH
         parent = self.plan.agents.get(parent_key)
         child = self.plan.child_of(parent, call_id) if parent is not None else None
         return FRESH if child is None else self._again(child, background=False)
@@ -292,8 +290,6 @@ class Continuation:
     def background(self, parent: AgentPlan) -> list[tuple[Again, str, str]]:
         """The background children to pick up again beside the continued `parent`, as
         (how each starts, its taskId, its spawn call's id)."""
-        if self.plan is None:
-            return []
         return [
             (self._again(child, background=True), task_id, call_id)
             for child, task_id, call_id in self.plan.background_of(parent)
@@ -302,8 +298,6 @@ class Continuation:
     def approvals(self) -> list[WaitingApproval]:
         """The calls that waited for a decision (not a remote subtree's: those wait
         there), to wait again and be answerable before their agents reach them."""
-        if self.plan is None:
-            return []
         waiting = []
         for agent in self.plan.agents.values():
             if agent.ended or agent.key in self.plan.remote:
@@ -319,8 +313,6 @@ class Continuation:
         cancel during a takeover), so every agent still ends exactly once. `continued`:
         the agentKeys that were started again (`Continue`, `Answered`, `Follow`)."""
         plan = self.plan
-        if plan is None:
-            return []
         skip = continued | {agent.key for agent in plan.orphans() if agent.key is not None}
         # A remote child followed again brings its subtree's ends from its server.
         followed = tuple(
@@ -354,8 +346,6 @@ class Continuation:
         agentKeys started again): a `cancel` or `send` for it is kept in its plan
         (`cancel_early`, its `inbox`) rather than refused. None: no such agent."""
         plan = self.plan
-        if plan is None:
-            return None
         agent = plan.agents.get(agent_key)
         if agent is None or agent.ended:
             return None
@@ -383,8 +373,6 @@ class Continuation:
         Without `itself`, `agent` runs here: its cancel stops it before it could
         start them again."""
         plan = self.plan
-        if plan is None:
-            return []
         how = f"cancelled by {'the user' if by == 'user' else by}" + (
             f": {reason}" if reason else ""
         )
@@ -399,14 +387,12 @@ class Continuation:
 
     def journaled(self, agent_key: str) -> AgentPlan | None:
         """The agent `agent_key` as the journal left it (None: it started in this run)."""
-        return self.plan.agents.get(agent_key) if self.plan is not None else None
+        return self.plan.agents.get(agent_key)
 
     def delivered(self, control: str) -> bool:
         """Whether the journal shows the message of the control request `control` (a
         run's new owner reads its control stream from the start: a `send` is
         delivered once)."""
-        if self.plan is None:
-            return False
         return any(
             control in agent.controls or any(m.control == control for m in agent.inbox)
             for agent in self.plan.agents.values()
@@ -414,7 +400,6 @@ class Continuation:
 
     def _descendants(self, top: AgentPlan) -> list[AgentPlan]:
         """The agents of the journal below `top`, deepest first."""
-        assert self.plan is not None
         by_parent: dict[str | None, list[AgentPlan]] = {}
         for agent in self.plan.agents.values():
             if agent.source is not None:
@@ -431,7 +416,7 @@ class Continuation:
 
     def _again(self, child: AgentPlan, *, background: bool) -> Again:
         """How a child the journal shows started goes on."""
-        assert self.plan is not None and child.key is not None and child.source is not None
+        assert child.key is not None and child.source is not None
         if child.ended:
             return Answered(child, background)
         kind = self.kinds.get(child.agent_id, "local")
@@ -459,7 +444,6 @@ class Continuation:
     def _open_below(self, top: str, *, itself: bool) -> list[AgentPlan]:
         """The agents under the path `top` (and the one at it, with `itself`) that have
         not ended."""
-        assert self.plan is not None
         return [
             agent
             for agent in self.plan.agents.values()
