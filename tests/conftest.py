@@ -141,6 +141,7 @@ SLOW = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # (before `-m` selects)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for group, prefixes in HEAVY.items():
@@ -148,6 +149,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.xdist_group(group))
         if item.nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_Autojump(), "orchestrator-autojump")
+
+
+class _Autojump:
+    """Gives the tests marked `autojump` their clock (tests/memory_server.py): after
+    pytest-trio has marked every async test with its own runner."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        from tests.memory_server import autojump_run
+
+        for item in items:
+            if item.get_closest_marker("autojump") is not None:
+                item.add_marker(pytest.mark.trio(run=autojump_run), append=False)
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,8 @@ import pytest
 import trio
 from websockets.trio.client import connect
 
-from tests.server_helpers import demo_config, read_until_end, request, running_server
+from tests.memory_server import autojump, memory_server
+from tests.server_helpers import demo_config, read_until_end, request
 
 pytest.importorskip("a2a", reason="the A2A tests need the `a2a` extra (pip install -e '.[dev]')")
 
@@ -72,9 +73,10 @@ async def collect(client: Client, request: pb.SendMessageRequest) -> list[pb.Str
     return [response async for response in client.send_message(request)]
 
 
+@autojump
 async def test_a_subagent_is_an_a2a_agent_whose_task_is_its_run(tmp_path: Path) -> None:
     config = demo_config(tmp_path, server={"a2a": True})
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         base = http_url(server.url)
         async with a2a_client(base, "planner") as client:
             responses = await collect(client, message("compare trio"))
@@ -105,9 +107,10 @@ async def test_a_subagent_is_an_a2a_agent_whose_task_is_its_run(tmp_path: Path) 
     assert sum(text.endswith(": started") for text in working) == len(started)
 
 
+@autojump
 async def test_send_get_cancel_and_the_tokens(tmp_path: Path) -> None:
     config = demo_config(tmp_path, token_delay=0.05, server={"a2a": True, "tokens": TOKENS})
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         base = http_url(server.url)
         async with a2a_client(base, "researcher", "ann-secret", streaming=False) as client:
             (done,) = await collect(client, message("quick"))
@@ -140,10 +143,11 @@ async def test_send_get_cancel_and_the_tokens(tmp_path: Path) -> None:
     assert done.task.context_id.startswith("thread-")
 
 
+@autojump
 async def test_an_a2a_agent_here_is_a_subagent_there(tmp_path: Path) -> None:
     far = tmp_path / "far"
     far.mkdir()
-    async with running_server(demo_config(far, server={"a2a": True})) as far_server:
+    async with memory_server(demo_config(far, server={"a2a": True})) as far_server:
         a2a_url = f"{http_url(far_server.url)}/a2a/planner"
         spawn = {"name": "agent_spawn", "args": {"agent_id": "far_planner", "task": "t"}}
         agents: dict[str, Any] = {
@@ -156,7 +160,7 @@ async def test_an_a2a_agent_here_is_a_subagent_there(tmp_path: Path) -> None:
             },
         }
         async with (
-            running_server(demo_config(tmp_path, extra_agents=agents)) as server,
+            memory_server(demo_config(tmp_path, extra_agents=agents)) as server,
             connect(server.url, max_size=None) as ws,
         ):
             ack = await request(ws, op="run", id=1, agent="boss", input="go")
@@ -169,11 +173,12 @@ async def test_an_a2a_agent_here_is_a_subagent_there(tmp_path: Path) -> None:
     assert events[-1]["data"]["result"].startswith("got: ")
 
 
+@autojump
 async def test_the_card_is_public_and_says_how_to_authenticate(tmp_path: Path) -> None:
     """Regression: the card answered 401 without a token, and declared no security
     scheme even with one, so no client could learn how to authenticate."""
     config = demo_config(tmp_path, server={"a2a": True, "tokens": TOKENS})
-    async with running_server(config) as server, httpx.AsyncClient() as http:
+    async with memory_server(config) as server, httpx.AsyncClient() as http:
         base = http_url(server.url)
         card = (await http.get(f"{base}/a2a/critic/.well-known/agent-card.json")).json()
         refused = await http.post(f"{base}/a2a/critic/", json={"jsonrpc": "2.0", "id": 1})
@@ -195,6 +200,7 @@ class _AnyText(str):
 ANY_TEXT = _AnyText()
 
 
+@autojump
 async def test_subscribing_starts_with_the_task_and_a_finished_one_is_refused(
     tmp_path: Path,
 ) -> None:
@@ -202,7 +208,7 @@ async def test_subscribing_starts_with_the_task_and_a_finished_one_is_refused(
     MUST be the Task), and on a finished task replayed every response instead of
     UnsupportedOperationError."""
     config = demo_config(tmp_path, token_delay=0.02, server={"a2a": True})
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         base = http_url(server.url)
         task_id = await start_task(base, "researcher", "follow me")
         async with a2a_client(base, "researcher") as client:

@@ -17,7 +17,8 @@ import trio
 from websockets.trio.client import connect
 
 from tests.integration.test_server_lifecycle import start_serve_process
-from tests.server_helpers import demo_config, replay, request, running_server
+from tests.memory_server import autojump, memory_server
+from tests.server_helpers import demo_config, replay, request
 
 pytest.importorskip("ag_ui.core", reason="AG-UI needs the `agui` extra: pip install -e '.[dev]'")
 
@@ -77,9 +78,10 @@ async def segment(http: httpx.AsyncClient, url: str, body: dict[str, Any]) -> li
         return [event async for event in events_of(response)]
 
 
+@autojump
 async def test_two_interrupts_answered_in_one_resume_each_run_once(tmp_path: Path) -> None:
     config = demo_config(tmp_path, server={"ag_ui": True, "tokens": TOKENS}, extra_agents=AGENTS)
-    async with running_server(config) as server, httpx.AsyncClient(timeout=30) as http:
+    async with memory_server(config) as server, httpx.AsyncClient(timeout=30) as http:
         url = f"{base(server)}/ag-ui/pair"
         first = await segment(http, url, run_input("go"))
         last = first[-1]
@@ -152,9 +154,10 @@ async def test_two_interrupts_answered_in_one_resume_each_run_once(tmp_path: Pat
     assert second[-1].metadata["seq"] == everything[-1]["seq"]
 
 
+@autojump
 async def test_the_first_answer_wins_across_doors(tmp_path: Path) -> None:
     config = demo_config(tmp_path, server={"ag_ui": True, "tokens": TOKENS}, extra_agents=AGENTS)
-    async with running_server(config) as server, httpx.AsyncClient(timeout=30) as http:
+    async with memory_server(config) as server, httpx.AsyncClient(timeout=30) as http:
         url = f"{base(server)}/ag-ui/pair"
         first = await segment(http, url, run_input("go"))
         items = {i.metadata["path"].rsplit("/", 1)[-1]: i for i in first[-1].outcome.interrupts}
@@ -189,9 +192,10 @@ async def test_the_first_answer_wins_across_doors(tmp_path: Path) -> None:
     assert (tmp_path / "workspace" / "b.txt").read_text() == "B.TXT"
 
 
+@autojump
 async def test_bad_resumes_are_refused_saying_why(tmp_path: Path) -> None:
     config = demo_config(tmp_path, server={"ag_ui": True, "tokens": TOKENS}, extra_agents=AGENTS)
-    async with running_server(config) as server, httpx.AsyncClient(timeout=30) as http:
+    async with memory_server(config) as server, httpx.AsyncClient(timeout=30) as http:
         url = f"{base(server)}/ag-ui/writer_a"
         first = await segment(http, url, run_input("go"))
         (item,) = first[-1].outcome.interrupts

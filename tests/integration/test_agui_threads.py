@@ -18,6 +18,7 @@ from tests.helpers import REPO
 from tests.integration.test_agui import base, events_of, run_input
 from tests.integration.test_approvals_server import agent
 from tests.integration.test_official_clients import need
+from tests.memory_server import autojump, memory_server
 from tests.server_helpers import demo_config, running_server
 
 pytest.importorskip("ag_ui.core", reason="AG-UI needs the `agui` extra: pip install -e '.[dev]'")
@@ -58,12 +59,13 @@ def snapshot(events: list[Any]) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in found.messages]
 
 
+@autojump
 async def test_a_page_of_an_allowed_origin_may_call_ag_ui_and_others_may_not(
     tmp_path: Path,
 ) -> None:
     """Defect 6: the preflight is answered, the answer carries the page's origin (never
     `*`), and an origin that is not allowed is refused as before."""
-    async with running_server(config(tmp_path)) as server, httpx.AsyncClient(timeout=30) as http:
+    async with memory_server(config(tmp_path)) as server, httpx.AsyncClient(timeout=30) as http:
         url = f"{base(server)}/ag-ui/critic"
         asked = {
             "Origin": APP_ORIGIN,
@@ -92,10 +94,11 @@ async def test_a_page_of_an_allowed_origin_may_call_ag_ui_and_others_may_not(
         assert "access-control-allow-origin" not in other.headers
 
 
+@autojump
 async def test_enqueue_streams_the_queued_run_once_it_starts(tmp_path: Path) -> None:
     """Defect 7: a second input while the first runs, `enqueue`: a 200 stream of its run,
     which starts after the first and goes on from it."""
-    async with running_server(config(tmp_path)) as server, httpx.AsyncClient(timeout=60) as http:
+    async with memory_server(config(tmp_path)) as server, httpx.AsyncClient(timeout=60) as http:
         url = f"{base(server)}/ag-ui/slow"
         results: dict[str, list[Any]] = {}
 
@@ -120,11 +123,12 @@ async def test_enqueue_streams_the_queued_run_once_it_starts(tmp_path: Path) -> 
     assert chat[2] == ("user", "second")
 
 
+@autojump
 async def test_steer_snapshots_the_threads_real_conversation(tmp_path: Path) -> None:
     """Defect 8: `steer` into a running run: the snapshot is the thread's chat (the
     running run's input, then the steered message), not the steered message under the
     running input's id."""
-    async with running_server(config(tmp_path)) as server, httpx.AsyncClient(timeout=60) as http:
+    async with memory_server(config(tmp_path)) as server, httpx.AsyncClient(timeout=60) as http:
         url = f"{base(server)}/ag-ui/slow"
         first, _ = await post(http, url, run_input("hello", threadId="s-thread"))
         assert first.status_code == 200
@@ -151,12 +155,13 @@ async def test_steer_snapshots_the_threads_real_conversation(tmp_path: Path) -> 
     assert chat[2]["id"] == "s-thread:2"  # the running input keeps its own id
 
 
+@autojump
 async def test_snapshots_hold_tool_calls_and_results_with_stable_ids(tmp_path: Path) -> None:
     """Defect 9: the planner's agent_spawn calls and their results are in the next
     turn's snapshot, as AG-UI assistant tool calls and tool messages, and each message
     keeps its id from one snapshot to the next. Defect 10: a reloaded page reads the
     same chat without starting a run (POST with no messages, or GET)."""
-    async with running_server(config(tmp_path)) as server, httpx.AsyncClient(timeout=60) as http:
+    async with memory_server(config(tmp_path)) as server, httpx.AsyncClient(timeout=60) as http:
         url = f"{base(server)}/ag-ui/planner"
         await post(http, url, run_input("trio", threadId="t-thread"))
         _, second = await post(http, url, run_input("and asyncio?", threadId="t-thread"))

@@ -10,7 +10,10 @@ from typing import Any
 
 from websockets.trio.client import ClientConnection, connect
 
-from tests.server_helpers import demo_config, read_until_end, recv, running_server
+from tests.memory_server import autojump, memory_server
+from tests.server_helpers import demo_config, read_until_end, recv
+
+pytestmark = autojump
 
 
 def agent(
@@ -102,7 +105,7 @@ async def test_a_call_three_levels_down_waits_and_is_answered_once(tmp_path: Pat
         tmp_path, extra_agents=AGENTS, server={"tokens": TOKENS}, limits={"max_depth": 4}
     )
     async with (
-        running_server(config) as server,
+        memory_server(config) as server,
         connect(server.url, additional_headers=bearer("ann-secret")) as ann_ws,
         connect(server.url, additional_headers=bearer("bob-secret")) as bob_ws,
         connect(server.url, additional_headers=bearer("eve-secret")) as eve_ws,
@@ -176,7 +179,7 @@ async def test_a_call_three_levels_down_waits_and_is_answered_once(tmp_path: Pat
 
 async def test_a_denied_call_and_a_later_watcher_see_the_same_story(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS)
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         client = Client(ws)
         ack = await client.ask(op="run", id="r", agent="top", input="go")
         run_id = ack["runId"]
@@ -212,7 +215,7 @@ async def test_cancelling_an_ancestor_of_a_waiting_call_resolves_it_cancelled(
     tmp_path: Path,
 ) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS)
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         client = Client(ws)
         ack = await client.ask(op="run", id="r", agent="top", input="go")
         run_id = ack["runId"]

@@ -14,9 +14,10 @@ import pytest
 import trio
 from websockets.trio.client import connect
 
-from tests.server_helpers import demo_config, request, running_server
+from tests.memory_server import autojump, memory_server
+from tests.server_helpers import demo_config, request
 
-pytestmark = pytest.mark.trio
+pytestmark = [pytest.mark.trio, autojump]
 
 pytest.importorskip("a2a", reason="the A2A door needs the `a2a` extra (pip install -e '.[dev]')")
 
@@ -91,7 +92,7 @@ async def test_malformed_headers_are_a_400_on_every_door(
         tmp_path,
         server={"ag_ui": True, "a2a": True, "mcp": True, "tokens": [{"name": "a", "token": "t-a"}]},
     )
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         with caplog.at_level(logging.ERROR):
             for name, data in cases(server.port).items():
                 answer = await exchange(server.port, data)
@@ -107,7 +108,7 @@ async def test_bad_seqs_and_a_chunked_body_over_the_limit_are_refusals(
         token_delay=0.05,  # (a run that still runs while its task is subscribed to)
         server={"ag_ui": True, "a2a": True, "tokens": [{"name": "a", "token": "t-a"}]},
     )
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         host = f"Host: 127.0.0.1:{server.port}\r\n".encode()
         with caplog.at_level(logging.ERROR):
             # An A2A cursor whose digit is not ASCII (the byte 0xB2, `²`): invalid params.
@@ -166,7 +167,7 @@ async def test_a2a_seqs_are_integers_both_ways(tmp_path: Path) -> None:
         token_delay=0.05,
         server={"a2a": True, "tokens": [{"name": "a", "token": "t-a"}]},
     )
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         host = f"Host: 127.0.0.1:{server.port}\r\n".encode()
         async with connect(server.url, additional_headers={"Authorization": "Bearer t-a"}) as ws:
             ack = await request(ws, op="run", id=1, agent="planner", input="slowly")

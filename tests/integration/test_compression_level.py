@@ -14,9 +14,10 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
-from tests.server_helpers import demo_config, run_to_end, running_server
+from tests.memory_server import autojump, memory_server
+from tests.server_helpers import demo_config, run_to_end
 
-pytestmark = pytest.mark.trio
+pytestmark = [pytest.mark.trio, autojump]
 
 
 async def replay_bytes(url: str, run_id: str) -> tuple[int, list[dict[str, object]]]:
@@ -61,7 +62,7 @@ async def test_the_level_reaches_the_wire(tmp_path: Path) -> None:
         root = tmp_path / str(level)
         root.mkdir()
         config = demo_config(root, server={"compression_level": level})
-        async with running_server(config) as server:
+        async with memory_server(config) as server:
             run_id, events, _ = await run_to_end(server.url)
             seen[level] = await replay_bytes(server.url, run_id)
         assert [e["seq"] for e in seen[level][1]] == [e["seq"] for e in events]

@@ -5,7 +5,8 @@ again only when their parent reaches its spawn call. A `cancel` or `send` for on
 them that comes in between (a worker that takes a run over reads the run's control
 stream as soon as the run starts) waits for it instead of being dropped, and a
 message the journal already shows (USER_MESSAGE `control`) is not delivered twice.
-In process, on SQLite, with the restart made by `suspend_all` (a SIGTERM).
+In process, on SQLite, with the restart made by `suspend_all` (a SIGTERM), on an
+autojump clock (held still while SQLite works in its thread).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from orchestrator.runtime.engine import Orchestrator
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.sqlite import SqliteStorage
 from tests.integration.test_restart_resume import check_story
+from tests.memory_server import autojump
 from tests.server_helpers import demo_config
 
-pytestmark = pytest.mark.trio
+pytestmark = autojump
 
 WORDS = " ".join(f"w{i}" for i in range(80))
 AGENTS: dict[str, dict[str, Any]] = {

@@ -18,7 +18,8 @@ import pytest
 import trio
 
 from orchestrator.config import ServerConfig
-from tests.server_helpers import demo_config, running_server
+from tests.memory_server import autojump, memory_server
+from tests.server_helpers import demo_config
 
 UPGRADE = (
     "GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -46,8 +47,9 @@ def full_server(tmp_path: Path, **server: object) -> ServerConfig:
     )
 
 
+@autojump
 async def test_every_door_refuses_a_foreign_host(tmp_path: Path) -> None:
-    async with running_server(full_server(tmp_path)) as server:
+    async with memory_server(full_server(tmp_path)) as server:
         port = server.port
         evil = f"evil.example.com:{port}"
         # The WebSocket: a rebinding page's upgrade, and its same-"origin" Origin.
@@ -81,9 +83,10 @@ async def test_every_door_refuses_a_foreign_host(tmp_path: Path) -> None:
         assert await upgrade_status(port, f"127.0.0.1:{port}", "http://127.0.0.1:1") == 403
 
 
+@autojump
 async def test_allowed_hosts_name_a_server_behind_a_dns_name_or_proxy(tmp_path: Path) -> None:
     config = full_server(tmp_path, allowed_hosts=["orch.example.com", "proxy.example.com:443"])
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         port = server.port
         assert await upgrade_status(port, f"orch.example.com:{port}") == 101
         assert await upgrade_status(port, "orch.example.com", "https://proxy.example.com") == 101
@@ -91,10 +94,11 @@ async def test_allowed_hosts_name_a_server_behind_a_dns_name_or_proxy(tmp_path: 
         assert await upgrade_status(port, f"evil.example.com:{port}") == 403
 
 
+@autojump
 async def test_a_refused_host_is_one_log_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with running_server(full_server(tmp_path)) as server:
+    async with memory_server(full_server(tmp_path)) as server:
         assert await upgrade_status(server.port, "evil.example.com" + "x" * 500) == 403
     lines = [r.getMessage() for r in caplog.records if "refused a request" in r.getMessage()]
     assert len(lines) == 1

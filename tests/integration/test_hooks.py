@@ -18,7 +18,10 @@ import yaml
 from websockets.trio.client import connect
 
 from orchestrator.config import load_config
-from tests.server_helpers import demo_config, read_until_end, request, running_server
+from tests.memory_server import autojump, memory_server
+from tests.server_helpers import demo_config, read_until_end, request
+
+pytestmark = autojump
 
 TOKENS = [
     {"name": "ci", "token": "ci-secret", "role": "user"},
@@ -70,7 +73,7 @@ async def answer_of(server: Any, run_id: str) -> list[dict[str, Any]]:
 
 
 async def test_a_post_with_an_input_starts_a_run(tmp_path: Path) -> None:
-    async with running_server(config_with(tmp_path)) as server, httpx.AsyncClient() as http:
+    async with memory_server(config_with(tmp_path)) as server, httpx.AsyncClient() as http:
         posted = await http.post(
             f"{base(server)}/hooks/echo",
             json={"input": "hello"},
@@ -87,7 +90,7 @@ async def test_a_signed_event_fills_the_hooks_templates_and_thread(tmp_path: Pat
     os.environ["TEST_HOOK_SECRET"] = "s3cret"
     body = json.dumps(EVENT).encode()
     async with (
-        running_server(config_with(tmp_path, HOOKS)) as server,
+        memory_server(config_with(tmp_path, HOOKS)) as server,
         httpx.AsyncClient() as http,
     ):
         url = f"{base(server)}/hooks/echo?token=ci-secret"  # (a GitHub webhook sets no header)
@@ -131,7 +134,7 @@ async def test_bad_requests_are_refused_saying_why(
 ) -> None:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     content = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-    async with running_server(config_with(tmp_path)) as server, httpx.AsyncClient() as http:
+    async with memory_server(config_with(tmp_path)) as server, httpx.AsyncClient() as http:
         answered = await http.post(f"{base(server)}{path}", content=content, headers=headers)
         assert (await http.get(f"{base(server)}/hooks/echo")).status_code == 405
     assert answered.status_code == status, answered.text

@@ -13,7 +13,7 @@ import trio
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 from websockets.trio.client import connect
 
-from tests.memory_server import memory_server
+from tests.memory_server import autojump, memory_server
 from tests.server_helpers import (
     demo_config,
     read_until_end,
@@ -24,7 +24,7 @@ from tests.server_helpers import (
     send,
 )
 
-pytestmark = pytest.mark.usefixtures("autojump_clock")
+pytestmark = autojump
 
 
 async def test_cancel_reaches_every_agent_and_ends_the_run(tmp_path: Path) -> None:

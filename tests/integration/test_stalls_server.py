@@ -13,8 +13,9 @@ import trio
 from websockets.trio.client import connect
 
 from tests.integration.test_approvals_server import Client, agent, spawn
+from tests.memory_server import autojump, memory_server
 from tests.redis_helpers import redis_url  # noqa: F401  (fixture)
-from tests.server_helpers import demo_config, recv, replay, running_server
+from tests.server_helpers import demo_config, recv, replay
 
 AGENTS = {
     "sleeper_boss": agent(
@@ -54,9 +55,10 @@ async def metric(port: int) -> float:
     return float(line.split()[1])
 
 
+@autojump
 async def test_a_silent_agent_is_marked_then_unmarked(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS, limits={"stall_seconds": 1})
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         await ws.send(json.dumps({"op": "run", "id": "r", "agent": "sleeper_boss", "input": "go"}))
         streams: dict[str, list[dict[str, Any]]] = {}
         subs: dict[str, str] = {}  # "full" / "status" -> sub
@@ -92,11 +94,12 @@ async def test_a_silent_agent_is_marked_then_unmarked(tmp_path: Path) -> None:
     assert not any(e["type"] == "REASONING" and not e.get("last") for e in statuses)
 
 
+@autojump
 async def test_waiting_for_a_person_is_not_a_stall_and_a_late_watcher_sees_marks(
     tmp_path: Path,
 ) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS, limits={"stall_seconds": 0.5})
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         client = Client(ws)
         ack = await client.ask(op="run", id="r", agent="asker", input="go")
         (asked,) = await client.until("APPROVAL_REQUESTED")
