@@ -79,7 +79,7 @@ def autojump_run(fn: Any, *, clock: trio.abc.Clock | None = None, **kwargs: Any)
     import trio._path
 
     trio.to_thread.run_sync = _run_sync_holding_the_clock  # type: ignore[assignment]
-    trio._path.run_sync = _run_sync_holding_the_clock  # type: ignore[attr-defined]
+    trio._path.run_sync = _run_sync_holding_the_clock  # type: ignore[attr-defined,assignment]
     try:
         clock = clock or trio.testing.MockClock(autojump_threshold=0)
         return trio.run(fn, clock=clock, **kwargs)
