@@ -1,0 +1,1 @@
+"""The agent runtime: specs, the runner, providers, tools (imports nothing of `orchestrator`)."""

@@ -21,6 +21,7 @@ def inline_file_refs(schema: Any, base: Path, root: Path) -> Any:
     """`schema` with every file `$ref` replaced by the file's content.
 
     Args:
+        schema: a schema as read from a file.
         base: the folder of the file that holds `schema`.
         root: the folder no referenced file may be outside of.
 

@@ -127,7 +127,7 @@ async def watch(url: str, agent: str) -> tuple[list[tuple[float, _Event]], str]:
 
 
 async def emitted_there(url: str, run_id: str) -> dict[int, float]:
-    """seq → ts of a run on the remote server (read back after it ended)."""
+    """Seq → ts of a run on the remote server (read back after it ended)."""
     found: dict[int, float] = {}
     async with connect(url, max_size=None) as ws:
         await ws.send(json.dumps({"op": "subscribe", "id": 1, "runId": run_id}))

@@ -1,10 +1,10 @@
-"""One tree run, nothing else: for instruction counts under callgrind.
+r"""One tree run, nothing else: for instruction counts under callgrind.
 
 Wall-clock figures on a shared machine swing by tens of percent; instructions do
 not. Two runs with different delta counts, subtracted, give the instructions per
 event with the start-up cancelled out:
 
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null \
         .venv/bin/python -m bench.tree_once --deltas 5000 [--yielding]
 """
 

@@ -1,4 +1,4 @@
-"""The WebSocket protocol (contract §4), both directions, in one place. Pure.
+r"""The WebSocket protocol (contract §4), both directions, in one place. Pure.
 
 Client messages (`StartRun`, `Subscribe`, …) and server frames (`Ack`, `Events`, `End`,
 `Gap`, `ErrorFrame`, `RunsReply`, …) are msgspec Structs shared by the server,
@@ -6,8 +6,8 @@ Client messages (`StartRun`, `Subscribe`, …) and server frames (`Ack`, `Events
 `encode` writes any frame, `decode_server_frame` reads one back. Every client
 message is a JSON object with `op` and an optional `id` that the reply echoes.
 Anything wrong with a message becomes a `ProtocolError` carrying the error code
-and a message that names the problem (`Expected \\`int\\`, got \\`str\\` - at
-\\`$.afterSeq\\``); the connection stays usable.
+and a message that names the problem (`Expected \`int\`, got \`str\` - at
+\`$.afterSeq\``); the connection stays usable.
 """
 
 from __future__ import annotations

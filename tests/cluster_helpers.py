@@ -56,7 +56,7 @@ class Instance:
                     self.ready.set()
 
     def kill(self) -> None:
-        """kill -9."""
+        """Kill -9."""
         if self.process.returncode is None:
             self.process.kill()
 
@@ -216,7 +216,7 @@ async def watch_all(ws: ClientConnection, within: float = 60) -> tuple[list[dict
 
 
 def check_tree(events: list[dict[str, Any]]) -> None:
-    """seq gap-free, one terminal event per agent, no tool result twice."""
+    """Seq gap-free, one terminal event per agent, no tool result twice."""
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
 
     def key(e: dict[str, Any]) -> str | None:

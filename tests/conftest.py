@@ -76,15 +76,15 @@ def _logger_levels() -> Iterator[None]:
 # run, and that check what happens within seconds (a takeover within the lease, a page
 # that keeps up). The suite runs on two processes (pytest-xdist, `-n 2 --dist
 # loadgroup`): each group below runs on one of them, one test after the other, beside
-# the light tests on the other. Two groups, so the two processes share the heavy work
-# and no more than two of these run at once on 2 cores.
+# the light tests and the other groups on the other. Three groups, so the two processes
+# share the heavy work evenly, and no more than two of these run at once on 2 cores.
 HEAVY = {
     "cluster": (
         "tests/integration/test_chaos.py",
         "tests/integration/test_cluster",
     ),
+    "browser": ("tests/browser/",),
     "servers": (
-        "tests/browser/",
         "tests/integration/test_official_clients.py",  # Node clients, Arize Phoenix's start
         "tests/integration/test_js_package.py",  # its Node tests start servers
         "tests/integration/test_remote",
@@ -106,6 +106,7 @@ ALONE = ("tests/browser/test_console.py::test_500_agents_stream_without_long_fra
 # test that starts a process fails, naming this list.
 SLOW = (
     *HEAVY["cluster"],
+    *HEAVY["browser"],
     *HEAVY["servers"],
     "tests/integration/test_a2a_remote.py",
     "tests/integration/test_a2a_serve.py::test_a_dropped_subscriber_resumes_exactly_by_seq",

@@ -44,7 +44,7 @@ _real_extra_info = TrioStream.get_extra_info
 
 
 def _extra_info(self: TrioStream, info: str) -> Any:
-    """httpcore asks a pooled connection whether it is readable (closed by the server)
+    """Httpcore asks a pooled connection whether it is readable (closed by the server)
     through its socket; a memory stream has none: it is taken as open."""
     if isinstance(self._stream, trio.SocketStream | trio.SSLStream):
         return _real_extra_info(self, info)

@@ -1,0 +1,1 @@
+"""The sans-I/O core of the agent runtime: messages, events, SSE, the turn loop, payloads."""

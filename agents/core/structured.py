@@ -65,6 +65,7 @@ def check_schema(schema: object, *, where: str, untrusted: bool = False) -> dict
     """`schema` as a usable JSON Schema (draft 2020-12), or a `SchemaError`.
 
     Args:
+        schema: the schema as given.
         where: how messages name it (`output_schema`, `run.outputSchema`).
         untrusted: a client sent it: it may not use `pattern`-like keywords.
     """

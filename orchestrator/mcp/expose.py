@@ -16,18 +16,26 @@ import trio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
-from pydantic import Field
+from pydantic import ConfigDict, Field, with_config
 
 from agents.core.events import EventType
 from agents.core.payloads import ApprovalRequestedData, ApprovalResolvedData
 
-__all__ = ["HANDLES", "IGNORES", "PROGRESS_EVERY", "Answer", "TreeProgress", "subagent_server"]
+__all__ = [
+    "HANDLES",
+    "IGNORES",
+    "PROGRESS_EVERY",
+    "SubagentResult",
+    "TreeProgress",
+    "subagent_server",
+]
 
 PROGRESS_EVERY = 0.25
 """Seconds between two progress notifications of one call."""
 
 
-class Answer(TypedDict):
+@with_config(ConfigDict(title="Answer"))  # (its outputSchema's title, as clients know it)
+class SubagentResult(TypedDict):
     """A subagent tool's structured result: the answer, and the run and thread it came
     from (the thread goes on with `threadId` on the next call: docs/threads.md)."""
 
@@ -43,7 +51,7 @@ ExposedAgent = tuple[str, str, dict[str, Any] | None]
 """(agentId, description, its output schema or None): one tool."""
 
 
-Call = Callable[[str, str, str | None, Context], Awaitable[Answer]]
+Call = Callable[[str, str, str | None, Context], Awaitable[SubagentResult]]
 """`call(agent_id, task, thread_id, ctx)`: run the tree (in the thread `thread_id`, or
 a new one), report progress on `ctx`, return the answer with its ids."""
 
@@ -178,7 +186,7 @@ def subagent_server(agents: Iterable[ExposedAgent], call: Call) -> MCPServer:
                         "new thread.",
                     ),
                 ] = None,
-            ) -> Annotated[CallToolResult, Answer]:
+            ) -> Annotated[CallToolResult, SubagentResult]:
                 answer = await call(agent_id, task, threadId, ctx)
                 return CallToolResult(
                     content=[TextContent(type="text", text=answer["result"])],

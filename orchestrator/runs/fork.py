@@ -59,8 +59,8 @@ def fork_record(
 
 
 def started(record: RunRecord) -> bool:
-    """Has this fork gone on past its copied history? (Then it is resumed like any
-    run, not started; its copy holds at most `seq` events.)"""
+    """Has this fork gone on past its copied history? Then it is resumed like any
+    run, not started (its copy holds at most `seq` events)."""
     point = record.forked_from
     return point is None or record.last_seq > point.seq
 

@@ -102,6 +102,7 @@ class Triggers:
                 once); None: this process alone fires them.
             poll: the states are read again from the store at least this often (in a
                 cluster another gateway may pause, resume or fire one).
+            task_status: told once the triggers are armed.
         """
         self._claim = claim
         await self.refresh()

@@ -44,7 +44,11 @@ async def received(
     """The attachments of one request, with their bytes.
 
     Args:
+        given: the attachments as the request gave them.
+        limits: the config's `limits.attachments`.
+        fetcher: how an attachment given by URL is fetched (None: none may be).
         known: the attachments the run has already (a `send` may name one by `id`).
+        where: how messages name the request's field.
 
     Raises:
         AttachmentError: one is malformed, too big, of a type not allowed, cannot be

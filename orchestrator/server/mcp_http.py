@@ -27,7 +27,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from orchestrator.core.threads import MAX_THREAD_ID, ThreadAsk
 from orchestrator.errors import OrchestratorError
-from orchestrator.mcp.expose import Answer, TreeProgress, subagent_server
+from orchestrator.mcp.expose import SubagentResult, TreeProgress, subagent_server
 from orchestrator.server.auth import Principal
 from orchestrator.server.endpoints import (
     DoorContext,
@@ -84,7 +84,9 @@ class McpEndpoint:
             scope["user"] = AuthenticatedUser(who)
             await self.manager.handle_request(scope, receive, send)
 
-    async def _call(self, agent_id: str, task: str, thread_id: str | None, ctx: Context) -> Answer:
+    async def _call(
+        self, agent_id: str, task: str, thread_id: str | None, ctx: Context
+    ) -> SubagentResult:
         app = self.app
         principal: Principal = ctx.request_context.request.scope[_PRINCIPAL]  # type: ignore[union-attr]
         if thread_id is not None and not 0 < len(thread_id) <= MAX_THREAD_ID:
@@ -112,7 +114,7 @@ class McpEndpoint:
             raise
         if result.status != "completed":
             raise ToolError(f"run {run_id} {result.status}: {result.error or ''}".rstrip(": "))
-        answer = Answer(result=result.text or "", runId=run_id, threadId=started.thread_id)
+        answer = SubagentResult(result=result.text or "", runId=run_id, threadId=started.thread_id)
         if result.structured is not msgspec.UNSET:
             answer["structured"] = result.structured
         return answer

@@ -325,7 +325,7 @@ def _otlp_exporter(config: TelemetryConfig) -> SpanExporter:
 
 
 def model_info(specs: Any, models: Any) -> ModelInfo:
-    """agentId → (provider, model) from the subagents and the config's `models`."""
+    """AgentId → (provider, model) from the subagents and the config's `models`."""
 
     def info(agent_id: str) -> tuple[str, str]:
         spec = specs.get(agent_id)

@@ -713,7 +713,7 @@ def test_an_approval_deep_in_the_tree_is_answered_from_the_console(
 def test_a_remote_subtree_shows_and_is_answered_as_a_local_one(
     browser: Browser, tmp_path: Path
 ) -> None:
-    """boss here → far_lead (remote: `lead` on another server) → fixer there, whose
+    """Boss here → far_lead (remote: `lead` on another server) → fixer there, whose
     write_file waits: the tree shows fixer under far_lead, and the console's answer
     is handed to that server."""
     far_root, here_root = tmp_path / "far", tmp_path / "here"

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.trio
 
 
 def agents(far_url: str) -> dict[str, dict[str, Any]]:
-    """boss → writer (appends its task to effects.txt once approved) and a streamer
+    """Boss → writer (appends its task to effects.txt once approved) and a streamer
     still talking while the call waits; lead → a slow background child; asker → far
     (the planner of another server, whose whole tree streams in)."""
     far = {"description": "the other team", "remote": {"url": far_url, "agent": "planner"}}

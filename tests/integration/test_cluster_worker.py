@@ -252,7 +252,6 @@ async def test_a_workers_journal_is_fenced_from_its_first_write(
 ) -> None:
     """The fence is given when the journal opens (not set on it afterwards): a write
     for a run this worker holds no lease of is refused, even the very first."""
-
     leases = Leases()
     async with RedisStorage.open(redis_url, durability="relaxed") as storage:
         refused: list[list[str]] = []

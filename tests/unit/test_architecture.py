@@ -347,7 +347,7 @@ def test_no_import_cycle_between_modules(package: str) -> None:
 
 
 def test_the_redis_client_loads_only_where_a_redis_journal_is_used() -> None:
-    """coredis is a quarter of a process's start (0.25 of ~0.8 s): the CLI and a
+    """Coredis is a quarter of a process's start (0.25 of ~0.8 s): the CLI and a
     server on SQLite or memory never import it."""
     code = (
         "import sys, orchestrator.cli.main, orchestrator.server.app\n"

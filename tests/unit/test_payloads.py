@@ -235,8 +235,8 @@ def untyped_reads(path: Path) -> list[int]:
 
 
 def test_no_module_reads_an_events_data_as_an_untyped_dict() -> None:
-    """(`agents` sees events' data only through the Emitter and `replay`; its other
-    `.data` are SSE events' text.)"""
+    """`agents` sees events' data only through the Emitter and `replay`; its other
+    `.data` are SSE events' text."""
     readers = [*(REPO / "orchestrator").rglob("*.py"), REPO / "agents/core/replay.py"]
     found = {
         name: lines

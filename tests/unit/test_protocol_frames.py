@@ -84,7 +84,7 @@ def test_the_fast_events_frame_reads_back_as_events() -> None:
 
 
 def test_an_error_message_keeps_its_quotes() -> None:
-    """Regression: `str(exc).strip("'\\"")` cut the closing quote off `…run 'run-1'`."""
+    r"""Regression: `str(exc).strip("'\"")` cut the closing quote off `…run 'run-1'`."""
     raw = protocol.error_frame("not_found", "agent 'k' is not part of run 'run-1'")
     frame = protocol.decode_server_frame(raw)
     assert isinstance(frame, protocol.ErrorFrame)

@@ -1,0 +1,1 @@
+"""Each provider's wire format, decoded into one event stream (pure)."""

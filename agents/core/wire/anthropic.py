@@ -167,7 +167,7 @@ _KNOWN_DELTAS = frozenset(
 
 
 def is_server_result(kind: str) -> bool:
-    """`web_search_tool_result`, `code_execution_tool_result`, `mcp_tool_result`, …"""
+    """Is it a server tool's result (`web_search_tool_result`, `mcp_tool_result`, …)?"""
     return kind.endswith("_tool_result")
 
 

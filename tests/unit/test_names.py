@@ -1,0 +1,44 @@
+"""One name and one room per concept (issue 58): checks that read the code."""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+
+from tests.helpers import REPO
+
+
+def classes_named(name: str) -> list[str]:
+    found = []
+    for package in ("agents", "orchestrator"):
+        for path in (REPO / package).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            found += [
+                str(path.relative_to(REPO))
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ClassDef) and node.name == name
+            ]
+    return found
+
+
+def test_answer_is_one_concept() -> None:
+    assert classes_named("Answer") == ["orchestrator/core/approvals.py"]
+
+
+def test_the_mcp_bridge_reads_events_through_the_typed_client() -> None:
+    """No event type compared as a string, no raw frame read: `Client` and `EventType`."""
+    source = (REPO / "orchestrator/cli/mcp_serve.py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    strings = {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    assert not strings & {"RUN_STARTED", "RUN_FINISHED", "events", "end", "ack", "op"}
+    assert "json.loads" not in source and "websockets" not in source
+
+
+def test_docstring_rules_are_on() -> None:
+    lint = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
+    assert "D" in lint["lint"]["select"]
+    assert lint["lint"]["pydocstyle"]["convention"] == "google"
