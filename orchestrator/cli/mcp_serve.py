@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Mapping
-from typing import Any
+from typing import cast
 
 import trio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
+from agents.core.payloads import RunFinishedData, RunStartedData
 from orchestrator.cli.watch import refusal
 from orchestrator.client import Client, ClientError
 from orchestrator.core.events import EventType
@@ -45,7 +45,7 @@ class _Server:
         except ClientError as exc:
             raise ToolError(str(exc)) from None
         progress = TreeProgress(ctx, agent_id)
-        final: Mapping[str, Any] | None = None
+        final: RunFinishedData | None = None
         thread: str | None = None
         try:
             async with client.follow_batches(run_id) as batches:
@@ -54,9 +54,9 @@ class _Server:
                         path = event.source.path if event.source is not None else None
                         progress.see(event.type, path, event.data)
                         if event.type == EventType.RUN_STARTED:
-                            thread = event.data.get("threadId")
+                            thread = cast(RunStartedData, event.data).get("threadId")
                         elif event.type == EventType.RUN_FINISHED:
-                            final = event.data
+                            final = cast(RunFinishedData, event.data)
                     await progress.report()
         except BaseException:
             # The MCP call was cancelled (or the bridge is stopping): so is the run (over
@@ -65,10 +65,11 @@ class _Server:
             with shielded, trio.move_on_after(5), contextlib.suppress(ClientError):
                 await client.cancel(run_id, reason="the MCP call was cancelled")
             raise
-        if final is None or final.get("status") != "completed":
-            status = (final or {}).get("status", "unknown")
-            raise ToolError(f"run {run_id} {status}: {(final or {}).get('error', '')}".rstrip(": "))
-        answer = SubagentResult(result=str(final.get("result", "")), runId=run_id, threadId=thread)
+        if final is None or final["status"] != "completed":
+            status = final["status"] if final is not None else "unknown"
+            error = final.get("error", "") if final is not None else ""
+            raise ToolError(f"run {run_id} {status}: {error}".rstrip(": "))
+        answer = SubagentResult(result=final.get("result", ""), runId=run_id, threadId=thread)
         if "structured" in final:
             answer["structured"] = final["structured"]
         return answer

@@ -48,6 +48,7 @@ LIFECYCLE = {
     "orchestrator/runtime/engine.py": {"RunStartedData"},
     "orchestrator/core/fork.py": {"RunStartedData"},
     "orchestrator/runs/threads.py": {"AgentStartedData", "RunFinishedData"},
+    "orchestrator/cli/mcp_serve.py": {"RunFinishedData", "RunStartedData"},
 }
 """Modules that read only a run's start or end (its status, its agent and input), or
 an agent's start (what a thread's earlier agents were asked), as a journal, a fork
