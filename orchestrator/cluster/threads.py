@@ -3,7 +3,7 @@
 Each thread has a list in Redis, `<prefix>thread:<owner>:<threadId>` (the owner as a
 digest of its token's name), of its runs' ids, oldest first. A gateway that takes an
 input of a thread reads the list's last run (the thread's head) and decides as one
-server does (`runs/thread_starts.py`): `reject`, `steer`, `enqueue`, `interrupt`,
+server does (`runs/thread_inputs.py`): `reject`, `steer`, `enqueue`, `interrupt`,
 `rollback`. It then queues the new run with one Lua script that appends it to the
 list only if the head is still the one it read, with its record and its queue entry:
 of two gateways that read one head at once, one wins and the other reads the new
@@ -24,9 +24,9 @@ import msgspec
 import trio
 
 from orchestrator.core.continuation import ThreadStart
-from orchestrator.core.threads import ThreadAsk, ThreadError, new_thread_id
+from orchestrator.core.threads import MULTITASK, ThreadAsk, ThreadError, new_thread_id
 from orchestrator.runs.service import LimitExceeded
-from orchestrator.runs.thread_starts import MAX_QUEUED, agent_of, new_record
+from orchestrator.runs.thread_inputs import MAX_QUEUED, agent_of, new_record
 from orchestrator.runs.threads import ThreadInfo, Threads
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.run import RunResult
@@ -190,18 +190,19 @@ class ClusterThreads:
             runs = await self._runs(key) if ask.thread_id is not None else []
             head = await self.gateway.store.record(runs[-1]) if runs else None
             running = head if head is not None and head.status in UNFINISHED else None
-            if running is not None and ask.multitask == "steer":
+            policy = MULTITASK[ask.multitask]
+            if running is not None and policy.delivers:
                 await self.gateway.send(running.run_id, None, input)
                 return thread_id, running.run_id
             _check(ask, thread_id, runs, running)
             agent = agent_id or agent_of(ask, ThreadInfo(thread_id, [head]) if head else None)
             if agent not in self.gateway.agents:
                 raise UnknownAgent(agent, sorted(self.gateway.agents))
-            if running is not None and ask.multitask in ("interrupt", "rollback"):
+            if running is not None and policy.stops:
                 await self._stop(running, ask.multitask)
-                rolled_back = running.run_id if ask.multitask == "rollback" else None
+                rolled_back = running.run_id if policy.rolls_back else None
                 continue  # its end is the thread's head now: decide again
-            if running is not None:  # enqueue: it starts once `running` has ended
+            if running is not None and policy.queues:  # it starts once `running` has ended
                 await self._check_queue(runs, thread_id)
             start = await self._start_of(thread_id, ask, head, rolled_back)
             record = new_record(
@@ -275,7 +276,7 @@ class ClusterThreads:
 
 def _check(ask: ThreadAsk, thread_id: str, runs: list[str], running: RunRecord | None) -> None:
     """Refuse what no run can answer: `reject` while one runs, an unknown `fromRun`."""
-    if running is not None and ask.multitask == "reject":
+    if running is not None and MULTITASK[ask.multitask].refuses:
         raise LimitExceeded(
             f"thread {thread_id!r} has run {running.run_id!r} running (multitask "
             "'reject'; 'enqueue', 'interrupt', 'rollback' or 'steer' say otherwise)"

@@ -11,7 +11,9 @@ from agents.errors import OrchestratorError
 
 __all__ = [
     "MAX_THREAD_ID",
+    "MULTITASK",
     "Multitask",
+    "Policy",
     "ThreadAsk",
     "ThreadError",
     "agent_id_of",
@@ -25,6 +27,32 @@ conversation so far (`interrupt`) or from before it (`rollback`), or delivered i
 its root as a message (`steer`)."""
 MAX_THREAD_ID = 256
 """Longest thread id a client may choose (AG-UI and A2A clients choose their own)."""
+
+
+class Policy(msgspec.Struct, frozen=True, kw_only=True):
+    """What one `Multitask` value does while a run of the thread runs."""
+
+    refuses: bool = False
+    """No run: the input is refused (`limit_exceeded`)."""
+    delivers: bool = False
+    """No run: the input is delivered into the running run's root as a message."""
+    queues: bool = False
+    """A run that starts once the running run (and the runs queued before it) ended."""
+    stops: bool = False
+    """The running run and the runs queued behind it end (`cancelled`) first."""
+    rolls_back: bool = False
+    """The new run goes on from the conversation before the running run's."""
+
+
+MULTITASK: dict[Multitask, Policy] = {
+    "reject": Policy(refuses=True),
+    "steer": Policy(delivers=True),
+    "enqueue": Policy(queues=True),
+    "interrupt": Policy(stops=True),
+    "rollback": Policy(stops=True, rolls_back=True),
+}
+"""The multitask policy, as one table: the single server (`runs/thread_inputs.py`) and
+a cluster's gateways (`cluster/threads.py`) both act on it."""
 
 
 class ThreadError(OrchestratorError, LookupError):

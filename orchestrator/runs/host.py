@@ -30,7 +30,7 @@ from orchestrator.runs.service import (
     StorageUnavailable,
 )
 from orchestrator.runs.stalls import StallSweeper
-from orchestrator.runs.thread_starts import ThreadStarts, new_record
+from orchestrator.runs.thread_inputs import ThreadInputs, new_record
 from orchestrator.runs.threads import Threads
 from orchestrator.runtime.approvals import ApprovalDesk, ApprovalError
 from orchestrator.runtime.engine import Orchestrator, UnknownAgent
@@ -92,7 +92,7 @@ class RunHost:
         self.nursery = nursery
         """Where the runs here execute."""
         self._nursery = nursery
-        self._thread_starts = ThreadStarts(self)
+        self._thread_inputs = ThreadInputs(self)
         self.active: dict[str, Run] = {}
         self._done: dict[str, trio.Event] = {}
         self.max_concurrent = orchestrator.config.limits.max_concurrent_runs
@@ -122,14 +122,14 @@ class RunHost:
 
         A streaming run is in a thread (`thread`: which, and what a new input does while
         one of its runs runs; absent: a new thread), and its root starts from the
-        thread's conversation (`runs/thread_starts.py`, docs/threads.md). It is
+        thread's conversation (`runs/thread_inputs.py`, docs/threads.md). It is
         returned once its RUN_STARTED is journaled (a commit of the journal's writer: a
         crash after the caller acknowledged it cannot lose it); an enqueued one at once.
         `limits.max_concurrent_runs` bounds the runs here (`LimitExceeded`). Raises as
         `RunService.start` says.
         """
         if stream:
-            return await self._thread_starts.start(
+            return await self._thread_inputs.start(
                 agent_id,
                 input,
                 owner=owner,
@@ -241,7 +241,7 @@ class RunHost:
         self.admit(log.record.agent_id, owner, max_runs)
         ended = log.finished and point.seq == log.committed
         if ended and point.message is not None and point.agent_key is None:
-            return await self._thread_starts.follow_up(log.record, point.message, owner)
+            return await self._thread_inputs.follow_up(log.record, point.message, owner)
         if log.committed < point.seq <= log.committed + log.writing + len(log.pending):
             await self.durable(point.run_id, point.seq)  # just emitted: wait for its commit
         record = fork_record(log.record, point, owner)
@@ -401,7 +401,8 @@ class RunHost:
         self.journal.get(run_id)
         if run_id not in self.active:
             raise ApprovalError("not_found", f"run {run_id!r} is not running")
-        await self.approvals.answer(run_id, answer, checked=checked)
+        waiting = self.approvals.answer(run_id, answer, checked=checked)
+        await waiting.hand_over()
 
     async def pending(
         self, run_id: str | None, *, owner: str | None, limit: int
@@ -474,7 +475,7 @@ class RunHost:
     async def requeue(self, records: list[RunRecord]) -> None:
         """Start the runs a previous server had queued in their threads, each in its
         turn (`runs/restart.py`)."""
-        self._thread_starts.requeue(await startable(self, records))
+        self._thread_inputs.requeue(await startable(self, records))
 
 
 async def _deliver(

@@ -70,6 +70,21 @@ class PendingApproval:
         run, docs/remote.md): hands the decision to that server, or raises
         `ApprovalError` with its refusal. The host answers these (`approve`)."""
 
+    async def hand_over(self) -> None:
+        """Give its decision to the server it waits on, if it waits on another
+        (`there`); refused there, it is not answered after all.
+
+        Raises:
+            ApprovalError: the other server's refusal.
+        """
+        if self.there is None or self.decision is None:
+            return
+        try:
+            await self.there(self.decision)
+        except BaseException:
+            self.decision = None
+            raise
+
     @property
     def key(self) -> CallKey:
         """The call within its run: (the calling agent's agentKey, its toolCallId)."""
@@ -146,46 +161,30 @@ class ApprovalDesk:
         """How many calls of `run_id` wait now."""
         return len(self._pending.get(run_id, ()))
 
-    def answer_here(self, run_id: str, answer: Answer) -> PendingApproval:
-        """Give `answer` to a call of `run_id` waiting in this process (it runs, or
-        gets an error result, now): `answer` for one that may wait on another server.
+    def answer(
+        self, run_id: str, answer: Answer, *, checked: bool = False, here: bool = False
+    ) -> PendingApproval:
+        """Give `answer` to its waiting call of `run_id` — the one way in, whichever
+        door the answer came by: the first answer wins. A call of this process runs (or
+        gets its error result) now; a call of a remote subtree counts as answered here
+        until `hand_over` has given the decision to the server it waits on, which
+        checks it. `checked`: checked against the call already (by a cluster gateway):
+        not again. `here`: only a call that waits in this process may be answered.
 
         Raises:
-            ApprovalError: as `answer`; `invalid` for a call that waits on another
-                server.
+            ApprovalError: no such waiting call (`not_found`, also for one already
+                answered — the message says so), `args` that the call's agent may not
+                edit or that are not valid arguments of the tool (`bad_request`), or,
+                with `here`, a call that waits on another server (`bad_request`).
         """
         waiting = self.claim(run_id, answer.tool_call_id, answer.agent_key)
-        if waiting.there is not None:
+        if here and waiting.there is not None:
             raise ApprovalError(
                 "bad_request",
                 f"tool call {answer.tool_call_id!r} waits on another server: answer it "
                 "with the server's approve op",
             )
-        self._decide(waiting, answer)
-        return waiting
-
-    async def answer(
-        self, run_id: str, answer: Answer, *, checked: bool = False
-    ) -> PendingApproval:
-        """Give `answer` to its waiting call of `run_id`: the first answer wins, from
-        any door. A call of a remote subtree is handed to the server it waits on,
-        which checks it; until it has, the call counts as answered here. `checked`:
-        checked against the call already (by a cluster gateway): not again.
-
-        Raises:
-            ApprovalError: no such waiting call (`not_found`, also for one already
-                answered — the message says so), `args` that the call's agent may not
-                edit or that are not valid arguments of the tool (`invalid`), or the
-                other server's refusal.
-        """
-        waiting = self.claim(run_id, answer.tool_call_id, answer.agent_key)
-        decision = self._decide(waiting, answer, checked=checked)
-        if waiting.there is not None:
-            try:
-                await waiting.there(decision)
-            except BaseException:
-                waiting.decision = None
-                raise
+        self._decide(waiting, answer, checked=checked)
         return waiting
 
     def _decide(

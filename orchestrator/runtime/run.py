@@ -300,7 +300,7 @@ class Run:
         """
         if self.result is not None:
             raise ApprovalError("not_found", f"run {self.run_id!r} has ended")
-        return self.catalog.desk.answer_here(self.run_id, answer)
+        return self.catalog.desk.answer(self.run_id, answer, here=True)
 
     def _runners(self) -> list[AgentRunner]:
         return [*([self.root] if self.root is not None else []), *self.agents.values()]

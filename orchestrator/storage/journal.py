@@ -143,7 +143,7 @@ class Journal:
         """Runs a previous server left running, to be resumed (`Journal.open(resume=)`)."""
         self.requeued: list[RunRecord] = []
         """Runs a previous server had queued in their threads, to start in their turn
-        (`Journal.open(resume=)`: `ThreadStarts.requeue`)."""
+        (`Journal.open(resume=)`: `ThreadInputs.requeue`)."""
         self.started: Listeners[[RunLog]] = Listeners()
         """Told of every run this instance starts executing (`create_run`, `own`):
         telemetry follows them."""

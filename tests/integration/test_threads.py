@@ -964,7 +964,7 @@ async def test_from_run_names_only_a_run_of_the_callers_thread(tmp_path: Path) -
 
 
 async def test_a_threads_queue_and_listing_are_bounded(tmp_path: Path) -> None:
-    from orchestrator.runs.thread_starts import MAX_QUEUED
+    from orchestrator.runs.thread_inputs import MAX_QUEUED
 
     async with server_with_fake(tmp_path) as (server, _), connect(server.url) as ws:
         client = Client(ws)

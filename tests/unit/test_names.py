@@ -42,3 +42,28 @@ def test_docstring_rules_are_on() -> None:
     lint = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
     assert "D" in lint["lint"]["select"]
     assert lint["lint"]["pydocstyle"]["convention"] == "google"
+
+
+def test_the_multitask_policy_is_one_table_both_hosts_read() -> None:
+    from typing import get_args
+
+    from orchestrator.core.threads import MULTITASK, Multitask
+
+    assert set(MULTITASK) == set(get_args(Multitask))
+    for name, policy in MULTITASK.items():
+        kinds = [policy.refuses, policy.delivers, policy.queues, policy.stops]
+        assert sum(kinds) == 1, name  # each does one thing
+        assert not policy.rolls_back or policy.stops, name
+    compared = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "orchestrator").rglob("*.py")
+        if "multitask ==" in (text := path.read_text(encoding="utf-8")) or "multitask in (" in text
+    ]
+    assert compared == []
+
+
+def test_the_approval_desk_has_one_way_in() -> None:
+    from orchestrator.runtime.approvals import ApprovalDesk
+
+    ways_in = [name for name in vars(ApprovalDesk) if name.startswith("answer")]
+    assert ways_in == ["answer"]

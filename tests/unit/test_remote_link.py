@@ -110,7 +110,9 @@ async def test_a_call_waiting_there_is_listed_here_until_resolved_there() -> Non
     assert waiting.source == tagged and waiting.request.name == "write_file"
     assert waiting.there is not None and desk.count == 1
     with pytest.raises(ApprovalError, match="waits on another server"):  # not in-process
-        desk.answer_here("run-here", Answer(tool_call_id="c1", decision="approve", by="ann"))
+        desk.answer(
+            "run-here", here=True, answer=Answer(tool_call_id="c1", decision="approve", by="ann")
+        )
     await waiting.there(Decision(decision="approve", by="ann", reason="fine"))
     assert client.asked == [
         (

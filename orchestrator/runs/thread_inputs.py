@@ -19,7 +19,13 @@ import trio
 
 from orchestrator.core.bus import new_run_id, new_session_id
 from orchestrator.core.continuation import ThreadStart
-from orchestrator.core.threads import ThreadAsk, ThreadError, agent_id_of, new_thread_id
+from orchestrator.core.threads import (
+    MULTITASK,
+    ThreadAsk,
+    ThreadError,
+    agent_id_of,
+    new_thread_id,
+)
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StartedRun
 from orchestrator.runs.threads import ThreadInfo, Threads
 from orchestrator.runtime.run import RunResult
@@ -27,7 +33,7 @@ from orchestrator.storage.base import RunOptions, RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UnknownRun
 
-__all__ = ["MAX_QUEUED", "ThreadHost", "ThreadStarts", "agent_of", "new_record"]
+__all__ = ["MAX_QUEUED", "ThreadHost", "ThreadInputs", "agent_of", "new_record"]
 
 MAX_QUEUED = 16
 """Runs of one thread that may wait for the run before them (`enqueue`); past it the
@@ -109,7 +115,7 @@ class Queued:
         return await self.hosted.wait()
 
 
-class ThreadStarts:
+class ThreadInputs:
     """Starts the streaming runs of one `RunHost`, each in its thread."""
 
     def __init__(self, host: ThreadHost) -> None:
@@ -173,10 +179,11 @@ class ThreadStarts:
     ) -> StartedRun:
         host = self.host
         running = known.running if known is not None else None
-        if running is not None and ask.multitask == "steer":
+        policy = MULTITASK[ask.multitask]
+        if running is not None and policy.delivers:
             await host.send(running.run_id, None, input)
             return host.started_run(running.run_id)
-        if running is not None and ask.multitask == "reject":
+        if running is not None and policy.refuses:
             raise LimitExceeded(
                 f"thread {thread_id!r} has run {running.run_id!r} running (multitask "
                 "'reject'; 'enqueue', 'interrupt', 'rollback' or 'steer' say otherwise)"
@@ -189,7 +196,7 @@ class ThreadStarts:
             )
         agent_id = agent_id or agent_of(ask, known)
         host.admit(agent_id, owner, max_runs)
-        if running is not None and ask.multitask == "enqueue":
+        if running is not None and policy.queues:
             assert known is not None
             if sum(1 for r in known.runs if r.status == "queued") >= MAX_QUEUED:
                 raise LimitExceeded(
@@ -203,11 +210,11 @@ class ThreadStarts:
             await host.durable(queued.run_id, 0)
             return queued
         previous = known.runs[-1] if known is not None else None
-        if running is not None:  # interrupt, rollback: it ends first, and the runs queued
+        if running is not None and policy.stops:  # it ends first, and the runs queued
             assert known is not None  # behind it end `cancelled` without running
             await self._stop(running, ask.multitask, known)
             previous = host.journal.get(running.run_id).record
-            if ask.multitask == "rollback":
+            if policy.rolls_back:
                 before = running.previous_run_id
                 previous = host.journal.get(before).record if before is not None else None
         start = await host.threads.start_of(
