@@ -96,17 +96,21 @@ def new_record(
     )
 
 
-class Queued:
-    """An enqueued run of a thread, as the client that asked for it holds it: its id
-    at once, its result once it has started (when the run before it ended) and ended."""
+class ThreadRun:
+    """A run of a thread, as the client that asked for it holds it: its id at once, its
+    result once it has started — now, or when the run before it ended (`enqueue`) —
+    and ended."""
 
     __slots__ = ("hosted", "launched", "run_id", "thread_id")
 
-    def __init__(self, run_id: str, thread_id: str) -> None:
+    def __init__(self, run_id: str, thread_id: str, hosted: Launched | None = None) -> None:
         self.run_id = run_id
         self.thread_id = thread_id
         self.launched = trio.Event()
-        self.hosted: Launched | None = None
+        self.hosted = hosted
+        """The run executing (None: queued, not started yet)."""
+        if hosted is not None:
+            self.launched.set()
 
     async def wait(self) -> RunResult:
         """Wait for the run to start and end; how it ended."""
@@ -227,7 +231,7 @@ class ThreadInputs:
         # A run is acknowledged once its start is journaled: a crash right after the
         # ack finds it at the next start (and resumes it), never loses it.
         await host.durable(record.run_id, 1)
-        return _Started(hosted, thread_id)
+        return ThreadRun(hosted.run_id, thread_id, hosted)
 
     async def follow_up(self, ended: RunRecord, input: str, owner: str | None) -> StartedRun:
         """A fork at the last seq of the ended run `ended` with a message for its root:
@@ -238,7 +242,7 @@ class ThreadInputs:
         record = new_record(ended.agent_id, input, owner, ended.context_id, start)
         hosted = host.launch_new(record, start)
         await host.durable(record.run_id, 1)
-        return _Started(hosted, start.thread_id)
+        return ThreadRun(hosted.run_id, start.thread_id, hosted)
 
     async def _stop(self, running: RunRecord, multitask: str, known: ThreadInfo) -> None:
         """Cancel the thread's running run for a new input, and the runs queued behind
@@ -270,7 +274,7 @@ class ThreadInputs:
         placeholder = ThreadStart(running.thread_id, running.run_id, ask.agent_key)
         record = new_record(agent_id, input, owner, context_id, placeholder, "queued", options)
         self.host.journal.create_run(record)
-        queued = Queued(record.run_id, running.thread_id)
+        queued = ThreadRun(record.run_id, running.thread_id)
         self.host.nursery.start_soon(self._start_queued, record, queued, ask.from_run)
         return queued
 
@@ -280,10 +284,12 @@ class ThreadInputs:
         from the conversation it left): an acknowledged input runs."""
         for record in sorted(records, key=RunRecord.sort_key):
             assert record.thread_id is not None
-            queued = Queued(record.run_id, record.thread_id)
+            queued = ThreadRun(record.run_id, record.thread_id)
             self.host.nursery.start_soon(self._start_queued, record, queued, None)
 
-    async def _start_queued(self, record: RunRecord, queued: Queued, from_run: str | None) -> None:
+    async def _start_queued(
+        self, record: RunRecord, queued: ThreadRun, from_run: str | None
+    ) -> None:
         """Start an enqueued run once the run before it in its thread has ended (if its
         thread cannot go on from there, it starts and ends `failed`, saying why)."""
         host = self.host
@@ -317,25 +323,6 @@ class _Turn:
     def __init__(self) -> None:
         self.lock = trio.Lock()
         self.waiting = 0
-
-
-class _Started:
-    """A run started in a thread: its client's handle, with the thread's id."""
-
-    __slots__ = ("hosted", "thread_id")
-
-    def __init__(self, hosted: Launched, thread_id: str) -> None:
-        self.hosted = hosted
-        self.thread_id = thread_id
-
-    @property
-    def run_id(self) -> str:
-        """The run's id."""
-        return self.hosted.run_id
-
-    async def wait(self) -> RunResult:
-        """Wait for the run to end; how it ended."""
-        return await self.hosted.wait()
 
 
 def agent_of(ask: ThreadAsk, known: ThreadInfo | None) -> str:
