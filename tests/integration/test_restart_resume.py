@@ -17,6 +17,7 @@ from websockets.trio.client import connect
 
 from tests.integration.test_approvals_server import AGENTS, Client, agent, spawn
 from tests.integration.test_server_lifecycle import start_serve_process
+from tests.memory_server import autojump
 from tests.server_helpers import demo_config, read_until_end, recv, replay, request
 
 
@@ -261,6 +262,7 @@ async def test_a_background_child_goes_on_after_kill_9_under_its_task_id(tmp_pat
     ]
 
 
+@autojump
 async def test_a_run_is_resumed_after_at_most_max_restarts(tmp_path: Path) -> None:
     """Each restart's attempt is kept (SQLite), so a run that never gets done within a
     server's life ends `failed` (`interrupted`) after MAX_RESTARTS restarts instead of
