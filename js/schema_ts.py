@@ -120,6 +120,12 @@ def render() -> str:
         "/** Every op a client sends. */\n"
         f"export type ClientOp = {' | '.join(o.__name__ for o in OPS)};\n"
     )
+    parts.append(
+        "/** @deprecated The `threads` op's old name: `ThreadsOp`. */\n"
+        "export type Threads = ThreadsOp;\n"
+        "/** @deprecated The `fork` op's old name: `ForkOp`. */\n"
+        "export type Fork = ForkOp;\n"
+    )
     codes = " | ".join(json.dumps(c) for c in typing.get_args(protocol.ErrorCode))
     parts.append(f"/** The codes of an error frame. */\nexport type ErrorCode = {codes};\n")
     return "\n".join(parts)

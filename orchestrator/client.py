@@ -48,7 +48,7 @@ from orchestrator.protocol import (
     End,
     ErrorFrame,
     Events,
-    Fork,
+    ForkOp,
     Gap,
     Multitask,
     Pending,
@@ -62,7 +62,7 @@ from orchestrator.protocol import (
     StartRun,
     Subscribe,
     ThreadInfo,
-    Threads,
+    ThreadsOp,
     ThreadsReply,
     TriggerInfo,
     TriggersOp,
@@ -202,7 +202,7 @@ class Client:
     async def threads(self, thread_id: str | None = None) -> list[ThreadInfo]:
         """The token's threads, most recently active first; or the one `thread_id`,
         with each run (`detail`)."""
-        reply = await self._ask(Threads(op="threads", thread_id=thread_id))
+        reply = await self._ask(ThreadsOp(op="threads", thread_id=thread_id))
         assert isinstance(reply, ThreadsReply)
         return reply.threads
 
@@ -234,7 +234,7 @@ class Client:
 
     async def delete_thread(self, thread_id: str) -> list[str]:
         """Delete a thread's runs (none may be running); their runIds."""
-        reply = await self._ask(Threads(op="threads", thread_id=thread_id, action="delete"))
+        reply = await self._ask(ThreadsOp(op="threads", thread_id=thread_id, action="delete"))
         assert isinstance(reply, ThreadsReply)
         return reply.deleted or []
 
@@ -252,7 +252,7 @@ class Client:
         for `agent_key` (None: the root agent), replaying the original's turns where
         nothing changed with `replay` (docs/fork.md); its runId (follow it with
         `follow`: its events begin with the original's up to `at_seq`)."""
-        request = Fork(
+        request = ForkOp(
             op="fork",
             run_id=run_id,
             at_seq=at_seq,

@@ -39,7 +39,7 @@ __all__ = [
     "ErrorCode",
     "ErrorFrame",
     "Events",
-    "Fork",
+    "ForkOp",
     "ForkedFrom",
     "Gap",
     "GetAttachment",
@@ -58,7 +58,7 @@ __all__ = [
     "StartRun",
     "Subscribe",
     "ThreadInfo",
-    "Threads",
+    "ThreadsOp",
     "ThreadsReply",
     "TriggerInfo",
     "TriggersOp",
@@ -126,7 +126,7 @@ class StartRun(_Op):
     its events, filters and `whsec_` secret (docs/webhooks.md#webhooks-out)."""
 
 
-class Fork(_Op):
+class ForkOp(_Op):
     """Start a new run from `runId` as it stood at event `atSeq` (docs/fork.md),
     answered and streamed like `run`."""
 
@@ -203,7 +203,7 @@ class Pending(_Op):
     limit: int = 1000
 
 
-class Threads(_Op):
+class ThreadsOp(_Op):
     """List the caller's threads (newest activity first), or one thread's runs
     (`threadId`), or delete a thread's runs (`action: "delete"`, with `threadId`)."""
 
@@ -254,7 +254,7 @@ class GetAttachment(_Op):
 
 ClientOp = (
     StartRun
-    | Fork
+    | ForkOp
     | Subscribe
     | Unsubscribe
     | Cancel
@@ -262,7 +262,7 @@ ClientOp = (
     | Approve
     | Pending
     | Runs
-    | Threads
+    | ThreadsOp
     | Agents
     | Ping
     | GetAttachment
@@ -271,7 +271,7 @@ ClientOp = (
 )
 OP_TYPES: dict[str, type[_Op]] = {
     "run": StartRun,
-    "fork": Fork,
+    "fork": ForkOp,
     "subscribe": Subscribe,
     "unsubscribe": Unsubscribe,
     "cancel": Cancel,
@@ -279,7 +279,7 @@ OP_TYPES: dict[str, type[_Op]] = {
     "approve": Approve,
     "pending": Pending,
     "runs": Runs,
-    "threads": Threads,
+    "threads": ThreadsOp,
     "agents": Agents,
     "ping": Ping,
     "attachment": GetAttachment,
@@ -550,7 +550,7 @@ def parse(text: str | bytes) -> ClientOp:
         problems += filter_spec.problems()
     if isinstance(message, Subscribe) and message.after_seq < 0:
         problems.append("afterSeq must be 0 or more")
-    if isinstance(message, Runs | Threads) and not 1 <= message.limit <= 1000:
+    if isinstance(message, Runs | ThreadsOp) and not 1 <= message.limit <= 1000:
         problems.append("limit must be 1 to 1000")
     if isinstance(message, Pending) and not 1 <= message.limit <= MAX_PENDING_LISTED:
         problems.append(f"limit must be 1 to {MAX_PENDING_LISTED}")

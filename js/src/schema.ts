@@ -218,7 +218,7 @@ export interface FilterSpec {
 }
 
 /** Start a new run from `runId` as it stood at event `atSeq` (docs/fork.md), answered and streamed like `run`. */
-export interface Fork {
+export interface ForkOp {
   runId: string;
   atSeq: number;
   agentKey?: string | null;
@@ -450,7 +450,7 @@ export interface ThreadInfo {
 }
 
 /** List the caller's threads (newest activity first), or one thread's runs (`threadId`), or delete a thread's runs (`action: "delete"`, with `threadId`). */
-export interface Threads {
+export interface ThreadsOp {
   threadId?: string | null;
   action?: "delete" | "list";
   limit?: number;
@@ -645,7 +645,12 @@ export type AgentEvent = {
 export type ServerFrame = Ack | Pong | Events | End | Gap | ErrorFrame | RunsReply | ThreadsReply | AgentsReply | PendingReply | Result | AttachmentReply | TriggersReply | WebhooksReply;
 
 /** Every op a client sends. */
-export type ClientOp = StartRun | Fork | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | Threads | Agents | Ping | GetAttachment | TriggersOp | WebhooksOp;
+export type ClientOp = StartRun | ForkOp | Subscribe | Unsubscribe | Cancel | Send | Approve | Pending | Runs | ThreadsOp | Agents | Ping | GetAttachment | TriggersOp | WebhooksOp;
+
+/** @deprecated The `threads` op's old name: `ThreadsOp`. */
+export type Threads = ThreadsOp;
+/** @deprecated The `fork` op's old name: `ForkOp`. */
+export type Fork = ForkOp;
 
 /** The codes of an error frame. */
 export type ErrorCode = "bad_request" | "unknown_op" | "not_found" | "unauthorized" | "limit_exceeded" | "unavailable" | "internal";

@@ -27,7 +27,7 @@ from orchestrator.core.continuation import ThreadStart
 from orchestrator.core.threads import MULTITASK, ThreadAsk, ThreadError, new_thread_id
 from orchestrator.runs.service import LimitExceeded
 from orchestrator.runs.thread_inputs import MAX_QUEUED, agent_of, new_record
-from orchestrator.runs.threads import ThreadInfo, Threads
+from orchestrator.runs.threads import Threads, ThreadState
 from orchestrator.runtime.context import UnknownAgent
 from orchestrator.runtime.run import RunResult
 from orchestrator.storage.base import RunOptions, RunRecord
@@ -109,7 +109,7 @@ class ClusterThreads:
         """The sorted set of an owner's threads (by their last run's start)."""
         return f"{self._prefix}threads:{_digest(owner)}"
 
-    async def of(self, thread_id: str, owner: str | None, everyone: bool) -> ThreadInfo | None:
+    async def of(self, thread_id: str, owner: str | None, everyone: bool) -> ThreadState | None:
         """The thread `thread_id` of `owner` (`everyone`: of whichever owner started a
         run in it last), its runs oldest first (None: no such thread)."""
         if everyone:
@@ -120,7 +120,7 @@ class ClusterThreads:
 
     async def listing(
         self, owner: str | None, everyone: bool, limit: int
-    ) -> tuple[list[ThreadInfo], bool]:
+    ) -> tuple[list[ThreadState], bool]:
         """The threads of `owner` (`everyone`: all), most recently active first: the
         first `limit`, and whether there are more."""
         client = self.gateway.store.client
@@ -134,7 +134,7 @@ class ClusterThreads:
                 threads.append(found)
         return threads, len(members) > limit
 
-    async def deleted(self, thread: ThreadInfo) -> None:
+    async def deleted(self, thread: ThreadState) -> None:
         """The thread's runs were deleted: its list and its entries go (its id may be
         used again, for a new thread)."""
         owner = thread.runs[0].owner if thread.runs else None
@@ -143,7 +143,7 @@ class ClusterThreads:
         await client.zrem(self._owned(owner), [thread.thread_id])
         await client.zrem(f"{self._prefix}threads", [f"{_digest(owner)}:{thread.thread_id}"])
 
-    async def _everyone(self, thread_id: str) -> ThreadInfo | None:
+    async def _everyone(self, thread_id: str) -> ThreadState | None:
         """The thread of that id whose owner started a run in it last."""
         client = self.gateway.store.client
         found = None
@@ -157,13 +157,13 @@ class ClusterThreads:
                     found = candidate
         return found
 
-    async def _thread(self, key: str, thread_id: str) -> ThreadInfo | None:
+    async def _thread(self, key: str, thread_id: str) -> ThreadState | None:
         """A thread's runs that are still stored, oldest first (None: none)."""
         store = self.gateway.store
         ids = await self._runs(key)
         raws = await store.client.hmget(store.runs, ids) if ids else []
         runs = [_decode_record(raw) for raw in raws if raw is not None]
-        return ThreadInfo(thread_id, runs) if runs else None
+        return ThreadState(thread_id, runs) if runs else None
 
     async def start(
         self,
@@ -195,7 +195,7 @@ class ClusterThreads:
                 await self.gateway.send(running.run_id, None, input)
                 return thread_id, running.run_id
             _check(ask, thread_id, runs, running)
-            agent = agent_id or agent_of(ask, ThreadInfo(thread_id, [head]) if head else None)
+            agent = agent_id or agent_of(ask, ThreadState(thread_id, [head]) if head else None)
             if agent not in self.gateway.agents:
                 raise UnknownAgent(agent, sorted(self.gateway.agents))
             if running is not None and policy.stops:

@@ -27,7 +27,7 @@ from orchestrator.core.threads import (
     new_thread_id,
 )
 from orchestrator.runs.service import AgentNotRunning, LimitExceeded, StartedRun
-from orchestrator.runs.threads import ThreadInfo, Threads
+from orchestrator.runs.threads import Threads, ThreadState
 from orchestrator.runtime.run import RunResult
 from orchestrator.storage.base import RunOptions, RunRecord
 from orchestrator.storage.journal import Journal
@@ -171,7 +171,7 @@ class ThreadInputs:
     async def _start(
         self,
         thread_id: str,
-        known: ThreadInfo | None,
+        known: ThreadState | None,
         agent_id: str | None,
         input: str,
         owner: str | None,
@@ -244,7 +244,7 @@ class ThreadInputs:
         await host.durable(record.run_id, 1)
         return ThreadRun(hosted.run_id, start.thread_id, hosted)
 
-    async def _stop(self, running: RunRecord, multitask: str, known: ThreadInfo) -> None:
+    async def _stop(self, running: RunRecord, multitask: str, known: ThreadState) -> None:
         """Cancel the thread's running run for a new input, and the runs queued behind
         it (they end `cancelled` when their turn comes, without running); wait for all
         their ends."""
@@ -325,7 +325,7 @@ class _Turn:
         self.waiting = 0
 
 
-def agent_of(ask: ThreadAsk, known: ThreadInfo | None) -> str:
+def agent_of(ask: ThreadAsk, known: ThreadState | None) -> str:
     """The agent a run that names none runs: the one `agentKey` continues, else the
     thread's newest run's.
 

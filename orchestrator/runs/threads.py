@@ -32,7 +32,7 @@ from orchestrator.storage.base import RunRecord
 from orchestrator.storage.journal import Journal
 from orchestrator.storage.runlog import UNFINISHED, UnknownRun
 
-__all__ = ["ThreadIndex", "ThreadInfo", "Threads"]
+__all__ = ["ThreadIndex", "ThreadState", "Threads"]
 
 CACHED = 256
 """Conversations kept once computed (each a list of the messages' references)."""
@@ -45,7 +45,7 @@ ANSWER_CHARS = 20_000
 
 
 @dataclass(frozen=True, slots=True)
-class ThreadInfo:
+class ThreadState:
     """One thread as the `threads` op lists it: its runs, oldest first."""
 
     thread_id: str
@@ -76,17 +76,17 @@ class ThreadIndex(Protocol):
     """Where the threads are listed when this instance does not see every run (a
     cluster's gateways: `cluster/threads.py`)."""
 
-    async def of(self, thread_id: str, owner: str | None, everyone: bool) -> ThreadInfo | None:
+    async def of(self, thread_id: str, owner: str | None, everyone: bool) -> ThreadState | None:
         """As `Threads.of`."""
         ...
 
     async def listing(
         self, owner: str | None, everyone: bool, limit: int
-    ) -> tuple[list[ThreadInfo], bool]:
+    ) -> tuple[list[ThreadState], bool]:
         """The first `limit` of `Threads.listing`, and whether there are more."""
         ...
 
-    async def deleted(self, thread: ThreadInfo) -> None:
+    async def deleted(self, thread: ThreadState) -> None:
         """The thread's runs were deleted: it goes from the index too."""
         ...
 
@@ -105,7 +105,9 @@ class Threads:
         self._earlier: OrderedDict[str, tuple[EarlierAgent, ...]] = OrderedDict()
         """By run: the agents a run that goes on from it may continue (`EarlierAgent`)."""
 
-    def of(self, thread_id: str, owner: str | None, *, everyone: bool = False) -> ThreadInfo | None:
+    def of(
+        self, thread_id: str, owner: str | None, *, everyone: bool = False
+    ) -> ThreadState | None:
         """The thread `thread_id` of `owner` (None: no such thread); `everyone` (an
         admin's or a viewer's view): of whichever token used that id last."""
         runs = [record for record in self.journal.records() if record.thread_id == thread_id]
@@ -115,9 +117,9 @@ class Threads:
         if not runs:
             return None
         runs.sort(key=lambda r: r.created_at)
-        return ThreadInfo(thread_id, runs)
+        return ThreadState(thread_id, runs)
 
-    def listing(self, owner: str | None, *, everyone: bool = False) -> list[ThreadInfo]:
+    def listing(self, owner: str | None, *, everyone: bool = False) -> list[ThreadState]:
         """The threads of `owner` (all threads, `everyone`: an admin's view), the
         most recently active first."""
         found: dict[tuple[str | None, str], list[RunRecord]] = {}
@@ -126,7 +128,7 @@ class Threads:
                 continue
             found.setdefault((record.owner, record.thread_id), []).append(record)
         threads = [
-            ThreadInfo(thread_id, sorted(runs, key=lambda r: r.created_at))
+            ThreadState(thread_id, sorted(runs, key=lambda r: r.created_at))
             for (_, thread_id), runs in found.items()
         ]
         threads.sort(key=lambda t: t.last_activity, reverse=True)
@@ -134,7 +136,7 @@ class Threads:
 
     async def find(
         self, thread_id: str, owner: str | None, *, everyone: bool = False
-    ) -> ThreadInfo | None:
+    ) -> ThreadState | None:
         """`of`, from the index when there is one (every run of a cluster)."""
         if self.index is not None:
             return await self.index.of(thread_id, owner, everyone)
@@ -142,7 +144,7 @@ class Threads:
 
     async def page(
         self, owner: str | None, *, everyone: bool = False, limit: int
-    ) -> tuple[list[ThreadInfo], bool]:
+    ) -> tuple[list[ThreadState], bool]:
         """The first `limit` threads of `listing` (from the index when there is one),
         and whether there are more."""
         if self.index is not None:
@@ -361,7 +363,7 @@ class Threads:
         while len(self._conversations) > self._cached:
             self._conversations.popitem(last=False)
 
-    async def deleted(self, thread: ThreadInfo) -> None:
+    async def deleted(self, thread: ThreadState) -> None:
         """The thread's runs were deleted (the `threads` op): their conversations go,
         and the thread from the index."""
         self.forget({r.run_id for r in thread.runs})

@@ -34,7 +34,7 @@ from orchestrator.runs.service import (
     RunService,
     StartedRun,
 )
-from orchestrator.runs.threads import ThreadInfo
+from orchestrator.runs.threads import ThreadState
 from orchestrator.runtime.engine import Orchestrator
 from orchestrator.server.auth import Principal
 from orchestrator.server.feed import Feed
@@ -241,7 +241,7 @@ def _own_webhooks(config: ServerConfig, op: protocol.StartRun) -> list[WebhookSp
     return given
 
 
-async def fork(conn: Caller, op: protocol.Fork) -> None:
+async def fork(conn: Caller, op: protocol.ForkOp) -> None:
     app = conn.app
     if app.closing:
         raise ProtocolError("limit_exceeded", "the server is shutting down", op.id)
@@ -270,7 +270,7 @@ async def fork(conn: Caller, op: protocol.Fork) -> None:
 async def _answer_started(
     conn: Caller,
     started: StartedRun,
-    op: protocol.StartRun | protocol.Fork,
+    op: protocol.StartRun | protocol.ForkOp,
     attachments: list[str] | None = None,
 ) -> None:
     """Ack a started run with its id (and its attachments' ids): then its result
@@ -371,7 +371,7 @@ def _run_info(r: RunRecord, *, cluster: bool) -> protocol.RunInfo:
     )
 
 
-async def threads(conn: Caller, op: protocol.Threads) -> None:
+async def threads(conn: Caller, op: protocol.ThreadsOp) -> None:
     """The caller's threads, one thread's runs, or a thread deleted (docs/threads.md)."""
     principal, found = conn.principal, conn.app.runs.threads
     owner = principal.name
@@ -407,7 +407,7 @@ async def threads(conn: Caller, op: protocol.Threads) -> None:
 
 
 def _thread_info(
-    thread: ThreadInfo, answers: list[str | None] | None = None
+    thread: ThreadState, answers: list[str | None] | None = None
 ) -> protocol.ThreadInfo:
     """A thread as the `threads` op lists it: with `answers` (one thread asked), each
     run in `detail` with its answer."""
@@ -531,8 +531,8 @@ OPS: dict[type[protocol.ClientOp], Op] = {
     protocol.Subscribe: Op(subscribe, run_of=lambda op: op.run_id),
     protocol.Unsubscribe: Op(unsubscribe),
     protocol.StartRun: Op(run, writes=True),
-    protocol.Threads: Op(threads),
-    protocol.Fork: Op(fork, run_of=lambda op: op.run_id, writes=True),
+    protocol.ThreadsOp: Op(threads),
+    protocol.ForkOp: Op(fork, run_of=lambda op: op.run_id, writes=True),
     protocol.Cancel: Op(cancel, run_of=lambda op: op.run_id, writes=True),
     protocol.Send: Op(send, run_of=lambda op: op.run_id, writes=True),
     protocol.Approve: Op(approve, run_of=lambda op: op.run_id, writes=True),

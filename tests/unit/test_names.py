@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import tomllib
+from pathlib import Path
 
 from tests.helpers import REPO
 
@@ -67,3 +68,20 @@ def test_the_approval_desk_has_one_way_in() -> None:
 
     ways_in = [name for name in vars(ApprovalDesk) if name.startswith("answer")]
     assert ways_in == ["answer"]
+
+
+def test_no_protocol_type_is_named_like_a_domain_class() -> None:
+    """An op or a frame of the wire never shares its name with a class of the domain
+    (`protocol.ThreadsOp` beside `runs.threads.Threads`)."""
+    wire = {name for name in classes_in(REPO / "orchestrator/protocol.py")}
+    domain: dict[str, str] = {}
+    for folder in ("core", "runs", "runtime", "storage", "cluster"):
+        for path in (REPO / "orchestrator" / folder).rglob("*.py"):
+            for name in classes_in(path):
+                domain[name] = str(path.relative_to(REPO))
+    assert {name: domain[name] for name in wire & set(domain)} == {}
+
+
+def classes_in(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [n.name for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")]
