@@ -16,6 +16,7 @@ import trio
 from websockets.trio.client import connect
 
 from tests.integration.test_telemetry import AGENTS
+from tests.memory_server import autojump, memory_server
 from tests.server_helpers import demo_config, read_until_end, request, running_server
 
 pytest.importorskip("ag_ui.core", reason="AG-UI needs the `agui` extra: pip install -e '.[dev]'")
@@ -54,11 +55,12 @@ def base(server: Any) -> str:
     return f"http://{server.host}:{server.port}"
 
 
+@autojump
 async def test_a_tree_with_a_failing_child_and_a_cancel_streams_as_ag_ui(tmp_path: Path) -> None:
     config = demo_config(tmp_path, server={"ag_ui": True, "tokens": TOKENS}, extra_agents=AGENTS)
     auth = {"Authorization": "Bearer a-secret"}
     got: list[Any] = []
-    async with running_server(config) as server, httpx.AsyncClient(timeout=30) as http:
+    async with memory_server(config) as server, httpx.AsyncClient(timeout=30) as http:
         async with http.stream(
             "POST", f"{base(server)}/ag-ui/boss", json=run_input("go"), headers=auth
         ) as response:
@@ -129,9 +131,10 @@ async def test_a_tree_with_a_failing_child_and_a_cancel_streams_as_ag_ui(tmp_pat
         assert spawn.subagent_run_id == child.parent_subagent_run_id
 
 
+@autojump
 async def test_a_client_that_drops_follows_the_run_on_ws(tmp_path: Path) -> None:
     config = demo_config(tmp_path, token_delay=0.01, server={"ag_ui": True})
-    async with running_server(config) as server, httpx.AsyncClient(timeout=30) as http:
+    async with memory_server(config) as server, httpx.AsyncClient(timeout=30) as http:
         async with (
             http.stream(
                 "POST",
@@ -151,10 +154,11 @@ async def test_a_client_that_drops_follows_the_run_on_ws(tmp_path: Path) -> None
     assert followed[-1]["data"]["status"] == "completed"
 
 
+@autojump
 async def test_bad_requests_are_refused_saying_why(tmp_path: Path) -> None:
     config = demo_config(tmp_path, server={"ag_ui": True, "tokens": TOKENS})
     auth = {"Authorization": "Bearer a-secret"}
-    async with running_server(config) as server, httpx.AsyncClient(timeout=30) as http:
+    async with memory_server(config) as server, httpx.AsyncClient(timeout=30) as http:
         url = f"{base(server)}/ag-ui/planner"
         cases = [
             (await http.post(url, json=run_input("x")), 401, "unauthorized"),
@@ -190,9 +194,10 @@ async def test_bad_requests_are_refused_saying_why(tmp_path: Path) -> None:
             assert words in response.json()["error"]
 
 
+@autojump
 async def test_the_same_mapping_as_a_websocket_subscription_format(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS)
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         ack = await request(ws, op="run", id=1, agent="mid", input="x", format="ag-ui")
         frames, end = await read_until_end(ws, ack["sub"])
         assert end["status"] == "completed"

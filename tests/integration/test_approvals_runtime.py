@@ -17,6 +17,7 @@ from orchestrator.config import load_config
 from orchestrator.core.events import Event, EventType
 from orchestrator.runtime.engine import RunStream
 from tests.helpers import collect, write_config
+from tests.memory_server import autojump
 
 
 def agent(turns: list[dict[str, Any]], tools: list[str], **extra: Any) -> dict[str, Any]:
@@ -85,6 +86,7 @@ async def orch(tmp_path: Path) -> Any:
         yield orch
 
 
+@autojump
 async def test_a_waiting_call_holds_only_itself_and_runs_once_when_approved(
     orch: Orchestrator, tmp_path: Path
 ) -> None:
@@ -126,6 +128,7 @@ async def test_a_waiting_call_holds_only_itself_and_runs_once_when_approved(
     assert not run.pending_approvals
 
 
+@autojump
 async def test_an_edited_call_runs_with_the_new_args_and_bad_edits_change_nothing(
     orch: Orchestrator, tmp_path: Path
 ) -> None:
@@ -151,6 +154,7 @@ async def test_an_edited_call_runs_with_the_new_args_and_bad_edits_change_nothin
     assert not (tmp_path / "ws" / "out.txt").exists()
 
 
+@autojump
 async def test_an_agent_that_may_not_be_edited_refuses_args(orch: Orchestrator) -> None:
     events: list[Event] = []
     async with orch.stream("fixed", "go") as run:
@@ -166,6 +170,7 @@ async def test_an_agent_that_may_not_be_edited_refuses_args(orch: Orchestrator) 
     assert "denied by client: not today" in events[-1].data["result"]
 
 
+@autojump
 async def test_nobody_answering_is_a_timeout(
     orch: Orchestrator, tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -181,6 +186,7 @@ async def test_nobody_answering_is_a_timeout(
     assert not (tmp_path / "ws" / "out.txt").exists()
 
 
+@autojump
 async def test_cancelling_the_waiting_agent_resolves_its_approval_cancelled(
     orch: Orchestrator,
 ) -> None:
@@ -206,6 +212,7 @@ async def test_cancelling_the_waiting_agent_resolves_its_approval_cancelled(
     assert events[-1].data["status"] == "completed"
 
 
+@autojump
 async def test_a_call_without_a_watcher_is_denied(orch: Orchestrator, tmp_path: Path) -> None:
     result = await orch.call("fixed", "go")
     assert result.status == "completed"
@@ -213,6 +220,7 @@ async def test_a_call_without_a_watcher_is_denied(orch: Orchestrator, tmp_path: 
     assert not (tmp_path / "ws" / "out.txt").exists()
 
 
+@autojump
 async def test_cancelling_the_run_resolves_a_waiting_call_cancelled(orch: Orchestrator) -> None:
     events: list[Event] = []
     async with orch.stream("boss", "go") as run:
@@ -227,6 +235,7 @@ async def test_cancelling_the_run_resolves_a_waiting_call_cancelled(orch: Orches
     assert not [e for e in events if e.type == "TOOL_RESULT" and e.data["name"] == "write_file"]
 
 
+@autojump
 async def test_a_background_child_waits_the_same_way(tmp_path: Path) -> None:
     agents = {
         **AGENTS,
@@ -259,6 +268,7 @@ async def test_a_background_child_waits_the_same_way(tmp_path: Path) -> None:
     assert "bg got: [task-" in events[-1].data["result"]
 
 
+@autojump
 async def test_the_server_list_applies_where_a_subagent_says_nothing(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -280,6 +290,7 @@ async def test_the_server_list_applies_where_a_subagent_says_nothing(
     assert opted_out[-1].data["result"].startswith("out: ")
 
 
+@autojump
 async def test_unknown_tools_in_approval_lists_are_clear_errors(tmp_path: Path) -> None:
     bad = {"x": agent([], ["write_file"], approval=["write_fiel"])}
     with pytest.raises(SpecError, match=r"x\.yaml: approval\[0\]: unknown tool 'write_fiel'"):

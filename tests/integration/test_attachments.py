@@ -19,7 +19,8 @@ from websockets.trio.client import connect
 
 from tests.fakes.provider_server import FakeOpenAI, Reply, serve_fake_openai
 from tests.integration.test_server_lifecycle import start_serve_process
-from tests.server_helpers import read_until_end, recv, replay, request, running_server
+from tests.memory_server import autojump, memory_server
+from tests.server_helpers import read_until_end, recv, replay, request
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -63,13 +64,14 @@ def looked(role: str, messages: list[dict[str, Any]], body: dict[str, Any]) -> R
     return Reply("I see a dot.")
 
 
+@autojump
 async def test_an_image_reaches_each_wire_format_in_its_own_blocks(tmp_path: Path) -> None:
     from orchestrator.config import load_config
 
     async with trio.open_nursery() as nursery:
         fake = await serve_fake_openai(nursery, looked)
         config = load_config(write_server(tmp_path, fake))
-        async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+        async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
             for agent in ("chat", "resp", "claude"):
                 ack = await request(
                     ws,
@@ -104,6 +106,7 @@ async def test_an_image_reaches_each_wire_format_in_its_own_blocks(tmp_path: Pat
     }
 
 
+@autojump
 async def test_bad_attachments_are_refused_saying_why(tmp_path: Path) -> None:
     from orchestrator.config import load_config
 
@@ -111,7 +114,7 @@ async def test_bad_attachments_are_refused_saying_why(tmp_path: Path) -> None:
         fake = await serve_fake_openai(nursery, looked)
         limits = {"attachments": {"max_bytes": 50, "media_types": ["image/*"]}}
         config = load_config(write_server(tmp_path, fake, limits=limits))
-        async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+        async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
 
             async def refused(*given: dict[str, Any]) -> str:
                 said = await request(
@@ -231,6 +234,7 @@ async def test_an_mcp_tools_image_reaches_the_model(tmp_path: Path) -> None:
     assert tool_result["content"][2]["source"]["data"] == IMAGE["data"]
 
 
+@autojump
 async def test_a_parent_hands_its_image_to_a_child_by_id(tmp_path: Path) -> None:
     """The parent's model reads the image's id from its caption and gives it to
     `agent_spawn`; the child's model gets the image, and no second copy is stored."""
@@ -257,7 +261,7 @@ async def test_a_parent_hands_its_image_to_a_child_by_id(tmp_path: Path) -> None
         (tmp_path / "subagents" / "chat.yaml").write_text(
             yaml.safe_dump({**spec, "tools": ["agent_spawn"]})
         )
-        async with running_server(load_config(path)) as server, connect(server.url) as ws:
+        async with memory_server(load_config(path)) as server, connect(server.url) as ws:
             ack = await request(ws, op="run", id=1, agent="chat", input="look", attachments=[IMAGE])
             events, end = await read_until_end(ws, ack["sub"])
             blobs = server.app.journal.storage.blobs  # type: ignore[attr-defined]
@@ -271,6 +275,7 @@ async def test_a_parent_hands_its_image_to_a_child_by_id(tmp_path: Path) -> None
     assert list(stored) == ack["attachments"] and stored[ack["attachments"][0]] == PNG
 
 
+@autojump
 async def test_a_message_sent_with_an_image_reaches_the_next_turn(tmp_path: Path) -> None:
     from orchestrator.config import load_config
 
@@ -286,7 +291,7 @@ async def test_a_message_sent_with_an_image_reaches_the_next_turn(tmp_path: Path
         (tmp_path / "subagents" / "chat.yaml").write_text(
             yaml.safe_dump({**spec, "tools": ["wait"]})
         )
-        async with running_server(load_config(path)) as server, connect(server.url) as ws:
+        async with memory_server(load_config(path)) as server, connect(server.url) as ws:
             ack = await request(ws, op="run", id=1, agent="chat", input="wait for it")
             events: list[dict[str, Any]] = []
             while not any(e["type"] == "TOOL_CALL" for e in events):
@@ -315,6 +320,7 @@ DESCRIBER = {
 }
 
 
+@autojump
 async def test_ag_ui_image_parts_are_the_runs_attachments(tmp_path: Path) -> None:
     pytest.importorskip("ag_ui.core", reason="AG-UI needs the `agui` extra")
     import httpx
@@ -332,7 +338,7 @@ async def test_ag_ui_image_parts_are_the_runs_attachments(tmp_path: Path) -> Non
         {"id": "m1", "role": "user", "content": [{"type": "text", "text": "what?"}, image]}
     ]
     async with (
-        running_server(config) as server,
+        memory_server(config) as server,
         httpx.AsyncClient(timeout=30) as http,
         http.stream("POST", f"{base(server)}/ag-ui/describer", json=body) as response,
     ):
@@ -341,6 +347,7 @@ async def test_ag_ui_image_parts_are_the_runs_attachments(tmp_path: Path) -> Non
     assert got[-1].result == f"I got image-2 (image/png, {len(PNG)} bytes)"
 
 
+@autojump
 async def test_a2a_file_parts_go_both_ways(tmp_path: Path) -> None:
     """A FilePart sent to our A2A door is the run's attachment; a child that is an A2A
     agent gets its attachments as FileParts."""
@@ -353,7 +360,7 @@ async def test_a2a_file_parts_go_both_ways(tmp_path: Path) -> None:
     far = tmp_path / "far"
     far.mkdir()
     far_config = demo_config(far, server={"a2a": True}, extra_agents={"describer": DESCRIBER})
-    async with running_server(far_config) as far_server:
+    async with memory_server(far_config) as far_server:
         base = http_url(far_server.url)
         sent = pb.Message(message_id="m-1", role=pb.Role.ROLE_USER)
         sent.parts.append(pb.Part(text="what is this?"))
@@ -375,7 +382,7 @@ async def test_a2a_file_parts_go_both_ways(tmp_path: Path) -> None:
             },
         }
         async with (
-            running_server(demo_config(tmp_path, extra_agents=agents)) as server,
+            memory_server(demo_config(tmp_path, extra_agents=agents)) as server,
             connect(server.url, max_size=None) as ws,
         ):
             ack = await request(ws, op="run", id=1, agent="boss", input="go", attachments=[IMAGE])

@@ -16,14 +16,16 @@ from orchestrator.client import Client, ClientError
 from orchestrator.core.events import Event, EventType
 from tests.integration.test_approvals_server import AGENTS
 from tests.integration.test_server_lifecycle import start_serve_process
-from tests.server_helpers import demo_config, running_server
+from tests.memory_server import autojump, memory_server
+from tests.server_helpers import demo_config
 
 TOKENS = [{"name": "ann", "token": "a-secret", "role": "user"}]
 
 
+@autojump
 async def test_requests_and_a_filtered_follow(tmp_path: Path) -> None:
     config = demo_config(tmp_path, token_delay=0.01, server={"tokens": TOKENS}, extra_agents=AGENTS)
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         with pytest.raises(ClientError) as refused:
             async with Client.connect(server.url, token="wrong"):
                 pass

@@ -17,6 +17,7 @@ from orchestrator.core.fork import ForkError
 from orchestrator.runtime.engine import Orchestrator
 from tests.fakes.provider_server import FakeOpenAI, Reply, serve_fake_openai
 from tests.helpers import collect, write_config
+from tests.memory_server import autojump
 
 pytestmark = pytest.mark.trio
 
@@ -134,6 +135,7 @@ async def with_tree(tmp_path: Path, body: Any) -> None:
         nursery.cancel_scope.cancel()
 
 
+@autojump
 async def test_a_fork_inside_the_second_researchers_turn_runs_only_it_and_its_ancestors(
     tmp_path: Path,
 ) -> None:
@@ -170,6 +172,7 @@ async def test_a_fork_inside_the_second_researchers_turn_runs_only_it_and_its_an
     await with_tree(tmp_path, body)
 
 
+@autojump
 async def test_replay_with_no_message_asks_the_provider_nothing(tmp_path: Path) -> None:
     async def body(orch: Orchestrator, fake: FakeOpenAI, events: list[Event]) -> None:
         beta = agent_of(events, "researcher", "beta")
@@ -195,6 +198,7 @@ async def test_replay_with_no_message_asks_the_provider_nothing(tmp_path: Path) 
     await with_tree(tmp_path, body)
 
 
+@autojump
 async def test_a_message_to_a_leaf_changes_only_it_and_its_ancestors_later_turns(
     tmp_path: Path,
 ) -> None:
@@ -217,6 +221,7 @@ async def test_a_message_to_a_leaf_changes_only_it_and_its_ancestors_later_turns
     await with_tree(tmp_path, body)
 
 
+@autojump
 async def test_a_fork_at_an_unknown_seq_or_to_an_ended_agent_is_refused(tmp_path: Path) -> None:
     async def body(orch: Orchestrator, fake: FakeOpenAI, events: list[Event]) -> None:
         last = events[-1].seq

@@ -12,6 +12,7 @@ import pytest
 from websockets.trio.client import connect
 
 from tests.integration.test_approvals_server import AGENTS, TOKENS, Client, bearer
+from tests.memory_server import autojump, memory_server
 from tests.server_helpers import demo_config, read_until_end, replay, running_server
 
 pytestmark = pytest.mark.trio
@@ -120,12 +121,13 @@ async def test_a_fork_inside_a_waiting_approval_waits_again(
         assert await replay(server.url, run_id) == original
 
 
+@autojump
 async def test_who_may_fork(tmp_path: Path) -> None:
     """Forking is authorized like `run`, plus seeing the original: a viewer may not,
     another user's run is not found."""
     config = demo_config(tmp_path, server={"tokens": TOKENS})
     async with (
-        running_server(config) as server,
+        memory_server(config) as server,
         connect(server.url, additional_headers=bearer("ann-secret")) as ann_ws,
         connect(server.url, additional_headers=bearer("bob-secret")) as bob_ws,
         connect(server.url, additional_headers=bearer("eve-secret")) as eve_ws,
@@ -262,9 +264,10 @@ async def test_a_background_child_goes_on_in_the_fork_under_its_task_id(tmp_path
     assert events[-1]["data"]["result"] == original[-1]["data"]["result"]
 
 
+@autojump
 async def test_a_running_run_can_be_forked_and_both_go_on(tmp_path: Path) -> None:
     config = demo_config(tmp_path, token_delay=0.01, storage="sqlite:///journal.db")
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         client = Client(ws)
         ack = await client.ask(op="run", id="r", agent="planner", input="q")
         await client.until("AGENT_STARTED", 2)

@@ -22,6 +22,7 @@ from orchestrator.storage.journal import Journal
 from orchestrator.storage.memory import MemoryStorage
 from orchestrator.webhooks.outbox import Outbox
 from tests.helpers import eventually
+from tests.memory_server import autojump
 from tests.unit.test_journal import record
 
 SECRET = "whsec_" + base64.b64encode(b"o" * 32).decode()
@@ -64,6 +65,7 @@ async def running(
         nursery.cancel_scope.cancel()
 
 
+@autojump
 async def test_events_journaled_while_no_outbox_ran_are_matched_at_its_start() -> None:
     storage = MemoryStorage()
     async with Journal.open(storage) as journal:
@@ -79,6 +81,7 @@ async def test_events_journaled_while_no_outbox_ran_are_matched_at_its_start() -
     assert not set(later.sent) & set(sender.sent)  # from the cursor on, not again
 
 
+@autojump
 async def test_matching_pauses_at_max_outbox_and_goes_on() -> None:
     async with Journal.open(MemoryStorage()) as journal:
         sender = Recorder()
@@ -94,6 +97,7 @@ async def test_matching_pauses_at_max_outbox_and_goes_on() -> None:
         assert len(set(sender.sent)) == 35
 
 
+@autojump
 async def test_dead_letters_past_max_dead_are_forgotten_oldest_first() -> None:
     async with Journal.open(MemoryStorage()) as journal:
         sender = Recorder(answer=lambda d: "HTTP 500")
@@ -107,6 +111,7 @@ async def test_dead_letters_past_max_dead_are_forgotten_oldest_first() -> None:
         )
 
 
+@autojump
 async def test_a_webhook_no_longer_configured_kills_its_deliveries_at_once() -> None:
     storage = MemoryStorage()
     async with Journal.open(storage) as journal:
@@ -125,6 +130,7 @@ async def test_a_webhook_no_longer_configured_kills_its_deliveries_at_once() -> 
         }
 
 
+@autojump
 async def test_a_receiver_that_hangs_takes_a_quarter_of_the_attempts_at_most() -> None:
     slow = WebhookSpec(url="https://slow.example.com/h", events=["AGENT_STARTED"], secret=SECRET)
     fast = WebhookSpec(url="https://fast.example.com/h", events=["AGENT_RESULT"], secret=SECRET)

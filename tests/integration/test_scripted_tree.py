@@ -16,8 +16,10 @@ from orchestrator.config import load_config
 from orchestrator.core.events import EventType
 from orchestrator.runtime.engine import Orchestrator
 from tests.helpers import REPO, collect, of_type, write_config
+from tests.memory_server import autojump
 
 
+@autojump
 async def test_shipped_demo_tree_runs_offline(autojump_clock: trio.testing.MockClock) -> None:
     config = load_config(REPO / "configs" / "server.yaml")
     async with Orchestrator.open(config) as orch:
@@ -57,6 +59,7 @@ def _spawner(child: str, *, timeout: float | None = None) -> dict[str, Any]:
     }
 
 
+@autojump
 async def test_timeout_cancels_the_whole_subtree(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -103,6 +106,7 @@ async def test_timeout_cancels_the_whole_subtree(
     }
 
 
+@autojump
 async def test_yaml_timeout_default_applies(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -125,6 +129,7 @@ async def test_yaml_timeout_default_applies(
     assert "timed out after 2 s" in of_type(events, EventType.TOOL_RESULT)[0].data["content"]
 
 
+@autojump
 async def test_run_timeout_fails_the_run(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -140,6 +145,7 @@ async def test_run_timeout_fails_the_run(
     assert "run_timeout_seconds" in events[-1].data["error"]
 
 
+@autojump
 async def test_max_turns_is_a_failure(tmp_path: Path) -> None:
     looping = {
         "description": "loops",
@@ -162,6 +168,7 @@ async def test_max_turns_is_a_failure(tmp_path: Path) -> None:
     assert top_result.data["isError"] and "max_turns" in top_result.data["content"]
 
 
+@autojump
 async def test_scripted_failure_and_unlisted_tool(tmp_path: Path) -> None:
     config = write_config(
         tmp_path,
@@ -207,6 +214,7 @@ async def test_scripted_failure_and_unlisted_tool(tmp_path: Path) -> None:
     assert events[-1].data["status"] == "completed"
 
 
+@autojump
 async def test_max_children_limit(tmp_path: Path) -> None:
     calls = [
         {"name": "agent_spawn", "args": {"agent_id": "leaf", "task": str(i)}} for i in range(3)
@@ -236,6 +244,7 @@ async def test_max_children_limit(tmp_path: Path) -> None:
     assert len(of_type(events, EventType.AGENT_STARTED)) == 2
 
 
+@autojump
 async def test_consumer_leaving_early_cancels_the_run(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -258,6 +267,7 @@ async def test_consumer_leaving_early_cancels_the_run(
         assert trio.current_time() < 3
 
 
+@autojump
 async def test_child_that_raises_becomes_error_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -22,6 +22,7 @@ from orchestrator.cli.watch import follow
 from orchestrator.core.events import Event
 from orchestrator.server.app import RunningServer, serve
 from tests.helpers import REPO
+from tests.memory_server import autojump, memory_server
 from tests.server_helpers import (
     demo_config,
     read_until_end,
@@ -60,6 +61,7 @@ async def test_history_survives_a_restart(
         ]
 
 
+@autojump
 async def test_runs_left_running_by_a_crash_end_interrupted(tmp_path: Path) -> None:
     config = demo_config(
         tmp_path, token_delay=0.02, storage="sqlite:///journal.db", server={"resume_runs": False}
@@ -74,7 +76,7 @@ async def test_runs_left_running_by_a_crash_end_interrupted(tmp_path: Path) -> N
                 if frame["op"] == "events":
                     seen += frame["events"]
             nursery.cancel_scope.cancel()  # a crash: no graceful shutdown
-    async with running_server(config) as server:
+    async with memory_server(config) as server:
         replayed = await replay(server.url, ack["runId"])
         assert [e["seq"] for e in replayed] == list(range(1, len(replayed) + 1))
         assert replayed[: len(seen)] == seen
@@ -86,6 +88,7 @@ async def test_runs_left_running_by_a_crash_end_interrupted(tmp_path: Path) -> N
         assert listed["status"] == "interrupted"
 
 
+@autojump
 async def test_graceful_shutdown_ends_runs_and_closes_clients_1001(tmp_path: Path) -> None:
     config = demo_config(tmp_path, token_delay=0.02)
     async with trio.open_nursery() as nursery:
@@ -109,8 +112,9 @@ async def test_graceful_shutdown_ends_runs_and_closes_clients_1001(tmp_path: Pat
             pass
 
 
+@autojump
 async def test_follow_reconnects_and_resumes_by_seq(tmp_path: Path) -> None:
-    async with running_server(demo_config(tmp_path, token_delay=0.004)) as server:
+    async with memory_server(demo_config(tmp_path, token_delay=0.004)) as server:
         received: list[Event] = []
         drops_at = [30, 90]
 

@@ -17,6 +17,7 @@ import trio
 from websockets.trio.client import connect
 
 from tests.integration.test_server_lifecycle import start_serve_process
+from tests.memory_server import autojump, memory_server
 from tests.server_helpers import demo_config, read_until_end, recv, replay, request, running_server
 
 PERSON: dict[str, Any] = {
@@ -48,9 +49,10 @@ def root_messages(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e["data"] for e in events if e["type"] == "USER_MESSAGE"]
 
 
+@autojump
 async def test_a_run_asks_its_root_for_a_schema(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents={"extractor": extractor()})
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         ack = await request(
             ws, op="run", id="r", agent="extractor", input="Ada is 36", outputSchema=PERSON
         )
@@ -132,6 +134,7 @@ async def test_mcp_declares_and_returns_the_structured_answer(tmp_path: Path) ->
     assert result.content[0].text == '{"name":"Ada","age":36}'
 
 
+@autojump
 async def test_a2a_answers_with_a_data_part(tmp_path: Path) -> None:
     pytest.importorskip("a2a", reason="the A2A tests need the `a2a` extra")
     from a2a.types import a2a_pb2 as pb
@@ -142,7 +145,7 @@ async def test_a2a_answers_with_a_data_part(tmp_path: Path) -> None:
     agents = {"extractor": extractor(schema=True)}
     config = demo_config(tmp_path, server={"a2a": True}, extra_agents=agents)
     async with (
-        running_server(config) as server,
+        memory_server(config) as server,
         a2a_client(http_url(server.url), "extractor") as client,
     ):
         responses = await collect(client, message("Ada is 36"))
@@ -156,6 +159,7 @@ async def test_a2a_answers_with_a_data_part(tmp_path: Path) -> None:
     assert final.state == pb.TaskState.TASK_STATE_COMPLETED
 
 
+@autojump
 async def test_ag_ui_finishes_with_the_value(tmp_path: Path) -> None:
     pytest.importorskip("ag_ui.core", reason="AG-UI needs the `agui` extra")
     from tests.integration.test_agui import base, events_of, run_input
@@ -163,7 +167,7 @@ async def test_ag_ui_finishes_with_the_value(tmp_path: Path) -> None:
     agents = {"extractor": extractor(schema=True)}
     config = demo_config(tmp_path, server={"ag_ui": True}, extra_agents=agents)
     async with (
-        running_server(config) as server,
+        memory_server(config) as server,
         httpx.AsyncClient(timeout=30) as http,
         http.stream("POST", f"{base(server)}/ag-ui/extractor", json=run_input("Ada")) as response,
     ):

@@ -17,6 +17,7 @@ from websockets.trio.client import ClientConnection, connect
 from agents.runner import Phase
 from orchestrator.runtime.engine import Orchestrator
 from tests.helpers import REPO, write_config
+from tests.memory_server import autojump, memory_server
 from tests.server_helpers import demo_config, read_until_end, recv, request, running_server
 
 LONG = " ".join(["word"] * 400)
@@ -98,9 +99,10 @@ def terminal_counts(events: list[dict[str, Any]]) -> Counter[str]:
     return Counter(key_of(e) for e in events if e["type"] in ("AGENT_RESULT", "AGENT_ERROR"))
 
 
+@autojump
 async def test_cancelling_one_subtree_stops_it_and_the_run_goes_on(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS)
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         ack, events = await boss_until_leaf(ws)
         (slow,), (leaf,) = started(events, "slow"), started(events, "leaf")
         await events_until(  # the leaf has streamed a word or two
@@ -143,9 +145,10 @@ async def test_cancelling_one_subtree_stops_it_and_the_run_goes_on(tmp_path: Pat
     assert run["outputTokens"] >= subtree["outputTokens"]
 
 
+@autojump
 async def test_an_idle_child_ends_cancelled_and_takes_no_more_messages(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS)
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         ack = await request(ws, op="run", id=1, agent="keeper", input="q")
         run_id = ack["runId"]
         events: list[dict[str, Any]] = []
@@ -185,9 +188,10 @@ async def test_an_idle_child_ends_cancelled_and_takes_no_more_messages(tmp_path:
     assert not [e for e in events if e["type"] == "USER_MESSAGE"]
 
 
+@autojump
 async def test_a_child_and_its_parent_cancelled_at_once_each_end_once(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS)
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         ack, events = await boss_until_leaf(ws)
         run_id = ack["runId"]
         (slow,), (leaf,) = started(events, "slow"), started(events, "leaf")
@@ -205,9 +209,10 @@ async def test_a_child_and_its_parent_cancelled_at_once_each_end_once(tmp_path: 
     assert errors[slow]["reason"] == "r1"
 
 
+@autojump
 async def test_cancelling_the_whole_run_says_who_and_why(tmp_path: Path) -> None:
     config = demo_config(tmp_path, extra_agents=AGENTS)
-    async with running_server(config) as server, connect(server.url, max_size=None) as ws:
+    async with memory_server(config) as server, connect(server.url, max_size=None) as ws:
         ack, events = await boss_until_leaf(ws)
         reply = await request(ws, op="cancel", id=2, runId=ack["runId"], reason="stop all")
         rest, end = await read_until_end(ws, ack["sub"])
@@ -223,6 +228,7 @@ async def test_cancelling_the_whole_run_says_who_and_why(tmp_path: Path) -> None
     assert all(d["by"] == "user" and d["reason"] == "stop all" for d in errors.values())
 
 
+@autojump
 async def test_a_child_publishing_its_answer_as_the_cancel_arrives_ends_once(
     tmp_path: Path,
 ) -> None:
@@ -314,6 +320,7 @@ async def cancel_in_bgboss(
     return events + [e for e in rest if "type" in e], end, mid, leaf
 
 
+@autojump
 async def test_cancelling_a_parent_stops_its_background_children(tmp_path: Path) -> None:
     events, end, mid, leaf = await cancel_in_bgboss(tmp_path, "mid", "whole branch")
     assert end["status"] == "completed"
@@ -324,6 +331,7 @@ async def test_cancelling_a_parent_stops_its_background_children(tmp_path: Path)
     assert events[-1]["data"]["result"] == "bgboss got: cancelled by the user: whole branch"
 
 
+@autojump
 async def test_cancelling_a_background_child_tells_its_parent(tmp_path: Path) -> None:
     events, end, mid, leaf = await cancel_in_bgboss(tmp_path, "leaf", "no need")
     assert end["status"] == "completed"

@@ -26,6 +26,7 @@ from orchestrator.storage.open import open_journal
 from tests.fakes.otlp_receiver import serve_otlp
 from tests.helpers import write_config
 from tests.integration.test_server_lifecycle import start_serve_process
+from tests.memory_server import autojump
 from tests.server_helpers import read_until_end, recv, replay, request
 
 pytest.importorskip(
@@ -141,6 +142,7 @@ def by_name(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
     return [s for s in spans if s.name == name]
 
 
+@autojump
 async def test_the_span_tree_is_the_agent_tree(tmp_path: Path) -> None:
     exporter = InMemorySpanExporter()
     async with traced(tmp_path, exporter) as (host, journal, hub):
@@ -362,6 +364,7 @@ def started(events: list[dict[str, Any]]) -> str | None:
     return None
 
 
+@autojump
 async def test_a_stop_right_after_a_run_ends_exports_its_root_span(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

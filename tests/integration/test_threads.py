@@ -26,6 +26,7 @@ from tests.helpers import REPO, eventually
 from tests.integration.test_approvals_server import Client, bearer
 from tests.integration.test_official_clients import need
 from tests.integration.test_server_lifecycle import cli
+from tests.memory_server import autojump, memory_server
 from tests.server_helpers import demo_config, read_until_end, replay, running_server
 
 pytestmark = pytest.mark.trio
@@ -153,6 +154,7 @@ async def finished(ws: ClientConnection, ack: dict[str, Any]) -> list[dict[str, 
     return events
 
 
+@autojump
 async def test_the_next_run_of_a_thread_starts_from_its_conversation(tmp_path: Path) -> None:
     async with server_with_fake(tmp_path) as (server, fake), connect(server.url) as ws:
         client = Client(ws)
@@ -210,6 +212,7 @@ async def test_the_next_run_of_a_thread_starts_from_its_conversation(tmp_path: P
         ]
 
 
+@autojump
 async def test_a_child_of_the_thread_is_continued_by_its_agent_key(tmp_path: Path) -> None:
     async with server_with_fake(tmp_path) as (server, fake), connect(server.url) as ws:
         client = Client(ws)
@@ -240,6 +243,7 @@ async def test_a_child_of_the_thread_is_continued_by_its_agent_key(tmp_path: Pat
         assert bad["op"] == "error" and bad["code"] == "not_found", bad
 
 
+@autojump
 async def test_agent_spawn_continues_a_child_of_an_earlier_run(tmp_path: Path) -> None:
     """A parent asks run 1's helper a follow-up in run 2 (`agent_spawn` with
     `agent_key`), and run 3 (after a restart) continues that continuation."""
@@ -291,6 +295,7 @@ async def test_agent_spawn_continues_a_child_of_an_earlier_run(tmp_path: Path) -
         ]
 
 
+@autojump
 async def test_a_continued_child_goes_on_after_a_restart(tmp_path: Path) -> None:
     """A child that continues an earlier agent, cut off by a restart, is rebuilt with
     that agent's conversation before its own."""
@@ -323,6 +328,7 @@ async def test_a_continued_child_goes_on_after_a_restart(tmp_path: Path) -> None
             await client.ask(op="cancel", id="c", runId=second["runId"])
 
 
+@autojump
 async def test_agent_spawn_refuses_an_agent_key_it_cannot_continue(tmp_path: Path) -> None:
     async with server_with_fake(tmp_path) as (server, _), connect(server.url) as ws:
         client = Client(ws)
@@ -343,6 +349,7 @@ async def hold(client: Client, thread: str | None = None) -> dict[str, Any]:
     return ack
 
 
+@autojump
 async def test_each_multitask_policy(tmp_path: Path) -> None:
     async with server_with_fake(tmp_path) as (server, fake), connect(server.url) as ws:
         client = Client(ws)
@@ -420,6 +427,7 @@ async def started_of(server: RunningServer, run_id: str) -> dict[str, Any]:
     [("interrupt", "interrupt"), ("interrupt", "rollback"), ("rollback", "rollback")],
     ids="+".join,
 )
+@autojump
 async def test_two_inputs_that_stop_the_running_run_at_once_go_one_after_the_other(
     tmp_path: Path, policies: tuple[str, str]
 ) -> None:
@@ -478,6 +486,7 @@ async def test_two_inputs_that_stop_the_running_run_at_once_go_one_after_the_oth
         assert (f"hold {earlier}" in said) is (policy[later] == "interrupt")
 
 
+@autojump
 async def test_steer_and_reject_name_the_running_run_not_a_queued_one(tmp_path: Path) -> None:
     """Issue 57, defect 5: with runs queued behind the running one, `steer` reaches the
     running root and `reject` names the running run."""
@@ -507,6 +516,7 @@ async def test_steer_and_reject_name_the_running_run_not_a_queued_one(tmp_path: 
         assert chat[-3:] == ["later 0", "you said later 0", "later 1"]
 
 
+@autojump
 async def test_an_interrupt_ends_the_runs_queued_behind_the_running_one(tmp_path: Path) -> None:
     """An `interrupt` while runs are queued: the running run and the queued ones end
     `cancelled` (those never run), and the new run goes on from the running run."""
@@ -530,6 +540,7 @@ async def test_an_interrupt_ends_the_runs_queued_behind_the_running_one(tmp_path
         assert dropped[-1]["data"]["status"] == "cancelled"
 
 
+@autojump
 async def test_a_thread_is_its_owners(tmp_path: Path) -> None:
     async with server_with_fake(tmp_path, tokens=True) as (server, fake):
         async with connect(server.url, additional_headers=bearer("ann-secret")) as ws:
@@ -584,6 +595,7 @@ async def test_a_thread_goes_on_after_a_restart(tmp_path: Path) -> None:
         ]
 
 
+@autojump
 async def test_bad_thread_asks_are_clear_errors(tmp_path: Path) -> None:
     async with server_with_fake(tmp_path) as (server, _), connect(server.url) as ws:
         client = Client(ws)
@@ -681,6 +693,7 @@ async def test_the_official_ag_ui_client_chats_in_a_thread(tmp_path: Path) -> No
         assert asked(fake, "chat") == [("user", "who am I?")]
 
 
+@autojump
 async def test_an_mcp_client_goes_on_in_a_thread(tmp_path: Path) -> None:
     """The `mcp` package's own client: the tools take `threadId`, results carry the
     run's and the thread's ids (structuredContent), and a call with the threadId gets
@@ -812,6 +825,7 @@ async def test_an_a2a_task_waiting_for_approval_is_input_required(tmp_path: Path
         assert done["tasks"][0]["answer"] == "keeper: wrote 8 characters to note.txt", done
 
 
+@autojump
 async def test_a_fork_of_a_threads_run_starts_a_thread_of_its_own(tmp_path: Path) -> None:
     """A fork of a thread's second run has the thread's conversation (its model is
     asked the first exchange too), in a new thread that shares the first run; a
@@ -880,6 +894,7 @@ async def test_an_enqueued_run_that_never_started_runs_after_a_restart(
         assert [m for _, m in asked(fake, "chat")][-2:] == ["hold on", "later"]
 
 
+@autojump
 async def test_in_process_runs_go_on_in_a_thread(tmp_path: Path) -> None:
     """`Orchestrator.stream(…, thread=…)` and `call(…, thread=…)`: the thread's
     conversation kept in memory; one run of a thread at a time."""
@@ -911,6 +926,7 @@ async def test_in_process_runs_go_on_in_a_thread(tmp_path: Path) -> None:
         nursery.cancel_scope.cancel()
 
 
+@autojump
 async def test_a_fork_at_the_last_seq_with_a_message_is_a_follow_up(tmp_path: Path) -> None:
     """At the last seq of an ended run, a message for its root is no longer refused:
     it is the next run of a new thread that goes on from that run's conversation."""
@@ -938,6 +954,7 @@ async def test_a_fork_at_the_last_seq_with_a_message_is_a_follow_up(tmp_path: Pa
         ]
 
 
+@autojump
 async def test_from_run_names_only_a_run_of_the_callers_thread(tmp_path: Path) -> None:
     """Regression: `fromRun` was read without checking it: another token's runId and
     agentKey continued that token's agent, its conversation with it."""
@@ -963,6 +980,7 @@ async def test_from_run_names_only_a_run_of_the_callers_thread(tmp_path: Path) -
         assert all("secret" not in m for _, m in asked(fake, "chat"))
 
 
+@autojump
 async def test_a_threads_queue_and_listing_are_bounded(tmp_path: Path) -> None:
     from orchestrator.runs.thread_inputs import MAX_QUEUED
 
@@ -983,6 +1001,7 @@ async def test_a_threads_queue_and_listing_are_bounded(tmp_path: Path) -> None:
         await client.ask(op="cancel", id="c", runId=running["runId"])
 
 
+@autojump
 async def test_the_demos_scripted_planner_answers_a_follow_up_in_its_thread(
     tmp_path: Path,
 ) -> None:
@@ -990,7 +1009,7 @@ async def test_the_demos_scripted_planner_answers_a_follow_up_in_its_thread(
     a planner's last words with no results."""
     from tests.server_helpers import demo_config
 
-    async with running_server(demo_config(tmp_path)) as server, connect(server.url) as ws:
+    async with memory_server(demo_config(tmp_path)) as server, connect(server.url) as ws:
         client = Client(ws)
         first = await client.ask(op="run", id="1", agent="planner", input="my name is Ann")
         await finished(ws, first)
