@@ -17,6 +17,7 @@ another process, TLS.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -62,15 +63,48 @@ async def _run_sync_holding_the_clock(sync_fn: Any, *args: Any, **kwargs: Any) -
     clock = trio.lowlevel.current_clock()
     if not isinstance(clock, trio.testing.MockClock):
         return await _real_run_sync(sync_fn, *args, **kwargs)
-    _threads_of[clock] = _threads_of.get(clock, 0) + 1
-    clock.autojump_threshold = math.inf
+    _hold(clock)
     try:
         return await _real_run_sync(sync_fn, *args, **kwargs)
     finally:
-        _threads_of[clock] -= 1
-        if not _threads_of[clock]:
-            del _threads_of[clock]
-            clock.autojump_threshold = 0
+        _release(clock)
+
+
+_real_start_thread_soon = trio.lowlevel.start_thread_soon
+
+
+def _hold(clock: trio.testing.MockClock) -> None:
+    _threads_of[clock] = _threads_of.get(clock, 0) + 1
+    clock.autojump_threshold = math.inf
+
+
+def _release(clock: trio.testing.MockClock) -> None:
+    _threads_of[clock] -= 1
+    if not _threads_of[clock]:
+        del _threads_of[clock]
+        clock.autojump_threshold = 0
+
+
+def _start_thread_soon_holding_the_clock(fn: Any, deliver: Any, name: Any = None) -> None:
+    """`trio.lowlevel.start_thread_soon` (SQLite's commits), the clock held still until
+    the result is back in trio's thread."""
+    try:
+        clock = trio.lowlevel.current_clock()
+        token = trio.lowlevel.current_trio_token()
+    except RuntimeError:  # (called from outside trio)
+        return _real_start_thread_soon(fn, deliver, name=name)
+    if not isinstance(clock, trio.testing.MockClock):
+        return _real_start_thread_soon(fn, deliver, name=name)
+    _hold(clock)
+
+    def delivered(result: Any) -> None:
+        try:
+            deliver(result)  # (schedules its own callback first: it runs first)
+        finally:
+            with contextlib.suppress(trio.RunFinishedError):  # (a thread left behind)
+                token.run_sync_soon(_release, clock)
+
+    return _real_start_thread_soon(fn, delivered, name=name)
 
 
 def autojump_run(fn: Any, *, clock: trio.abc.Clock | None = None, **kwargs: Any) -> Any:
@@ -79,12 +113,14 @@ def autojump_run(fn: Any, *, clock: trio.abc.Clock | None = None, **kwargs: Any)
     import trio._path
 
     trio.to_thread.run_sync = _run_sync_holding_the_clock  # type: ignore[assignment]
+    trio.lowlevel.start_thread_soon = _start_thread_soon_holding_the_clock
     trio._path.run_sync = _run_sync_holding_the_clock  # type: ignore[attr-defined,assignment]
     try:
         clock = clock or trio.testing.MockClock(autojump_threshold=0)
         return trio.run(fn, clock=clock, **kwargs)
     finally:
         trio.to_thread.run_sync = _real_run_sync
+        trio.lowlevel.start_thread_soon = _real_start_thread_soon
         trio._path.run_sync = _real_run_sync  # type: ignore[attr-defined]
 
 
